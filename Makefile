@@ -1,0 +1,32 @@
+# gpushare: the two commands of the quick start, and a few more.
+#
+#   make demo    install what is missing, build, run the demo
+#   make test    install what is missing, build, run every test (C++ and Python)
+#   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+
+BUILD    ?= build
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DGPUSHARE_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/examples/gpushare_demo
+
+test: deps
+	@scripts/test.sh
+
+bench: deps
+	@scripts/bench.sh
+
+clean:
+	rm -rf build build-* .venv-test

@@ -1,0 +1,234 @@
+// File: gpushare/cluster.h
+// -----------------------------------------------------------------------------
+// The cluster: nodes, their GPUs and everything placed on them, with the
+// operations a scheduler needs — fit, place, plan/commit, release, replicas,
+// capacity — and a JSON snapshot of the whole state.
+//
+//   gpushare::Cluster cluster;                       // memory unit: GiB
+//   gpushare::Node node;
+//   node.name = "sd-cluster-04";
+//   node.gpus = {gpushare::Gpu{14, "T4"}};
+//   node.labels = {{"gpushare", "true"}};
+//   if (auto s = cluster.AddNode(node); !s.ok()) return s;
+//
+//   gpushare::Request pod;
+//   pod.id = "binpack-1";
+//   pod.gpu_memory = 2;
+//   absl::StatusOr<gpushare::Placement> p = cluster.Place(pod, "binpack");
+//   if (p.ok()) std::cout << *p << "\n";   // Placement(request_id='binpack-1',
+//                                          //   node='sd-cluster-04', ...)
+//   cluster.Release("binpack-1").IgnoreError();
+//
+// Guarantees:
+//  - No GPU ever has more memory or compute allocated than it has, and no
+//    node more host CPU or memory than it has, under any sequence of calls.
+//  - A call that fails changes nothing (validate first, then mutate).
+//  - Errors name the offending value. Codes: InvalidArgument for malformed
+//    input, AlreadyExists for a duplicate node name or request id, NotFound
+//    for an unknown node or request id, ResourceExhausted when nothing fits
+//    now, FailedPrecondition for a stale plan or a double release.
+//
+// Thread safety: const methods may run concurrently with each other; anything
+// else needs external synchronisation. The library does not throw.
+
+#ifndef GPUSHARE_CLUSTER_H_
+#define GPUSHARE_CLUSTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpushare/policy.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+
+namespace internal {
+struct ClusterState;
+}  // namespace internal
+
+struct ClusterOptions {
+  // Display name of the GPU memory unit.
+  MemoryUnit memory_unit = MemoryUnit::kGiB;
+
+  // Order in which nodes win ties between equal scores.
+  // 0: the most recently added node first (so a new node is filled first).
+  // Any other value: a fixed pseudo-random permutation of the nodes drawn
+  // from this seed (what a trace-driven simulator wants: no bias by name or
+  // order in the input). Saved in the JSON snapshot.
+  uint64_t tie_break_seed = 0;
+
+  // How many released request ids are remembered, so that releasing one of
+  // them again is FailedPrecondition ("already released") rather than
+  // NotFound. The oldest are forgotten first.
+  int remembered_releases = 65536;
+};
+
+// Totals over the cluster or a node.
+struct Usage {
+  int64_t gpu_memory = 0;        // Capacity, memory units (all GPUs).
+  int64_t gpu_memory_used = 0;   // Allocated, memory units.
+  int64_t gpus = 0;              // Number of GPUs.
+  int64_t idle_gpus = 0;         // GPUs holding nothing (healthy or not).
+  int64_t compute_used = 0;      // Thousandths, summed over GPUs.
+  int64_t cpu = 0, cpu_used = 0;                  // Thousandths of a core.
+  int64_t host_memory = 0, host_memory_used = 0;  // MiB.
+  int64_t placements = 0;        // Requests placed.
+};
+
+// How Cluster::PlaceReplicas() treats a shortfall.
+enum class ReplicaMode {
+  kAllOrNothing,  // Place all copies or none (ResourceExhausted).
+  kAsManyAsFit,   // Place copies until one does not fit; may place zero.
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions options = {});
+  ~Cluster();
+  Cluster(const Cluster& other);
+  Cluster& operator=(const Cluster& other);
+  Cluster(Cluster&& other) noexcept;
+  Cluster& operator=(Cluster&& other) noexcept;
+
+  const ClusterOptions& options() const;
+
+  // ---- Nodes -------------------------------------------------------------
+
+  // Adds a node with nothing allocated.
+  // Errors: InvalidArgument for an empty name, a GPU memory outside
+  // 1..kMaxQuantity, more than kMaxGpusPerNode GPUs, negative or too large
+  // cpu / host_memory; AlreadyExists for a name already in the cluster.
+  // Complexity: O(GPUs of the node + log nodes).
+  [[nodiscard]] absl::Status AddNode(const Node& node);
+
+  // Removes a node that holds no placements.
+  // Errors: NotFound; FailedPrecondition if requests are still placed on it.
+  [[nodiscard]] absl::Status RemoveNode(std::string_view name);
+
+  // Marks GPU `gpu` of `node` healthy or not. Unhealthy GPUs take no new work;
+  // what they hold stays until released. Errors: NotFound for the node,
+  // InvalidArgument for an index out of range.
+  [[nodiscard]] absl::Status SetGpuHealthy(std::string_view node, int gpu,
+                                           bool healthy);
+
+  // Cordons (false) or uncordons (true) a node. Errors: NotFound.
+  [[nodiscard]] absl::Status SetNodeSchedulable(std::string_view node,
+                                                bool schedulable);
+
+  int num_nodes() const;
+  // Names in the order the nodes were added.
+  std::vector<std::string> node_names() const;
+  // A copy of one node's state. Errors: NotFound.
+  absl::StatusOr<NodeStatus> GetNode(std::string_view name) const;
+  // Read-only access for hosts that walk the cluster; nullptr if unknown.
+  // The pointer is valid until the next non-const call.
+  const NodeStatus* FindNode(std::string_view name) const;
+
+  // ---- Requests ----------------------------------------------------------
+
+  // Checks a request against the rules of types.h and this cluster (a GPU
+  // count larger than any node has is an error) and returns its per-GPU
+  // shape. Errors: InvalidArgument naming the bad value, e.g.
+  // "gpu memory 8 is not divisible by gpu count 3".
+  absl::StatusOr<Demand> Validate(const Request& request) const;
+
+  // Every node, in the order they were added, with whether it can host
+  // `request` now and, if not, one reason, e.g.
+  // "insufficient GPU memory on any single GPU: largest free 4, need 5".
+  // Errors: those of Validate().
+  absl::StatusOr<std::vector<FitResult>> Fit(const Request& request) const;
+
+  // Chooses where `request` goes under `policy` without changing anything.
+  // Errors: those of Validate(); AlreadyExists if the id is placed;
+  // ResourceExhausted if no node can host it (the message gives reasons).
+  absl::StatusOr<Placement> Plan(const Request& request, Policy& policy) const;
+  absl::StatusOr<Placement> Plan(const Request& request,
+                                 std::string_view policy = "binpack") const;
+
+  // Applies a placement from Plan(), possibly after other changes.
+  // Errors: AlreadyExists if its id is placed; NotFound if its node is gone;
+  // InvalidArgument if it is malformed (GPU index out of range, repeated
+  // GPU, negative sizes); FailedPrecondition if it no longer fits (GPUs
+  // unhealthy or too full, node unschedulable, host resources short).
+  [[nodiscard]] absl::Status Commit(const Placement& placement);
+
+  // Plan() then Commit(): chooses and applies. Errors: those of Plan().
+  absl::StatusOr<Placement> Place(const Request& request, Policy& policy);
+  absl::StatusOr<Placement> Place(const Request& request,
+                                  std::string_view policy = "binpack");
+
+  // Frees everything request `id` holds.
+  // Errors: FailedPrecondition if `id` was released recently (see
+  // ClusterOptions::remembered_releases); NotFound if it is unknown.
+  [[nodiscard]] absl::Status Release(std::string_view id);
+
+  // The placement of request `id`, or NotFound.
+  absl::StatusOr<Placement> GetPlacement(std::string_view id) const;
+  // Read-only access; nullptr if unknown. Valid until the next non-const call.
+  const Placement* FindPlacement(std::string_view id) const;
+  // Every placement, sorted by request id.
+  std::vector<Placement> placements() const;
+  int num_placements() const;
+
+  // ---- Replicas and capacity ---------------------------------------------
+
+  // Places `count` copies of `request`, with ids "<id>-0" .. "<id>-<count-1>",
+  // one after the other under `policy`.
+  // Errors: those of Validate(); InvalidArgument for count < 0; AlreadyExists
+  // if any copy's id is placed; ResourceExhausted in kAllOrNothing mode when
+  // not all fit (then nothing is placed).
+  absl::StatusOr<std::vector<Placement>> PlaceReplicas(
+      const Request& request, int count, Policy& policy,
+      ReplicaMode mode = ReplicaMode::kAllOrNothing);
+  absl::StatusOr<std::vector<Placement>> PlaceReplicas(
+      const Request& request, int count, std::string_view policy = "binpack",
+      ReplicaMode mode = ReplicaMode::kAllOrNothing);
+
+  // How many more copies of `request` fit now, placed one after the other
+  // under `policy`; changes nothing. Stops counting at `limit`.
+  // Errors: those of Validate().
+  absl::StatusOr<int64_t> Capacity(const Request& request,
+                                   std::string_view policy = "binpack",
+                                   int64_t limit = int64_t{1} << 40) const;
+
+  // How many nodes shaped like `shape` must be added so that `count` more
+  // copies of `request` fit (0 if they fit now). The new nodes get names
+  // "<shape.name>-0", "<shape.name>-1", ...; nothing is changed.
+  // Errors: those of Validate() and AddNode(); ResourceExhausted if even an
+  // empty node of that shape cannot host one copy.
+  absl::StatusOr<int64_t> NodesNeeded(const Request& request, int64_t count,
+                                      const Node& shape,
+                                      std::string_view policy = "binpack") const;
+
+  // ---- Totals and invariants -----------------------------------------------
+
+  Usage TotalUsage() const;
+
+  // Recomputes every counter from the placements and checks that no GPU or
+  // node is over capacity and that every index is consistent. OK in every
+  // reachable state; Internal otherwise. O(size of the state).
+  absl::Status CheckInvariants() const;
+
+  // ---- Snapshot --------------------------------------------------------------
+
+  // The whole state (options, nodes in order, health, placements) as JSON.
+  std::string ToJson(int indent = -1) const;
+
+  // Rebuilds a cluster from ToJson() output. Errors: InvalidArgument for
+  // malformed or truncated JSON, a missing or mistyped field (the message
+  // names it), or a state that would violate the guarantees (duplicate
+  // names or ids, over-full GPUs).
+  static absl::StatusOr<Cluster> FromJson(std::string_view json);
+
+ private:
+  std::unique_ptr<internal::ClusterState> state_;
+};
+
+}  // namespace gpushare
+
+#endif  // GPUSHARE_CLUSTER_H_

@@ -1,0 +1,23 @@
+// File: gpushare/gpushare.h
+// -----------------------------------------------------------------------------
+// The whole public API of gpushare. Include this, or the single headers:
+//
+//   types.h          GPUs, nodes, requests, placements, fit results
+//   policy.h         the Policy interface and the built-in policies
+//   cluster.h        the cluster and its operations; JSON snapshots
+//   inspect.h        `kubectl inspect gpushare`-style text views
+//   device_plugin.h  pod annotations and container environment of a placement
+//
+// Nothing outside include/gpushare/ is part of the API.
+
+#ifndef GPUSHARE_GPUSHARE_H_
+#define GPUSHARE_GPUSHARE_H_
+
+#include "gpushare/cluster.h"
+#include "gpushare/device_plugin.h"
+#include "gpushare/inspect.h"
+#include "gpushare/policy.h"
+#include "gpushare/types.h"
+#include "gpushare/version.h"
+
+#endif  // GPUSHARE_GPUSHARE_H_

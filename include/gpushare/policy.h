@@ -1,0 +1,130 @@
+// File: gpushare/policy.h
+// -----------------------------------------------------------------------------
+// Placement policies: how a node and its GPUs are chosen among those that can
+// host a request. A policy is a narrow interface: the cluster finds every
+// feasible node and the GPUs on it that could take the request; the policy
+// picks the GPUs on each such node and gives the node a score; the highest
+// score wins. Ties between nodes go to the node that ranks first in the
+// cluster's tie-break order (see ClusterOptions::tie_break_seed).
+//
+//   auto policy = gpushare::MakePolicy("binpack");
+//   if (!policy.ok()) return policy.status();   // lists the known names
+//   auto placement = cluster.Place(request, **policy);
+//
+// Built-in policies ("binpack", "spread", ...) are documented where they are
+// made: see the comments of PolicyNames() below. Users may implement their own.
+
+#ifndef GPUSHARE_POLICY_H_
+#define GPUSHARE_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+
+class Cluster;
+
+// A node's score under a policy; compared lexicographically, higher is better.
+// Keys a policy does not use stay 0.
+struct Score {
+  double primary = 0;
+  double secondary = 0;
+  double tertiary = 0;
+
+  friend bool operator<(const Score& a, const Score& b) {
+    if (a.primary != b.primary) return a.primary < b.primary;
+    if (a.secondary != b.secondary) return a.secondary < b.secondary;
+    return a.tertiary < b.tertiary;
+  }
+  friend bool operator==(const Score& a, const Score& b) {
+    return a.primary == b.primary && a.secondary == b.secondary &&
+           a.tertiary == b.tertiary;
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const Score& s);
+
+// A policy's verdict on one feasible node.
+struct NodeChoice {
+  Score score;
+  std::vector<int> gpus;  // The demand.gpu_count GPUs chosen, from `fitting`.
+};
+
+// The interface every placement policy implements.
+//
+// Thread safety: a policy object is used by one call at a time. Policies with
+// state (a random stream, caches) must not be shared between threads.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+
+  // The stable lower_snake_case name, e.g. "binpack".
+  virtual std::string Name() const = 0;
+
+  // Scores `node`, which the cluster has found able to host `demand`, and
+  // chooses demand.gpu_count GPUs for it. `fitting` lists, in ascending order,
+  // the indices of the node's GPUs that can each take one share: healthy, of
+  // an allowed model, with enough free memory and compute (idle, for
+  // exclusive demands). It has at least demand.gpu_count entries; for CPU-only
+  // demands it is empty and `gpus` must stay empty.
+  //
+  // `cluster` gives read access to the rest of the state (e.g. the placements
+  // on the node). The result must be a function of its arguments and the
+  // policy's own state.
+  virtual NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
+                              const std::vector<int>& fitting,
+                              const Cluster& cluster) = 0;
+
+  // Called after a placement the policy chose has been committed. Policies
+  // with state to advance (e.g. caches keyed by node version) may override.
+  virtual void OnCommitted(const Placement& /*placement*/) {}
+};
+
+// Options for MakePolicy(); what a given policy ignores is harmless.
+struct PolicyOptions {
+  uint64_t seed = 42;  // For "random".
+};
+
+// The names MakePolicy() knows, sorted:
+//
+// "binpack" — keep whole GPUs and whole nodes free for big requests.
+//   GPUs on a node: the demand.gpu_count fitting GPUs with the least free
+//   memory, then the least free compute, then the lowest index.
+//   Node score:
+//     shared:    ( -sum of free memory left on the chosen GPUs,
+//                  -sum of free compute left on the chosen GPUs )
+//                so for one GPU this is best fit over every GPU of the cluster;
+//     exclusive: ( -idle GPUs on the node, -free GPU memory on the node );
+//     CPU-only:  ( cpu used / cpu, host memory used / host memory ) (0 when
+//                untracked) — the most used node.
+//
+// "spread" — put new work on the least used node and GPU.
+//   GPUs on a node: the fitting GPUs with the most free memory, then the most
+//   free compute, then the lowest index.
+//   Node score:
+//     shared:    ( -GPU memory used / GPU memory of the node,
+//                  -GPU compute used / GPU compute of the node,
+//                  +sum of free memory left on the chosen GPUs );
+//     exclusive: ( +idle GPUs on the node, +free GPU memory on the node );
+//     CPU-only:  ( -cpu used / cpu, -host memory used / host memory ).
+//
+// Scores use the state before the placement. Ties between nodes: see
+// ClusterOptions::tie_break_seed.
+std::vector<std::string> PolicyNames();
+
+// Makes the policy called `name`.
+// Errors: InvalidArgument for an unknown name; the message lists the known
+// ones.
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(
+    std::string_view name, const PolicyOptions& options = {});
+
+}  // namespace gpushare
+
+#endif  // GPUSHARE_POLICY_H_

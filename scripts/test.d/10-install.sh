@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the library into a scratch prefix and builds examples/consumer, a
+# separate CMake project, against it with find_package(gpushare).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install build --prefix "$prefix" >/dev/null
+cmake -S examples/consumer -B "$prefix/consumer-build" -G Ninja \
+      -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$prefix/consumer-build" >/dev/null
+"$prefix/consumer-build/consumer"

@@ -1,0 +1,516 @@
+#include "gpushare/cluster.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "src/internal/cluster_state.h"
+#include "src/internal/status_macros.h"
+
+namespace gpushare {
+namespace {
+
+using internal::ClusterState;
+
+// An id no user request carries (users cannot easily write NUL bytes), used
+// for the scratch copies that Capacity() places.
+std::string ScratchId(int64_t n) {
+  return absl::StrCat(std::string("\0capacity-", 10), n);
+}
+
+// How many copies of `demand` fit on `node` alone when the policy keeps
+// choosing GPUs on it, starting from its current state (a scratch copy).
+int64_t FillNode(NodeStatus node, const Demand& demand, const Request& request,
+                 Policy& policy, const Cluster& cluster, int64_t limit) {
+  std::vector<int> fitting;
+  int64_t copies = 0;
+  Placement p;
+  p.node = node.name;
+  p.memory_per_gpu = demand.memory_per_gpu;
+  p.compute_per_gpu = demand.compute_per_gpu;
+  p.exclusive = demand.kind == Demand::Kind::kExclusive;
+  p.cpu = demand.cpu;
+  p.host_memory = demand.host_memory;
+  while (copies < limit && !internal::CheckNode(node, demand, request, &fitting)) {
+    // A CPU-only copy on a node that tracks neither CPU nor memory, or a copy
+    // that takes nothing, would fit forever.
+    if (demand.kind == Demand::Kind::kCpuOnly &&
+        (node.cpu == 0 || demand.cpu == 0) &&
+        (node.host_memory == 0 || demand.host_memory == 0)) {
+      return limit;
+    }
+    NodeChoice choice = policy.Evaluate(demand, node, fitting, cluster);
+    p.gpus = std::move(choice.gpus);
+    p.request_id = ScratchId(copies);
+    internal::ApplyToNode(node, p);
+    node.requests.pop_back();  // Keep the scratch node small.
+    ++copies;
+  }
+  return copies;
+}
+
+}  // namespace
+
+Cluster::Cluster(ClusterOptions options) : state_(std::make_unique<ClusterState>()) {
+  state_->options = options;
+}
+Cluster::~Cluster() = default;
+Cluster::Cluster(const Cluster& other)
+    : state_(std::make_unique<ClusterState>(*other.state_)) {}
+Cluster& Cluster::operator=(const Cluster& other) {
+  if (this != &other) state_ = std::make_unique<ClusterState>(*other.state_);
+  return *this;
+}
+Cluster::Cluster(Cluster&& other) noexcept = default;
+Cluster& Cluster::operator=(Cluster&& other) noexcept = default;
+
+const ClusterOptions& Cluster::options() const { return state_->options; }
+
+// ---- Nodes -------------------------------------------------------------------
+
+absl::Status Cluster::AddNode(const Node& node) {
+  GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(node));
+  if (state_->node_index.contains(node.name)) {
+    return absl::AlreadyExistsError(absl::StrCat("node '", node.name, "' already exists"));
+  }
+  state_->node_index.emplace(node.name, static_cast<uint32_t>(state_->nodes.size()));
+  state_->nodes.push_back(internal::MakeNodeStatus(node));
+  state_->tie_keys.push_back(internal::TieKey(state_->options.tie_break_seed, node.name,
+                                              state_->next_sequence++));
+  state_->max_gpus_per_node =
+      std::max(state_->max_gpus_per_node, static_cast<int>(node.gpus.size()));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RemoveNode(std::string_view name) {
+  auto it = state_->node_index.find(internal::Sv(name));
+  if (it == state_->node_index.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(name), "'"));
+  }
+  const uint32_t index = it->second;
+  const NodeStatus& node = state_->nodes[index];
+  if (!node.requests.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node '", internal::Sv(name), "' still holds ", node.requests.size(),
+        " placed requests (e.g. '", node.requests.front(), "'); release them first"));
+  }
+  state_->node_index.erase(it);
+  state_->nodes.erase(state_->nodes.begin() + index);
+  state_->tie_keys.erase(state_->tie_keys.begin() + index);
+  for (auto& [n, i] : state_->node_index) {
+    if (i > index) --i;
+  }
+  state_->max_gpus_per_node = 0;
+  for (const NodeStatus& n : state_->nodes) {
+    state_->max_gpus_per_node =
+        std::max(state_->max_gpus_per_node, static_cast<int>(n.gpus.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::SetGpuHealthy(std::string_view node_name, int gpu, bool healthy) {
+  auto it = state_->node_index.find(internal::Sv(node_name));
+  if (it == state_->node_index.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(node_name), "'"));
+  }
+  NodeStatus& node = state_->nodes[it->second];
+  if (gpu < 0 || gpu >= static_cast<int>(node.gpus.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("node '", internal::Sv(node_name), "' has no GPU ",
+                                                   gpu, " (it has ", node.gpus.size(), ")"));
+  }
+  if (node.gpus[gpu].healthy != healthy) {
+    node.gpus[gpu].healthy = healthy;
+    ++node.version;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::SetNodeSchedulable(std::string_view node_name, bool schedulable) {
+  auto it = state_->node_index.find(internal::Sv(node_name));
+  if (it == state_->node_index.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(node_name), "'"));
+  }
+  NodeStatus& node = state_->nodes[it->second];
+  if (node.schedulable != schedulable) {
+    node.schedulable = schedulable;
+    ++node.version;
+  }
+  return absl::OkStatus();
+}
+
+int Cluster::num_nodes() const { return static_cast<int>(state_->nodes.size()); }
+
+std::vector<std::string> Cluster::node_names() const {
+  std::vector<std::string> names;
+  names.reserve(state_->nodes.size());
+  for (const NodeStatus& n : state_->nodes) names.push_back(n.name);
+  return names;
+}
+
+absl::StatusOr<NodeStatus> Cluster::GetNode(std::string_view name) const {
+  const NodeStatus* node = FindNode(name);
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(name), "'"));
+  return *node;
+}
+
+const NodeStatus* Cluster::FindNode(std::string_view name) const {
+  auto it = state_->node_index.find(internal::Sv(name));
+  return it == state_->node_index.end() ? nullptr : &state_->nodes[it->second];
+}
+
+// ---- Requests ------------------------------------------------------------------
+
+absl::StatusOr<Demand> Cluster::Validate(const Request& request) const {
+  return internal::ValidateRequest(request, state_->max_gpus_per_node);
+}
+
+absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) const {
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
+  std::vector<FitResult> results;
+  results.reserve(state_->nodes.size());
+  std::vector<int> fitting;
+  for (const NodeStatus& node : state_->nodes) {
+    FitResult r;
+    r.node = node.name;
+    std::optional<std::string> why = internal::CheckNode(node, demand, request, &fitting);
+    r.feasible = !why.has_value();
+    if (why) r.reason = std::move(*why);
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) const {
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
+  if (state_->placements.contains(request.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request '", request.id, "' is already placed"));
+  }
+  std::vector<int> fitting;
+  int best = -1;
+  NodeChoice best_choice;
+  std::string reasons;
+  int infeasible = 0;
+  for (size_t i = 0; i < state_->nodes.size(); ++i) {
+    const NodeStatus& node = state_->nodes[i];
+    if (std::optional<std::string> why = internal::CheckNode(node, demand, request, &fitting)) {
+      if (++infeasible <= 5) absl::StrAppend(&reasons, "; ", node.name, ": ", *why);
+      continue;
+    }
+    NodeChoice choice = policy.Evaluate(demand, node, fitting, *this);
+    if (static_cast<int>(choice.gpus.size()) != demand.gpu_count ||
+        !std::is_sorted(choice.gpus.begin(), choice.gpus.end()) ||
+        std::adjacent_find(choice.gpus.begin(), choice.gpus.end()) != choice.gpus.end() ||
+        !std::all_of(choice.gpus.begin(), choice.gpus.end(), [&](int g) {
+          return std::binary_search(fitting.begin(), fitting.end(), g);
+        })) {
+      return absl::InternalError(absl::StrCat(
+          "policy '", policy.Name(), "' chose ", choice.gpus.size(),
+          " GPUs on node '", node.name, "' that are not ", demand.gpu_count,
+          " distinct fitting GPUs in ascending order"));
+    }
+    if (best < 0 || best_choice.score < choice.score ||
+        (choice.score == best_choice.score && state_->tie_keys[i] > state_->tie_keys[best])) {
+      best = static_cast<int>(i);
+      best_choice = std::move(choice);
+    }
+  }
+  if (best < 0) {
+    if (infeasible > 5) absl::StrAppend(&reasons, "; and ", infeasible - 5, " more");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no node can host request '", request.id, "' (", state_->nodes.size(),
+        " nodes)", reasons));
+  }
+  Placement p;
+  p.request_id = request.id;
+  p.node = state_->nodes[best].name;
+  p.gpus = std::move(best_choice.gpus);
+  p.memory_per_gpu = demand.memory_per_gpu;
+  p.compute_per_gpu = demand.compute_per_gpu;
+  p.exclusive = demand.kind == Demand::Kind::kExclusive;
+  p.cpu = demand.cpu;
+  p.host_memory = demand.host_memory;
+  return p;
+}
+
+absl::StatusOr<Placement> Cluster::Plan(const Request& request,
+                                        std::string_view policy) const {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
+  return Plan(request, *p);
+}
+
+absl::Status Cluster::Commit(const Placement& placement) {
+  if (state_->placements.contains(placement.request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request '", placement.request_id, "' is already placed"));
+  }
+  auto it = state_->node_index.find(placement.node);
+  if (it == state_->node_index.end()) {
+    return absl::NotFoundError(absl::StrCat("placement of '", placement.request_id,
+                                            "' names unknown node '", placement.node, "'"));
+  }
+  NodeStatus& node = state_->nodes[it->second];
+  GPUSHARE_RETURN_IF_ERROR(internal::CheckCommit(node, placement));
+  internal::ApplyToNode(node, placement);
+  state_->placements.emplace(placement.request_id, placement);
+  if (state_->released.erase(placement.request_id) > 0) {
+    auto& order = state_->released_order;
+    order.erase(std::find(order.begin(), order.end(), placement.request_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> Cluster::Place(const Request& request, Policy& policy) {
+  GPUSHARE_ASSIGN_OR_RETURN(Placement p, Plan(request, policy));
+  GPUSHARE_RETURN_IF_ERROR(Commit(p));
+  policy.OnCommitted(p);
+  return p;
+}
+
+absl::StatusOr<Placement> Cluster::Place(const Request& request, std::string_view policy) {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
+  return Place(request, *p);
+}
+
+absl::Status Cluster::Release(std::string_view id) {
+  auto it = state_->placements.find(internal::Sv(id));
+  if (it == state_->placements.end()) {
+    if (state_->released.contains(internal::Sv(id))) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request '", internal::Sv(id), "' was already released"));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+  }
+  NodeStatus& node = state_->nodes[state_->node_index.at(it->second.node)];
+  internal::UndoOnNode(node, it->second);
+  std::string key = it->second.request_id;
+  state_->placements.erase(it);
+  if (state_->options.remembered_releases > 0) {
+    state_->released.insert(key);
+    state_->released_order.push_back(std::move(key));
+    while (static_cast<int>(state_->released_order.size()) >
+           state_->options.remembered_releases) {
+      state_->released.erase(state_->released_order.front());
+      state_->released_order.pop_front();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> Cluster::GetPlacement(std::string_view id) const {
+  const Placement* p = FindPlacement(id);
+  if (p == nullptr) return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+  return *p;
+}
+
+const Placement* Cluster::FindPlacement(std::string_view id) const {
+  auto it = state_->placements.find(internal::Sv(id));
+  return it == state_->placements.end() ? nullptr : &it->second;
+}
+
+std::vector<Placement> Cluster::placements() const {
+  std::vector<Placement> all;
+  all.reserve(state_->placements.size());
+  for (const auto& [id, p] : state_->placements) all.push_back(p);
+  std::sort(all.begin(), all.end(), [](const Placement& a, const Placement& b) {
+    return a.request_id < b.request_id;
+  });
+  return all;
+}
+
+int Cluster::num_placements() const { return static_cast<int>(state_->placements.size()); }
+
+// ---- Replicas and capacity ---------------------------------------------------------
+
+absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& request,
+                                                              int count, Policy& policy,
+                                                              ReplicaMode mode) {
+  GPUSHARE_RETURN_IF_ERROR(Validate(request).status());
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("replica count ", count, " is negative"));
+  }
+  std::vector<Request> copies(count, request);
+  for (int i = 0; i < count; ++i) {
+    copies[i].id = absl::StrCat(request.id, "-", i);
+    if (state_->placements.contains(copies[i].id)) {
+      return absl::AlreadyExistsError(absl::StrCat("request '", copies[i].id, "' is already placed"));
+    }
+  }
+  // Versions are restored on rollback so that a failed call changes nothing.
+  std::vector<std::pair<uint32_t, uint64_t>> versions;
+  std::vector<Placement> placed;
+  for (const Request& copy : copies) {
+    absl::StatusOr<Placement> p = Plan(copy, policy);
+    if (!p.ok()) {
+      if (mode == ReplicaMode::kAsManyAsFit &&
+          p.status().code() == absl::StatusCode::kResourceExhausted) {
+        break;
+      }
+      for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+        NodeStatus& node = state_->nodes[state_->node_index.at(it->node)];
+        internal::UndoOnNode(node, *it);
+        state_->placements.erase(it->request_id);
+      }
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+        state_->nodes[it->first].version = it->second;
+      }
+      return absl::Status(p.status().code(),
+                          absl::StrCat("placed ", placed.size(), " of ", count,
+                                       " replicas, then: ", p.status().message()));
+    }
+    const uint32_t index = state_->node_index.at(p->node);
+    versions.emplace_back(index, state_->nodes[index].version);
+    internal::ApplyToNode(state_->nodes[index], *p);
+    state_->placements.emplace(p->request_id, *p);
+    policy.OnCommitted(*p);
+    placed.push_back(*std::move(p));
+  }
+  for (const Placement& p : placed) {
+    if (state_->released.erase(p.request_id) > 0) {
+      auto& order = state_->released_order;
+      order.erase(std::find(order.begin(), order.end(), p.request_id));
+    }
+  }
+  return placed;
+}
+
+absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& request,
+                                                              int count,
+                                                              std::string_view policy,
+                                                              ReplicaMode mode) {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
+  return PlaceReplicas(request, count, *p, mode);
+}
+
+absl::StatusOr<int64_t> Cluster::Capacity(const Request& request, std::string_view policy,
+                                          int64_t limit) const {
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
+  // Copies placed on one node never change what fits on another, so filling
+  // each node alone gives the same count as placing copies one by one.
+  int64_t total = 0;
+  for (const NodeStatus& node : state_->nodes) {
+    if (total >= limit) break;
+    total += FillNode(node, demand, request, *p, *this, limit - total);
+  }
+  return total;
+}
+
+absl::StatusOr<int64_t> Cluster::NodesNeeded(const Request& request, int64_t count,
+                                             const Node& shape,
+                                             std::string_view policy) const {
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("replica count ", count, " is negative"));
+  }
+  GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(shape));
+  GPUSHARE_ASSIGN_OR_RETURN(
+      const Demand demand,
+      internal::ValidateRequest(request, std::max(state_->max_gpus_per_node,
+                                                  static_cast<int>(shape.gpus.size()))));
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
+  int64_t now = 0;
+  for (const NodeStatus& node : state_->nodes) {
+    if (now >= count) break;
+    now += FillNode(node, demand, request, *p, *this, count - now);
+  }
+  if (now >= count) return 0;
+  NodeStatus fresh = internal::MakeNodeStatus(shape);
+  fresh.name = absl::StrCat(shape.name, "-0");
+  const int64_t per_node = FillNode(fresh, demand, request, *p, *this, count - now);
+  if (per_node == 0) {
+    std::vector<int> fitting;
+    std::optional<std::string> why = internal::CheckNode(fresh, demand, request, &fitting);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "an empty node shaped like '", shape.name, "' cannot host request '", request.id,
+        "': ", why.value_or("the policy chose no GPUs")));
+  }
+  const int64_t missing = count - now;
+  return (missing + per_node - 1) / per_node;
+}
+
+// ---- Totals and invariants -------------------------------------------------------------
+
+Usage Cluster::TotalUsage() const {
+  Usage u;
+  for (const NodeStatus& node : state_->nodes) {
+    for (const GpuStatus& g : node.gpus) {
+      u.gpu_memory += g.memory;
+      u.gpu_memory_used += g.memory_used;
+      u.compute_used += g.compute_used;
+      ++u.gpus;
+      u.idle_gpus += g.idle() ? 1 : 0;
+    }
+    u.cpu += node.cpu;
+    u.cpu_used += node.cpu_used;
+    u.host_memory += node.host_memory;
+    u.host_memory_used += node.host_memory_used;
+  }
+  u.placements = static_cast<int64_t>(state_->placements.size());
+  return u;
+}
+
+absl::Status Cluster::CheckInvariants() const {
+  std::vector<NodeStatus> expect;
+  expect.reserve(state_->nodes.size());
+  for (const NodeStatus& node : state_->nodes) {
+    NodeStatus e = node;
+    for (GpuStatus& g : e.gpus) g.memory_used = g.compute_used = g.holders = 0;
+    e.cpu_used = e.host_memory_used = 0;
+    e.requests.clear();
+    expect.push_back(std::move(e));
+  }
+  if (state_->node_index.size() != state_->nodes.size()) {
+    return absl::InternalError("node index size differs from the node list");
+  }
+  for (size_t i = 0; i < state_->nodes.size(); ++i) {
+    auto it = state_->node_index.find(state_->nodes[i].name);
+    if (it == state_->node_index.end() || it->second != i) {
+      return absl::InternalError(absl::StrCat("node index wrong for '", state_->nodes[i].name, "'"));
+    }
+  }
+  for (const auto& [id, p] : state_->placements) {
+    auto it = state_->node_index.find(p.node);
+    if (it == state_->node_index.end() || id != p.request_id) {
+      return absl::InternalError(absl::StrCat("placement '", id, "' is inconsistent"));
+    }
+    internal::ApplyToNode(expect[it->second], p);
+  }
+  for (size_t i = 0; i < expect.size(); ++i) {
+    const NodeStatus& have = state_->nodes[i];
+    const NodeStatus& want = expect[i];
+    for (size_t g = 0; g < have.gpus.size(); ++g) {
+      const GpuStatus& h = have.gpus[g];
+      const GpuStatus& w = want.gpus[g];
+      if (h.memory_used != w.memory_used || h.compute_used != w.compute_used ||
+          h.holders != w.holders) {
+        return absl::InternalError(absl::StrCat("node '", have.name, "' GPU ", g,
+                                                " counters differ from its placements"));
+      }
+      if (h.memory_used < 0 || h.memory_used > h.memory || h.compute_used < 0 ||
+          h.compute_used > kGpuCompute) {
+        return absl::InternalError(absl::StrCat("node '", have.name, "' GPU ", g,
+                                                " is over capacity: ", h.memory_used, "/",
+                                                h.memory, " units, ", h.compute_used,
+                                                " compute"));
+      }
+    }
+    if (have.cpu_used != want.cpu_used || have.host_memory_used != want.host_memory_used) {
+      return absl::InternalError(absl::StrCat("node '", have.name, "' host counters differ"));
+    }
+    if ((have.cpu > 0 && have.cpu_used > have.cpu) ||
+        (have.host_memory > 0 && have.host_memory_used > have.host_memory)) {
+      return absl::InternalError(absl::StrCat("node '", have.name, "' host resources over capacity"));
+    }
+    std::vector<std::string> a = have.requests, b = want.requests;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b) {
+      return absl::InternalError(absl::StrCat("node '", have.name, "' request list differs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpushare

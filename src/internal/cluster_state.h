@@ -1,0 +1,61 @@
+// Internal: the state behind gpushare::Cluster, and the per-node rules
+// (feasibility, applying and undoing a placement) that every path shares.
+
+#ifndef GPUSHARE_INTERNAL_CLUSTER_STATE_H_
+#define GPUSHARE_INTERNAL_CLUSTER_STATE_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "gpushare/cluster.h"
+#include "gpushare/types.h"
+
+namespace gpushare::internal {
+
+struct ClusterState {
+  ClusterOptions options;
+  std::vector<NodeStatus> nodes;             // In the order they were added.
+  std::vector<uint64_t> tie_keys;            // Parallel to nodes; larger wins.
+  absl::flat_hash_map<std::string, uint32_t> node_index;  // name -> position.
+  absl::flat_hash_map<std::string, Placement> placements;  // id -> placement.
+  uint64_t next_sequence = 0;                // Insertion counter for tie keys.
+  int max_gpus_per_node = 0;
+  std::deque<std::string> released_order;    // Oldest first.
+  absl::flat_hash_set<std::string> released;
+};
+
+// The tie key of a node added as the `sequence`-th node: with seed 0 the
+// sequence itself (newest wins), otherwise a seeded hash of the name.
+uint64_t TieKey(uint64_t seed, const std::string& name, uint64_t sequence);
+
+// Validates `request` for a cluster whose largest node has `max_gpus` GPUs.
+absl::StatusOr<Demand> ValidateRequest(const Request& request, int max_gpus);
+
+// Validates a node description (sizes, names) for AddNode().
+absl::Status ValidateNode(const Node& node);
+
+// The status of a freshly added node.
+NodeStatus MakeNodeStatus(const Node& node);
+
+// Whether `node` can host `demand` (with the request's selector and models)
+// now. On success fills `fitting` with the GPUs that can take one share each
+// and returns nullopt; otherwise returns the reason.
+std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& demand,
+                                     const Request& request,
+                                     std::vector<int>* fitting);
+
+// Applies / undoes a placement on its node. Apply assumes the placement fits.
+void ApplyToNode(NodeStatus& node, const Placement& placement);
+void UndoOnNode(NodeStatus& node, const Placement& placement);
+
+// Checks that `placement` can be applied to `node` now (for Commit()).
+absl::Status CheckCommit(const NodeStatus& node, const Placement& placement);
+
+}  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_CLUSTER_STATE_H_

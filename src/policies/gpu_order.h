@@ -1,0 +1,77 @@
+// Internal: choosing GPUs on one node, shared by the built-in policies.
+
+#ifndef GPUSHARE_POLICIES_GPU_ORDER_H_
+#define GPUSHARE_POLICIES_GPU_ORDER_H_
+
+#include <algorithm>
+#include <vector>
+
+#include "gpushare/types.h"
+
+namespace gpushare::policies {
+
+// The `count` GPUs of `fitting` that come first in the order "least free
+// memory, then least free compute, then lowest index" (tightest = true) or
+// "most free memory, then most free compute, then lowest index"
+// (tightest = false), returned in ascending index order.
+inline std::vector<int> ChooseGpus(const NodeStatus& node,
+                                   const std::vector<int>& fitting, int count,
+                                   bool tightest) {
+  std::vector<int> order = fitting;
+  auto before = [&](int a, int b) {
+    const GpuStatus& x = node.gpus[a];
+    const GpuStatus& y = node.gpus[b];
+    if (x.memory_free() != y.memory_free()) {
+      return tightest ? x.memory_free() < y.memory_free()
+                      : x.memory_free() > y.memory_free();
+    }
+    if (x.compute_free() != y.compute_free()) {
+      return tightest ? x.compute_free() < y.compute_free()
+                      : x.compute_free() > y.compute_free();
+    }
+    return a < b;
+  };
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), before);
+  order.resize(count);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// Free memory and compute left on `gpus` after each takes one share.
+struct LeftAfter {
+  double memory = 0;
+  double compute = 0;
+};
+inline LeftAfter FreeLeftAfter(const NodeStatus& node, const Demand& demand,
+                               const std::vector<int>& gpus) {
+  LeftAfter left;
+  for (int i : gpus) {
+    left.memory += static_cast<double>(node.gpus[i].memory_free() - demand.memory_per_gpu);
+    left.compute += static_cast<double>(node.gpus[i].compute_free() - demand.compute_per_gpu);
+  }
+  return left;
+}
+
+inline double Ratio(int64_t used, int64_t total) {
+  return total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
+}
+
+inline int IdleHealthyGpus(const NodeStatus& node) {
+  int idle = 0;
+  for (const GpuStatus& g : node.gpus) idle += (g.idle() && g.healthy) ? 1 : 0;
+  return idle;
+}
+
+inline int64_t FreeGpuMemory(const NodeStatus& node) {
+  return node.gpu_memory() - node.gpu_memory_used();
+}
+
+inline int64_t ComputeUsed(const NodeStatus& node) {
+  int64_t used = 0;
+  for (const GpuStatus& g : node.gpus) used += g.compute_used;
+  return used;
+}
+
+}  // namespace gpushare::policies
+
+#endif  // GPUSHARE_POLICIES_GPU_ORDER_H_

@@ -1,0 +1,56 @@
+// The registry of built-in policies: one line per policy in kPolicies.
+
+#include "gpushare/policy.h"
+
+#include <algorithm>
+#include <functional>
+#include <ostream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/policies/binpack_policy.h"
+#include "src/policies/spread_policy.h"
+#include "src/internal/status_macros.h"
+
+namespace gpushare {
+namespace {
+
+struct Entry {
+  const char* name;
+  std::function<std::unique_ptr<Policy>(const PolicyOptions&)> make;
+};
+
+const std::vector<Entry>& Registry() {
+  static const auto* registry = new std::vector<Entry>{
+      {"binpack", [](const PolicyOptions&) { return policies::NewBinpackPolicy(); }},
+      {"spread", [](const PolicyOptions&) { return policies::NewSpreadPolicy(); }},
+  };
+  return *registry;
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Score& s) {
+  return os << "Score(" << s.primary << ", " << s.secondary << ", "
+            << s.tertiary << ")";
+}
+
+std::vector<std::string> PolicyNames() {
+  std::vector<std::string> names;
+  for (const Entry& e : Registry()) names.emplace_back(e.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
+                                                   const PolicyOptions& options) {
+  for (const Entry& e : Registry()) {
+    if (name == e.name) return e.make(options);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy '", internal::Sv(name), "'; known policies: ",
+                   absl::StrJoin(PolicyNames(), ", ")));
+}
+
+}  // namespace gpushare

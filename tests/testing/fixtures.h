@@ -1,0 +1,49 @@
+// Test vocabulary shared by the C++ tests: small node and request builders.
+
+#ifndef GPUSHARE_TESTS_TESTING_FIXTURES_H_
+#define GPUSHARE_TESTS_TESTING_FIXTURES_H_
+
+#include <string>
+#include <vector>
+
+#include "gpushare/gpushare.h"
+
+namespace gpushare::testing {
+
+// A node taking shared work with GPUs of the given sizes, all of `model`.
+inline Node SharedNode(const std::string& name, std::vector<int64_t> gpu_memory,
+                       const std::string& model = "T4", const std::string& address = "") {
+  Node node;
+  node.name = name;
+  node.address = address;
+  node.labels = {{"gpushare", "true"}};
+  for (int64_t m : gpu_memory) node.gpus.push_back(Gpu{m, model, "", true});
+  return node;
+}
+
+inline Request Shared(const std::string& id, int64_t memory, int64_t count = 1) {
+  Request r;
+  r.id = id;
+  r.gpu_memory = memory;
+  r.gpu_count = count;
+  return r;
+}
+
+inline Request Exclusive(const std::string& id, int64_t gpus) {
+  Request r;
+  r.id = id;
+  r.whole_gpus = gpus;
+  return r;
+}
+
+// The two nodes of scenario S1: one 14 GiB T4 each, labelled for sharing.
+inline Cluster S1Cluster() {
+  Cluster c;
+  (void)c.AddNode(SharedNode("sd-cluster-04", {14}, "T4", "192.168.1.214"));
+  (void)c.AddNode(SharedNode("sd-cluster-05", {14}, "T4", "192.168.1.215"));
+  return c;
+}
+
+}  // namespace gpushare::testing
+
+#endif  // GPUSHARE_TESTS_TESTING_FIXTURES_H_
