@@ -67,7 +67,8 @@ std::string NodeDetails(const Cluster& cluster, const NodeStatus& node) {
     }
     rows.push_back(std::move(row));
   }
-  rows.push_back({"Allocated :", Percent(node.gpu_memory_used(), node.gpu_memory())});
+  const int64_t used = node.gpu_memory_used(), total = node.gpu_memory();
+  rows.push_back({"Allocated :", absl::StrCat(used, " (", total > 0 ? used * 100 / total : 0, "%)")});
   rows.push_back({"Total :", absl::StrCat(node.gpu_memory())});
   return out + Columns(rows) + Rule();
 }
