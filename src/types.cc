@@ -5,6 +5,37 @@
 #include "gpushare/version.h"
 
 namespace gpushare {
+namespace {
+
+// Writes `s` as a Python string literal in single quotes.
+void Quoted(std::ostream& os, const std::string& s) {
+  os << '\'';
+  for (char c : s) {
+    switch (c) {
+      case '\\': os << "\\\\"; break;
+      case '\'': os << "\\'"; break;
+      case '\n': os << "\\n"; break;
+      case '\t': os << "\\t"; break;
+      default: os << c;
+    }
+  }
+  os << '\'';
+}
+
+void QuotedMap(std::ostream& os, const std::map<std::string, std::string>& m) {
+  os << '{';
+  const char* sep = "";
+  for (const auto& [key, value] : m) {
+    os << sep;
+    Quoted(os, key);
+    os << ": ";
+    Quoted(os, value);
+    sep = ", ";
+  }
+  os << '}';
+}
+
+}  // namespace
 
 const char* Version() { return "0.1.0"; }
 
@@ -40,6 +71,54 @@ std::ostream& operator<<(std::ostream& os, const Placement& p) {
   if (p.exclusive) os << ", exclusive=True";
   if (p.cpu != 0) os << ", cpu=" << p.cpu;
   if (p.host_memory != 0) os << ", host_memory=" << p.host_memory;
+  return os << ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Gpu& gpu) {
+  os << "Gpu(memory=" << gpu.memory;
+  if (!gpu.model.empty()) Quoted(os << ", model=", gpu.model);
+  if (!gpu.uuid.empty()) Quoted(os << ", uuid=", gpu.uuid);
+  if (!gpu.healthy) os << ", healthy=False";
+  return os << ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Node& node) {
+  Quoted(os << "Node(name=", node.name);
+  os << ", gpus=[";
+  for (size_t i = 0; i < node.gpus.size(); ++i) os << (i ? ", " : "") << node.gpus[i];
+  os << "]";
+  if (!node.labels.empty()) QuotedMap(os << ", labels=", node.labels);
+  if (!node.address.empty()) Quoted(os << ", address=", node.address);
+  if (node.cpu != 0) os << ", cpu=" << node.cpu;
+  if (node.host_memory != 0) os << ", host_memory=" << node.host_memory;
+  if (!node.schedulable) os << ", schedulable=False";
+  if (node.gpu_sharing.has_value()) {
+    os << ", gpu_sharing=" << (*node.gpu_sharing ? "True" : "False");
+  }
+  return os << ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Request& r) {
+  Quoted(os << "Request(id=", r.id);
+  if (r.gpu_memory != 0) os << ", gpu_memory=" << r.gpu_memory;
+  if (r.gpu_count != 1) os << ", gpu_count=" << r.gpu_count;
+  if (r.compute != 0) os << ", compute=" << r.compute;
+  if (r.whole_gpus != 0) os << ", whole_gpus=" << r.whole_gpus;
+  if (r.cpu != 0) os << ", cpu=" << r.cpu;
+  if (r.host_memory != 0) os << ", host_memory=" << r.host_memory;
+  if (!r.gpu_models.empty()) {
+    os << ", gpu_models=[";
+    for (size_t i = 0; i < r.gpu_models.size(); ++i) Quoted(os << (i ? ", " : ""), r.gpu_models[i]);
+    os << "]";
+  }
+  if (!r.node_selector.empty()) QuotedMap(os << ", node_selector=", r.node_selector);
+  return os << ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const FitResult& fit) {
+  Quoted(os << "FitResult(node=", fit.node);
+  os << ", feasible=" << (fit.feasible ? "True" : "False");
+  if (!fit.reason.empty()) Quoted(os << ", reason=", fit.reason);
   return os << ")";
 }
 

@@ -57,6 +57,10 @@ struct Gpu {
   bool healthy = true;   // Unhealthy GPUs take no new work.
 };
 
+// Prints like a constructor call, fields at their defaults left out:
+// Gpu(memory=14, model='T4').
+std::ostream& operator<<(std::ostream& os, const Gpu& gpu);
+
 // A node (a machine) and everything it can offer.
 struct Node {
   std::string name;                          // Unique in the cluster.
@@ -70,6 +74,11 @@ struct Node {
   // compute). Unset: decided by the labels, see TakesSharedGpuWork().
   std::optional<bool> gpu_sharing;
 };
+
+// Prints like a constructor call, fields at their defaults left out:
+// Node(name='sd-cluster-04', gpus=[Gpu(memory=14, model='T4')],
+//      labels={'gpushare': 'true'}, address='192.168.1.214').
+std::ostream& operator<<(std::ostream& os, const Node& node);
 
 // True when `node` takes shared GPU work: `gpu_sharing` if it is set, otherwise
 // one of the labels gpushare=true, cgpu=true, ack.node.gpu.schedule=share or
@@ -95,6 +104,10 @@ struct Request {
   std::vector<std::string> gpu_models;  // Allowed GPU models; empty = any.
   std::map<std::string, std::string> node_selector;  // Label equality.
 };
+
+// Prints like a constructor call, fields at their defaults left out:
+// Request(id='binpack-1', gpu_memory=2).
+std::ostream& operator<<(std::ostream& os, const Request& request);
 
 // What a validated request needs from one node: the per-GPU shape that
 // policies see. Made by Cluster::Validate().
@@ -141,6 +154,10 @@ struct FitResult {
   bool feasible = false;
   std::string reason;  // Why not, in kube-scheduler's style; empty if feasible.
 };
+
+// Prints like a constructor call:
+// FitResult(node='sd-cluster-04', feasible=False, reason='...').
+std::ostream& operator<<(std::ostream& os, const FitResult& fit);
 
 // A GPU as the cluster sees it now: capacity and what is allocated.
 struct GpuStatus {
