@@ -1,6 +1,7 @@
 #include "gpushare/cluster.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,7 @@ absl::Status Cluster::AddNode(const Node& node) {
                                               state_->next_sequence++));
   state_->max_gpus_per_node =
       std::max(state_->max_gpus_per_node, static_cast<int>(node.gpus.size()));
+  state_->index.Link(*state_, static_cast<uint32_t>(state_->nodes.size() - 1), nullptr);
   return absl::OkStatus();
 }
 
@@ -108,6 +110,7 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
     state_->max_gpus_per_node =
         std::max(state_->max_gpus_per_node, static_cast<int>(n.gpus.size()));
   }
+  state_->index.Rebuild(*state_);  // Positions after `index` have moved.
   return absl::OkStatus();
 }
 
@@ -122,8 +125,10 @@ absl::Status Cluster::SetGpuHealthy(std::string_view node_name, int gpu, bool he
                                                    gpu, " (it has ", node.gpus.size(), ")"));
   }
   if (node.gpus[gpu].healthy != healthy) {
+    state_->index.Unlink(*state_, it->second, nullptr);
     node.gpus[gpu].healthy = healthy;
     ++node.version;
+    state_->index.Link(*state_, it->second, nullptr);
   }
   return absl::OkStatus();
 }
@@ -135,8 +140,10 @@ absl::Status Cluster::SetNodeSchedulable(std::string_view node_name, bool schedu
   }
   NodeStatus& node = state_->nodes[it->second];
   if (node.schedulable != schedulable) {
+    state_->index.Unlink(*state_, it->second, nullptr);
     node.schedulable = schedulable;
     ++node.version;
+    state_->index.Link(*state_, it->second, nullptr);
   }
   return absl::OkStatus();
 }
@@ -193,7 +200,12 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   NodeChoice best_choice;
   std::string reasons;
   int infeasible = 0;
-  for (size_t i = 0; i < state_->nodes.size(); ++i) {
+  // The built-in policies are answered from the ordered indexes (the same
+  // winner, see src/internal/placement_index.h); everything else, and every
+  // request that fits nowhere, takes the scan below.
+  const bool indexed =
+      state_->index.Plan(*state_, *this, request, demand, policy, &best, &best_choice);
+  for (size_t i = 0; !indexed && i < state_->nodes.size(); ++i) {
     const NodeStatus& node = state_->nodes[i];
     if (std::optional<std::string> why = internal::CheckNode(node, demand, request, &fitting)) {
       if (++infeasible <= 5) absl::StrAppend(&reasons, "; ", node.name, ": ", *why);
@@ -253,11 +265,14 @@ absl::Status Cluster::Commit(const Placement& placement) {
   }
   NodeStatus& node = state_->nodes[it->second];
   GPUSHARE_RETURN_IF_ERROR(internal::CheckCommit(node, placement));
+  state_->index.Unlink(*state_, it->second, &placement.gpus);
   internal::ApplyToNode(node, placement);
+  state_->index.Link(*state_, it->second, &placement.gpus);
   state_->placements.emplace(placement.request_id, placement);
   if (state_->released.erase(placement.request_id) > 0) {
     auto& order = state_->released_order;
-    order.erase(std::find(order.begin(), order.end(), placement.request_id));
+    // Recently released ids sit at the back: search from there.
+    order.erase(std::prev(std::find(order.rbegin(), order.rend(), placement.request_id).base()));
   }
   return absl::OkStatus();
 }
@@ -283,8 +298,10 @@ absl::Status Cluster::Release(std::string_view id) {
     }
     return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
   }
-  NodeStatus& node = state_->nodes[state_->node_index.at(it->second.node)];
-  internal::UndoOnNode(node, it->second);
+  const uint32_t slot = state_->node_index.at(it->second.node);
+  state_->index.Unlink(*state_, slot, &it->second.gpus);
+  internal::UndoOnNode(state_->nodes[slot], it->second);
+  state_->index.Link(*state_, slot, &it->second.gpus);
   std::string key = it->second.request_id;
   state_->placements.erase(it);
   if (state_->options.remembered_releases > 0) {
@@ -349,8 +366,10 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
         break;
       }
       for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-        NodeStatus& node = state_->nodes[state_->node_index.at(it->node)];
-        internal::UndoOnNode(node, *it);
+        const uint32_t slot = state_->node_index.at(it->node);
+        state_->index.Unlink(*state_, slot, &it->gpus);
+        internal::UndoOnNode(state_->nodes[slot], *it);
+        state_->index.Link(*state_, slot, &it->gpus);
         state_->placements.erase(it->request_id);
       }
       for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
@@ -362,7 +381,9 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
     }
     const uint32_t index = state_->node_index.at(p->node);
     versions.emplace_back(index, state_->nodes[index].version);
+    state_->index.Unlink(*state_, index, &p->gpus);
     internal::ApplyToNode(state_->nodes[index], *p);
+    state_->index.Link(*state_, index, &p->gpus);
     state_->placements.emplace(p->request_id, *p);
     policy.OnCommitted(*p);
     placed.push_back(*std::move(p));
@@ -370,7 +391,7 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
   for (const Placement& p : placed) {
     if (state_->released.erase(p.request_id) > 0) {
       auto& order = state_->released_order;
-      order.erase(std::find(order.begin(), order.end(), p.request_id));
+      order.erase(std::prev(std::find(order.rbegin(), order.rend(), p.request_id).base()));
     }
   }
   return placed;
@@ -509,6 +530,9 @@ absl::Status Cluster::CheckInvariants() const {
     if (a != b) {
       return absl::InternalError(absl::StrCat("node '", have.name, "' request list differs"));
     }
+  }
+  if (!state_->index.Consistent(*state_)) {
+    return absl::InternalError("placement indexes differ from the node states");
   }
   return absl::OkStatus();
 }

@@ -103,10 +103,11 @@ class Cluster {
   // Errors: InvalidArgument for an empty name, a GPU memory outside
   // 1..kMaxQuantity, more than kMaxGpusPerNode GPUs, negative or too large
   // cpu / host_memory; AlreadyExists for a name already in the cluster.
-  // Complexity: O(GPUs of the node + log nodes).
+  // Complexity: O(GPUs of the node x log GPUs of the cluster).
   [[nodiscard]] absl::Status AddNode(const Node& node);
 
-  // Removes a node that holds no placements.
+  // Removes a node that holds no placements. O(n G log(nG)): the indexes
+  // are rebuilt.
   // Errors: NotFound; FailedPrecondition if requests are still placed on it.
   [[nodiscard]] absl::Status RemoveNode(std::string_view name);
 
@@ -146,11 +147,39 @@ class Cluster {
   // Chooses where `request` goes under `policy` without changing anything.
   // Errors: those of Validate(); AlreadyExists if the id is placed;
   // ResourceExhausted if no node can host it (the message gives reasons).
+  //
+  // Complexity (n nodes, G GPUs per node). The built-in "binpack" and
+  // "spread" policies (the objects MakePolicy() returns) are served from
+  // ordered indexes kept inside the cluster and give exactly the placement of
+  // the full scan, ties included:
+  //  - shared, 1 GPU, binpack: best fit over all GPUs of the allowed models,
+  //    O(log(nG)) — an ordered set of GPUs by (free memory, free compute,
+  //    tie order) walked from the request's size;
+  //  - shared, M GPUs, binpack: an ordered set of nodes per request shape
+  //    (M, memory per GPU) by the free memory and compute the M tightest
+  //    fitting GPUs would keep, O(log n + G log G); after 24 distinct shapes,
+  //    a set per M by M-th largest free memory, visited once per distinct
+  //    free-memory value;
+  //  - shared, spread: an ordered set of nodes per M by (memory used ratio,
+  //    compute used ratio, sum of the M largest free memories, tie order),
+  //    O(log n) from the least used node, plus one step for each less used
+  //    node whose M-th largest free GPU is too small;
+  //  - exclusive: an ordered set of nodes by (idle healthy GPUs, free GPU
+  //    memory, tie order), O(log n) from the smallest (binpack) or largest
+  //    (spread) idle count that suffices.
+  // Each index is built on the first Plan() that needs it (O(nG log(nG)))
+  // and kept exact by every later change. Nodes or GPUs the key cannot rule
+  // out (a node selector, CPU or host memory limits, a GPU model list,
+  // compute shares) are checked one by one as the walk meets them, so those
+  // requests cost up to O(nG) in the worst case; so does a request that fits
+  // nowhere (the full scan then gives the reasons). CPU-only requests and
+  // every other policy scan all nodes: O(n G log G) plus the policy's cost.
   absl::StatusOr<Placement> Plan(const Request& request, Policy& policy) const;
   absl::StatusOr<Placement> Plan(const Request& request,
                                  std::string_view policy = "binpack") const;
 
   // Applies a placement from Plan(), possibly after other changes.
+  // Complexity: O(G log G + log n) per index in use (see Plan()).
   // Errors: AlreadyExists if its id is placed; NotFound if its node is gone;
   // InvalidArgument if it is malformed (GPU index out of range, repeated
   // GPU, negative sizes); FailedPrecondition if it no longer fits (GPUs
@@ -162,7 +191,7 @@ class Cluster {
   absl::StatusOr<Placement> Place(const Request& request,
                                   std::string_view policy = "binpack");
 
-  // Frees everything request `id` holds.
+  // Frees everything request `id` holds. Complexity: as Commit().
   // Errors: FailedPrecondition if `id` was released recently (see
   // ClusterOptions::remembered_releases); NotFound if it is unknown.
   [[nodiscard]] absl::Status Release(std::string_view id);

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "gpushare/cluster.h"
 #include "gpushare/types.h"
+#include "src/internal/placement_index.h"
 
 namespace gpushare::internal {
 
@@ -27,6 +28,9 @@ struct ClusterState {
   int max_gpus_per_node = 0;
   std::deque<std::string> released_order;    // Oldest first.
   absl::flat_hash_set<std::string> released;
+  // Ordered views of `nodes` for the built-in policies; every change to a
+  // node goes through index.Unlink() before and index.Link() after.
+  PlacementIndex index;
 };
 
 // The tie key of a node added as the `sequence`-th node: with seed 0 the

@@ -39,9 +39,9 @@ uint64_t TieKey(uint64_t seed, const std::string& name, uint64_t sequence) {
 
 absl::StatusOr<Demand> ValidateRequest(const Request& r, int max_gpus) {
   if (r.id.empty()) return absl::InvalidArgumentError("request id is empty");
-  const std::string who = absl::StrCat("request '", r.id, "': ");
+  // The prefix is built only on error: this runs on every placement.
   auto bad = [&](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(who, parts...));
+    return absl::InvalidArgumentError(absl::StrCat("request '", r.id, "': ", parts...));
   };
   if (absl::Status s = CheckQuantity("gpu memory", r.gpu_memory, 0); !s.ok())
     return bad(s.message());
@@ -265,13 +265,15 @@ void UndoOnNode(NodeStatus& node, const Placement& p) {
 }
 
 absl::Status CheckCommit(const NodeStatus& node, const Placement& p) {
-  const std::string who = absl::StrCat("placement of '", p.request_id, "' on node '",
-                                       p.node, "': ");
+  // The prefix is built only on error: this runs on every commit.
+  auto who = [&] {
+    return absl::StrCat("placement of '", p.request_id, "' on node '", p.node, "': ");
+  };
   auto invalid = [&](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(who, parts...));
+    return absl::InvalidArgumentError(absl::StrCat(who(), parts...));
   };
   auto stale = [&](auto&&... parts) {
-    return absl::FailedPreconditionError(absl::StrCat(who, parts...));
+    return absl::FailedPreconditionError(absl::StrCat(who(), parts...));
   };
   if (p.request_id.empty()) return absl::InvalidArgumentError("placement has an empty request id");
   if (absl::Status s = CheckQuantity("memory per gpu", p.memory_per_gpu, 0); !s.ok())

@@ -1,0 +1,94 @@
+// Shared set-up for the benchmark programs: clusters of identical 8-GPU nodes
+// brought to a steady state of about 70% GPU memory used, with fixed seeds so
+// that every run measures the same states.
+//
+//   gpushare::bench::SteadyCluster fx(10000, "binpack");
+//   for (auto _ : state) fx.PlaceAndRelease(request);
+
+#ifndef GPUSHARE_BENCH_BENCH_CLUSTER_H_
+#define GPUSHARE_BENCH_BENCH_CLUSTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gpushare/gpushare.h"
+
+namespace gpushare::bench {
+
+inline constexpr int kGpusPerNode = 8;
+inline constexpr int64_t kGpuMemory = 32;  // Memory units (GiB) per GPU.
+inline constexpr uint64_t kSeed = 20240607;
+
+inline Node BenchNode(int i) {
+  Node n;
+  n.name = absl::StrCat("node-", i);
+  n.labels = {{"gpushare", "true"}, {"zone", i % 2 == 0 ? "a" : "b"}};
+  n.gpus.assign(kGpusPerNode, Gpu{kGpuMemory, "V100M32", "", true});
+  n.cpu = 96000;          // Thousandths of a core.
+  n.host_memory = 393216;  // MiB.
+  return n;
+}
+
+// The background load: each GPU is idle with probability 0.2 and otherwise
+// holds one pod of 22..32 units (about 67% of all GPU memory used). Calls
+// `commit(placement)` for each pod.
+template <typename CommitFn>
+void ApplyBackground(int nodes, CommitFn commit) {
+  std::mt19937_64 rng(kSeed);
+  std::uniform_int_distribution<int> idle(0, 4), size(22, 32);
+  Placement p;
+  for (int i = 0; i < nodes; ++i) {
+    p.node = absl::StrCat("node-", i);
+    for (int g = 0; g < kGpusPerNode; ++g) {
+      if (idle(rng) == 0) continue;
+      p.request_id = absl::StrCat("bg-", i, "-", g);
+      p.gpus = {g};
+      p.memory_per_gpu = size(rng);
+      commit(p);
+    }
+  }
+}
+
+inline Cluster BackgroundCluster(int nodes) {
+  Cluster cluster;
+  for (int i = 0; i < nodes; ++i) (void)cluster.AddNode(BenchNode(i));
+  ApplyBackground(nodes, [&](const Placement& p) { (void)cluster.Commit(p); });
+  return cluster;
+}
+
+// Fixed pseudo-random per-GPU sizes for the timed loops.
+inline std::vector<int64_t> Sizes(int64_t lo, int64_t hi, size_t n = 4096) {
+  std::mt19937_64 rng(kSeed + 1);
+  std::uniform_int_distribution<int64_t> d(lo, hi);
+  std::vector<int64_t> sizes(n);
+  for (int64_t& s : sizes) s = d(rng);
+  return sizes;
+}
+
+// Keeps `window` placed requests in flight: each new placement releases the
+// oldest one, so the cluster stays at the same load.
+class Window {
+ public:
+  explicit Window(size_t window) : window_(window) {}
+  // Returns the id to release, or "" while the window is filling.
+  std::string Push(std::string id) {
+    ids_.push_back(std::move(id));
+    if (ids_.size() <= window_) return "";
+    std::string out = std::move(ids_.front());
+    ids_.pop_front();
+    return out;
+  }
+
+ private:
+  size_t window_;
+  std::deque<std::string> ids_;
+};
+
+}  // namespace gpushare::bench
+
+#endif  // GPUSHARE_BENCH_BENCH_CLUSTER_H_

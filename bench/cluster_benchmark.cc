@@ -1,0 +1,108 @@
+// Whole-cluster operations on a steady-state cluster (about 70% of GPU memory
+// used, nodes of 8 GPUs x 32 units): Fit() over every node, Capacity() of a
+// request under each policy, and the JSON snapshot both ways.
+//
+//   build-bench/bench/cluster_benchmark --benchmark_filter=BM_Fit
+//
+// items_per_second counts nodes visited (fit, capacity) or nodes written /
+// read (snapshot); bytes_per_second is the JSON text.
+
+#include <memory>
+#include <string>
+
+#include "bench/bench_cluster.h"
+#include "benchmark/benchmark.h"
+#include "gpushare/gpushare.h"
+
+namespace gpushare::bench {
+namespace {
+
+const Cluster& CachedCluster(int nodes) {
+  static std::unique_ptr<Cluster> cluster;
+  static int cached_nodes = -1;
+  if (cluster == nullptr || cached_nodes != nodes) {
+    cluster.reset();
+    cluster = std::make_unique<Cluster>(BackgroundCluster(nodes));
+    cached_nodes = nodes;
+  }
+  return *cluster;
+}
+
+Request FourUnits() {
+  Request r;
+  r.id = "probe";
+  r.gpu_memory = 4;
+  return r;
+}
+
+void BM_Fit(benchmark::State& state) {
+  const Cluster& cluster = CachedCluster(static_cast<int>(state.range(0)));
+  const Request r = FourUnits();
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<FitResult>> fit = cluster.Fit(r);
+    benchmark::DoNotOptimize(fit);
+  }
+  state.SetItemsProcessed(state.iterations() * cluster.num_nodes());
+}
+BENCHMARK(BM_Fit)->ArgNames({"nodes"})->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
+
+void BM_Capacity(benchmark::State& state) {
+  const Cluster& cluster = CachedCluster(static_cast<int>(state.range(1)));
+  const Request r = FourUnits();
+  const char* policy = state.range(0) == 0 ? "binpack" : "spread";
+  int64_t copies = 0;
+  for (auto _ : state) {
+    absl::StatusOr<int64_t> n = cluster.Capacity(r, policy);
+    if (!n.ok()) {
+      state.SkipWithError("capacity failed");
+      break;
+    }
+    copies = *n;
+  }
+  state.SetItemsProcessed(state.iterations() * cluster.num_nodes());
+  state.counters["copies"] = static_cast<double>(copies);
+}
+BENCHMARK(BM_Capacity)
+    ->ArgNames({"policy", "nodes"})
+    ->ArgsProduct({{0, 1}, {1000, 10000}})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_SnapshotToJson(benchmark::State& state) {
+  const Cluster& cluster = CachedCluster(static_cast<int>(state.range(0)));
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::string json = cluster.ToJson();
+    bytes = json.size();
+    benchmark::DoNotOptimize(json);
+  }
+  state.SetItemsProcessed(state.iterations() * cluster.num_nodes());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_SnapshotToJson)
+    ->ArgNames({"nodes"})
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_SnapshotFromJson(benchmark::State& state) {
+  const Cluster& cluster = CachedCluster(static_cast<int>(state.range(0)));
+  const std::string json = cluster.ToJson();
+  for (auto _ : state) {
+    absl::StatusOr<Cluster> loaded = Cluster::FromJson(json);
+    if (!loaded.ok()) {
+      state.SkipWithError("load failed");
+      break;
+    }
+    benchmark::DoNotOptimize(loaded);
+  }
+  state.SetItemsProcessed(state.iterations() * cluster.num_nodes());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(json.size()));
+}
+BENCHMARK(BM_SnapshotFromJson)
+    ->ArgNames({"nodes"})
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace gpushare::bench

@@ -1,0 +1,664 @@
+// The placement indexes (see placement_index.h).
+
+#include "src/internal/placement_index.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "src/internal/cluster_state.h"
+#include "src/policies/binpack_policy.h"
+#include "src/policies/gpu_order.h"
+#include "src/policies/spread_policy.h"
+
+namespace gpushare::internal {
+namespace {
+
+using GpuKey = PlacementIndex::GpuKey;
+using SpreadKey = PlacementIndex::SpreadKey;
+using ExclusiveKey = PlacementIndex::ExclusiveKey;
+using PackKey = PlacementIndex::PackKey;
+
+GpuKey MakeGpuKey(const GpuStatus& g, uint64_t tie, uint32_t slot) {
+  return GpuKey::Make(g.memory_free(), g.compute_free(), ~tie, slot, g.index);
+}
+
+ExclusiveKey MakeExclusiveKey(const NodeStatus& node, uint64_t tie, uint32_t slot) {
+  return ExclusiveKey{policies::FreeGpuMemory(node), ~tie, slot,
+                      policies::IdleHealthyGpus(node)};
+}
+
+// The node-wide numbers of the per-GPU-count keys, computed once per change.
+struct SpreadBase {
+  double memory_ratio = 0;
+  double compute_ratio = 0;
+  int healthy = 0;
+  std::array<int64_t, kMaxGpusPerNode> free{};     // Healthy frees, largest first.
+  std::array<int64_t, kMaxGpusPerNode> compute{};  // Healthy free computes, ascending.
+  std::array<int64_t, kMaxGpusPerNode + 1> top{};  // top[k]: sum of the k largest frees.
+};
+
+// With `sorted` false only top[0..1] are filled (enough for M = 1 spread).
+SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
+  SpreadBase b;
+  int64_t memory = 0, memory_used = 0, compute_used = 0, largest = 0;
+  for (const GpuStatus& g : node.gpus) {
+    memory += g.memory;
+    memory_used += g.memory_used;
+    compute_used += g.compute_used;
+    if (!g.healthy) continue;
+    largest = std::max(largest, g.memory_free());
+    b.compute[b.healthy] = g.compute_free();
+    b.free[b.healthy++] = g.memory_free();
+  }
+  // The same arithmetic as the spread policy's score (policies/gpu_order.h).
+  b.memory_ratio = policies::Ratio(memory_used, memory);
+  b.compute_ratio =
+      policies::Ratio(compute_used, kGpuCompute * static_cast<int64_t>(node.gpus.size()));
+  if (!sorted) {
+    b.top[1] = largest;
+    return b;
+  }
+  std::sort(b.free.begin(), b.free.begin() + b.healthy, std::greater<int64_t>());
+  std::sort(b.compute.begin(), b.compute.begin() + b.healthy);
+  for (int k = 0; k < b.healthy; ++k) b.top[k + 1] = b.top[k] + b.free[k];
+  return b;
+}
+
+SpreadKey MakeSpreadKey(const SpreadBase& b, int count, uint64_t tie, uint32_t slot) {
+  return SpreadKey{b.memory_ratio, b.compute_ratio, -b.top[count], ~tie,
+                   count == 1 ? b.top[1] : b.free[count - 1], slot};
+}
+
+// False when fewer than `count` healthy GPUs have `memory` free.
+bool MakeShapeKey(const NodeStatus& node, int count, int64_t memory, uint64_t tie,
+                  uint32_t slot, PlacementIndex::ShapeKey* key) {
+  std::array<std::pair<int64_t, int64_t>, kMaxGpusPerNode> fit;
+  int n = 0;
+  for (const GpuStatus& g : node.gpus) {
+    if (g.healthy && g.memory_free() >= memory) fit[n++] = {g.memory_free(), g.compute_free()};
+  }
+  if (n < count) return false;
+  std::partial_sort(fit.begin(), fit.begin() + count, fit.begin() + n);
+  *key = PlacementIndex::ShapeKey{0, 0, ~tie, slot};
+  for (int k = 0; k < count; ++k) {
+    key->memory += fit[k].first;
+    key->compute += fit[k].second;
+  }
+  return true;
+}
+
+PackKey MakePackKey(const SpreadBase& b, int count, uint64_t tie, uint32_t slot) {
+  int64_t low_compute = 0;
+  for (int k = 0; k < count; ++k) low_compute += b.compute[k];
+  return PackKey{b.free[count - 1], b.top[b.healthy] - b.top[b.healthy - count], low_compute,
+                 ~tie, slot};
+}
+
+template <typename Tree, typename Less>
+bool SameTree(const Tree& a, const Tree& b, Less less) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [&](const auto& x, const auto& y) {
+           return !less(x, y) && !less(y, x);
+         });
+}
+
+// One search: evaluates candidate nodes exactly as the generic scan does and
+// keeps the best under the scan's tie-break rule.
+class Search {
+ public:
+  Search(const ClusterState& state, const Cluster& cluster, const Request& request,
+         const Demand& demand, Policy& policy)
+      : state_(state), cluster_(cluster), request_(request), demand_(demand), policy_(policy) {}
+
+  // Evaluates node `slot`; false if it cannot host the demand.
+  bool Consider(uint32_t slot) {
+    const NodeStatus& node = state_.nodes[slot];
+    if (CheckNode(node, demand_, request_, &fitting_).has_value()) return false;
+    NodeChoice choice = policy_.Evaluate(demand_, node, fitting_, cluster_);
+    if (best_ < 0 || best_choice_.score < choice.score ||
+        (choice.score == best_choice_.score && TieBeatsBest(slot))) {
+      best_ = static_cast<int>(slot);
+      best_choice_ = std::move(choice);
+    }
+    return true;
+  }
+
+  // Whether a node in `slot` scoring at most `bound` could still win.
+  bool CouldWin(const Score& bound, uint32_t slot) const {
+    if (best_ < 0) return true;
+    if (bound < best_choice_.score) return false;
+    return !(bound == best_choice_.score) || TieBeatsBest(slot);
+  }
+
+  bool found() const { return best_ >= 0; }
+  bool Finish(int* best_slot, NodeChoice* best_choice) {
+    if (best_ < 0) return false;
+    *best_slot = best_;
+    *best_choice = std::move(best_choice_);
+    return true;
+  }
+
+ private:
+  // The scan visits nodes in slot order and replaces the best only on a
+  // strictly larger tie key, so among equal keys the lowest slot wins.
+  bool TieBeatsBest(uint32_t slot) const {
+    const uint64_t a = state_.tie_keys[slot];
+    const uint64_t b = state_.tie_keys[best_];
+    return a > b || (a == b && static_cast<int>(slot) < best_);
+  }
+
+  const ClusterState& state_;
+  const Cluster& cluster_;
+  const Request& request_;
+  const Demand& demand_;
+  Policy& policy_;
+  std::vector<int> fitting_;
+  int best_ = -1;
+  NodeChoice best_choice_;
+};
+
+}  // namespace
+
+IndexedPolicy ClassifyPolicy(const Policy& policy) {
+  // The built-in policies are final classes, so their dynamic type identifies
+  // them; wrappers and user policies have other types.
+  static const std::type_info& binpack = typeid(*policies::NewBinpackPolicy());
+  static const std::type_info& spread = typeid(*policies::NewSpreadPolicy());
+  const std::type_info& type = typeid(policy);
+  if (type == binpack) return IndexedPolicy::kBinpack;
+  if (type == spread) return IndexedPolicy::kSpread;
+  return IndexedPolicy::kNone;
+}
+
+PlacementIndex::PlacementIndex() = default;
+PlacementIndex::~PlacementIndex() { Clear(); }
+
+PlacementIndex::PlacementIndex(const PlacementIndex& other) { CopyFrom(other); }
+
+PlacementIndex& PlacementIndex::operator=(const PlacementIndex& other) {
+  if (this != &other) {
+    Clear();
+    CopyFrom(other);
+  }
+  return *this;
+}
+
+PlacementIndex::PlacementIndex(PlacementIndex&& other) noexcept { *this = std::move(other); }
+
+PlacementIndex& PlacementIndex::operator=(PlacementIndex&& other) noexcept {
+  if (this != &other) {
+    Clear();
+    gpu_.store(other.gpu_.exchange(nullptr));
+    exclusive_.store(other.exclusive_.exchange(nullptr));
+    for (int m = 0; m < kSpreadSlots; ++m) {
+      spread_[m].store(other.spread_[m].exchange(nullptr));
+      pack_[m].store(other.pack_[m].exchange(nullptr));
+    }
+    for (int i = 0; i < kShapeSlots; ++i) shape_[i].store(other.shape_[i].exchange(nullptr));
+    node_trees_.store(other.node_trees_.exchange(0));
+  }
+  return *this;
+}
+
+void PlacementIndex::CopyFrom(const PlacementIndex& other) {
+  std::lock_guard<std::mutex> lock(other.mu_);
+  auto copy = [](const auto& from, auto& to) {
+    const auto* t = from.load(std::memory_order_acquire);
+    using Tree = std::remove_const_t<std::remove_pointer_t<decltype(t)>>;
+    to.store(t == nullptr ? nullptr : new Tree(*t), std::memory_order_release);
+  };
+  copy(other.gpu_, gpu_);
+  copy(other.exclusive_, exclusive_);
+  for (int m = 0; m < kSpreadSlots; ++m) {
+    copy(other.spread_[m], spread_[m]);
+    copy(other.pack_[m], pack_[m]);
+  }
+  for (int i = 0; i < kShapeSlots; ++i) copy(other.shape_[i], shape_[i]);
+  node_trees_.store(other.node_trees_.load());
+}
+
+void PlacementIndex::Clear() {
+  delete gpu_.exchange(nullptr);
+  delete exclusive_.exchange(nullptr);
+  for (auto& slot : spread_) delete slot.exchange(nullptr);
+  for (auto& slot : pack_) delete slot.exchange(nullptr);
+  for (auto& slot : shape_) delete slot.exchange(nullptr);
+  node_trees_.store(0);
+}
+
+PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model) {
+  auto [it, added] = ids.try_emplace(model, static_cast<int>(trees.size()));
+  if (added) {
+    names.push_back(model);
+    trees.emplace_back();
+  }
+  return trees[it->second];
+}
+
+void PlacementIndex::Rebuild(const ClusterState& state) {
+  if (GpuTrees* g = gpu_.load(std::memory_order_acquire)) *g = GpuTrees();
+  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) t->clear();
+  for (auto& slot : spread_) {
+    if (SpreadTree* t = slot.load(std::memory_order_acquire)) t->clear();
+  }
+  for (auto& slot : pack_) {
+    if (PackTree* t = slot.load(std::memory_order_acquire)) t->clear();
+  }
+  for (auto& slot : shape_) {
+    if (ShapeTree* t = slot.load(std::memory_order_acquire)) t->keys.clear();
+  }
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
+}
+
+void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
+                            const std::vector<int>* gpus) {
+  const NodeStatus& node = state.nodes[slot];
+  if (!node.schedulable) return;
+  const uint64_t tie = state.tie_keys[slot];
+  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
+    t->erase(MakeExclusiveKey(node, tie, slot));
+  }
+  if (!node.gpu_sharing) return;
+  if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
+    auto drop = [&](const GpuStatus& g) {
+      if (g.healthy) trees->trees[trees->ids.at(g.model)].erase(MakeGpuKey(g, tie, slot));
+    };
+    if (gpus == nullptr) {
+      for (const GpuStatus& g : node.gpus) drop(g);
+    } else {
+      for (int i : *gpus) drop(node.gpus[i]);
+    }
+  }
+  const int trees = node_trees_.load(std::memory_order_acquire);
+  if (trees == 0) return;
+  const bool only_first = trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+  const SpreadBase base = MakeSpreadBase(node, !only_first);
+  for (int m = 1; m <= base.healthy; ++m) {
+    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+      t->erase(MakeSpreadKey(base, m, tie, slot));
+    }
+    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
+      t->erase(MakePackKey(base, m, tie, slot));
+    }
+  }
+  for (const auto& entry : shape_) {
+    ShapeTree* t = entry.load(std::memory_order_acquire);
+    if (t == nullptr) break;
+    ShapeKey key;
+    if (MakeShapeKey(node, t->count, t->memory, tie, slot, &key)) t->keys.erase(key);
+  }
+}
+
+void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
+                          const std::vector<int>* gpus) {
+  const NodeStatus& node = state.nodes[slot];
+  if (!node.schedulable) return;
+  const uint64_t tie = state.tie_keys[slot];
+  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
+    t->insert(MakeExclusiveKey(node, tie, slot));
+  }
+  if (!node.gpu_sharing) return;
+  if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
+    auto add = [&](const GpuStatus& g) {
+      if (g.healthy) trees->For(g.model).insert(MakeGpuKey(g, tie, slot));
+    };
+    if (gpus == nullptr) {
+      for (const GpuStatus& g : node.gpus) add(g);
+    } else {
+      for (int i : *gpus) add(node.gpus[i]);
+    }
+  }
+  const int trees = node_trees_.load(std::memory_order_acquire);
+  if (trees == 0) return;
+  const bool only_first = trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+  const SpreadBase base = MakeSpreadBase(node, !only_first);
+  for (int m = 1; m <= base.healthy; ++m) {
+    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+      t->insert(MakeSpreadKey(base, m, tie, slot));
+    }
+    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
+      t->insert(MakePackKey(base, m, tie, slot));
+    }
+  }
+  for (const auto& entry : shape_) {
+    ShapeTree* t = entry.load(std::memory_order_acquire);
+    if (t == nullptr) break;
+    ShapeKey key;
+    if (MakeShapeKey(node, t->count, t->memory, tie, slot, &key)) t->keys.insert(key);
+  }
+}
+
+const PlacementIndex::GpuTrees& PlacementIndex::GpuTreesFor(const ClusterState& state) const {
+  if (const GpuTrees* t = gpu_.load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const GpuTrees* t = gpu_.load(std::memory_order_acquire)) return *t;
+  auto* trees = new GpuTrees;
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) {
+    const NodeStatus& node = state.nodes[i];
+    if (!node.schedulable || !node.gpu_sharing) continue;
+    for (const GpuStatus& g : node.gpus) {
+      if (g.healthy) trees->For(g.model).insert(MakeGpuKey(g, state.tie_keys[i], i));
+    }
+  }
+  gpu_.store(trees, std::memory_order_release);
+  return *trees;
+}
+
+const PlacementIndex::ExclusiveTree& PlacementIndex::ExclusiveTreeFor(
+    const ClusterState& state) const {
+  if (const ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) return *t;
+  auto* tree = new ExclusiveTree;
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) {
+    const NodeStatus& node = state.nodes[i];
+    if (node.schedulable) tree->insert(MakeExclusiveKey(node, state.tie_keys[i], i));
+  }
+  exclusive_.store(tree, std::memory_order_release);
+  return *tree;
+}
+
+const PlacementIndex::SpreadTree& PlacementIndex::SpreadTreeFor(const ClusterState& state,
+                                                                int count) const {
+  if (const SpreadTree* t = spread_[count].load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const SpreadTree* t = spread_[count].load(std::memory_order_acquire)) return *t;
+  auto* tree = new SpreadTree;
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) {
+    const NodeStatus& node = state.nodes[i];
+    if (!node.schedulable || !node.gpu_sharing) continue;
+    const SpreadBase base = MakeSpreadBase(node, count > 1);
+    if (base.healthy >= count) tree->insert(MakeSpreadKey(base, count, state.tie_keys[i], i));
+  }
+  spread_[count].store(tree, std::memory_order_release);
+  node_trees_.fetch_add(1);
+  return *tree;
+}
+
+const PlacementIndex::PackTree& PlacementIndex::PackTreeFor(const ClusterState& state,
+                                                            int count) const {
+  if (const PackTree* t = pack_[count].load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const PackTree* t = pack_[count].load(std::memory_order_acquire)) return *t;
+  auto* tree = new PackTree;
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) {
+    const NodeStatus& node = state.nodes[i];
+    if (!node.schedulable || !node.gpu_sharing) continue;
+    const SpreadBase base = MakeSpreadBase(node, true);
+    if (base.healthy >= count) tree->insert(MakePackKey(base, count, state.tie_keys[i], i));
+  }
+  pack_[count].store(tree, std::memory_order_release);
+  node_trees_.fetch_add(1);
+  return *tree;
+}
+
+const PlacementIndex::ShapeTree* PlacementIndex::ShapeTreeFor(const ClusterState& state,
+                                                              int count, int64_t memory) const {
+  auto find = [&]() -> const ShapeTree* {
+    for (const auto& entry : shape_) {
+      const ShapeTree* t = entry.load(std::memory_order_acquire);
+      if (t == nullptr || (t->count == count && t->memory == memory)) return t;
+    }
+    return nullptr;
+  };
+  if (const ShapeTree* t = find()) return t;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const ShapeTree* t = find()) return t;
+  for (auto& entry : shape_) {
+    if (entry.load(std::memory_order_acquire) != nullptr) continue;
+    auto* tree = new ShapeTree;
+    tree->count = count;
+    tree->memory = memory;
+    for (uint32_t i = 0; i < state.nodes.size(); ++i) {
+      const NodeStatus& node = state.nodes[i];
+      if (!node.schedulable || !node.gpu_sharing) continue;
+      ShapeKey key;
+      if (MakeShapeKey(node, count, memory, state.tie_keys[i], i, &key)) tree->keys.insert(key);
+    }
+    entry.store(tree, std::memory_order_release);
+    node_trees_.fetch_add(1);
+    return tree;
+  }
+  return nullptr;
+}
+
+bool PlacementIndex::Plan(const ClusterState& state, const Cluster& cluster,
+                          const Request& request, const Demand& demand, Policy& policy,
+                          int* best_slot, NodeChoice* best_choice) const {
+  const IndexedPolicy kind = ClassifyPolicy(policy);
+  if (kind == IndexedPolicy::kNone) return false;
+  switch (demand.kind) {
+    case Demand::Kind::kCpuOnly:
+      return false;
+    case Demand::Kind::kExclusive:
+      return PlanExclusive(state, cluster, request, demand, policy,
+                           kind == IndexedPolicy::kSpread, best_slot, best_choice);
+    case Demand::Kind::kShared:
+      if (demand.gpu_count < 1 || demand.gpu_count > kMaxGpusPerNode) return false;
+      if (kind == IndexedPolicy::kBinpack && demand.gpu_count > 1) {
+        return PlanBinpackMulti(state, cluster, request, demand, policy, best_slot,
+                                best_choice);
+      }
+      return kind == IndexedPolicy::kBinpack
+                 ? PlanBinpackShared(state, cluster, request, demand, policy, best_slot,
+                                     best_choice)
+                 : PlanSpreadShared(state, cluster, request, demand, policy, best_slot,
+                                    best_choice);
+  }
+  return false;
+}
+
+// Single-GPU binpack: walks the GPUs that could take the share (free memory
+// >= m, free compute >= c, allowed model) in ascending (free memory, free
+// compute, tie desc, slot) order, merging the trees of the allowed models.
+// A node's score is that of its first GPU in this order that fits, so the
+// first node that can host the request wins.
+bool PlacementIndex::PlanBinpackShared(const ClusterState& state, const Cluster& cluster,
+                                       const Request& request, const Demand& demand,
+                                       Policy& policy, int* best_slot,
+                                       NodeChoice* best_choice) const {
+  struct Cursor {
+    GpuTree::const_iterator it, end;
+    const GpuTree* tree;
+  };
+  absl::InlinedVector<Cursor, 4> cursors;
+  const int64_t m = demand.memory_per_gpu;
+  const int64_t c = demand.compute_per_gpu;
+  auto from = [&](int64_t memory, int64_t compute) {
+    return GpuKey::Make(memory, compute, 0, 0, 0);
+  };
+  auto add = [&](const GpuTree& tree) {
+    cursors.push_back(Cursor{tree.lower_bound(from(m, c)), tree.end(), &tree});
+  };
+  const GpuTrees& trees = GpuTreesFor(state);
+  if (request.gpu_models.empty()) {
+    for (const GpuTree& tree : trees.trees) add(tree);
+  } else {
+    for (size_t i = 0; i < request.gpu_models.size(); ++i) {
+      const std::string& model = request.gpu_models[i];
+      if (std::find(request.gpu_models.begin(), request.gpu_models.begin() + i, model) !=
+          request.gpu_models.begin() + i) {
+        continue;
+      }
+      auto it = trees.ids.find(model);
+      if (it != trees.ids.end()) add(trees.trees[it->second]);
+    }
+  }
+  Search search(state, cluster, request, demand, policy);
+  absl::flat_hash_set<uint32_t> seen;
+  const GpuLess less;
+  while (true) {
+    Cursor* next = nullptr;
+    for (Cursor& cur : cursors) {
+      if (cur.it != cur.end && (next == nullptr || less(*cur.it, *next->it))) next = &cur;
+    }
+    if (next == nullptr) break;
+    const GpuKey& e = *next->it;
+    if (e.free_compute() < c) {
+      next->it = next->tree->lower_bound(from(e.free_memory(), c));
+      continue;
+    }
+    const uint32_t slot = e.slot();
+    ++next->it;
+    if (seen.contains(slot)) continue;
+    if (search.Consider(slot)) break;  // The first feasible node wins (M = 1).
+    seen.insert(slot);
+  }
+  return search.Finish(best_slot, best_choice);
+}
+
+// A node that can host M shares of m has M healthy GPUs with m free, so its
+// threshold (M-th largest free) is at least m; its chosen GPUs are M healthy
+// ones, so the memory and compute they keep free are at least the key's
+// sums minus the demand. Within one threshold the walk order makes that
+// bound non-increasing; for nodes whose GPUs all fit (a whole node, say) it
+// is exact and the first feasible node ends the threshold.
+bool PlacementIndex::PlanBinpackMulti(const ClusterState& state, const Cluster& cluster,
+                                      const Request& request, const Demand& demand,
+                                      Policy& policy, int* best_slot,
+                                      NodeChoice* best_choice) const {
+  const int64_t need = demand.gpu_count * demand.memory_per_gpu;
+  const int64_t need_compute = demand.gpu_count * demand.compute_per_gpu;
+  if (const ShapeTree* shape = ShapeTreeFor(state, demand.gpu_count, demand.memory_per_gpu)) {
+    // A node's chosen GPUs keep at least the key's sums free, minus the
+    // demand: compute or model limits only narrow the choice. Equal memory
+    // means the same free memories, and the key's GPUs have the least
+    // compute among such sets. Exact, so the first feasible node wins.
+    Search search(state, cluster, request, demand, policy);
+    for (const ShapeKey& k : shape->keys) {
+      const Score bound{-static_cast<double>(k.memory - need),
+                        -static_cast<double>(k.compute - need_compute), 0};
+      if (!search.CouldWin(bound, k.slot)) break;
+      search.Consider(k.slot);
+    }
+    return search.Finish(best_slot, best_choice);
+  }
+  const PackTree& tree = PackTreeFor(state, demand.gpu_count);
+  auto from = [](int64_t threshold) {
+    return PackKey{threshold, std::numeric_limits<int64_t>::min(),
+                   std::numeric_limits<int64_t>::min(), 0, 0};
+  };
+  Search search(state, cluster, request, demand, policy);
+  auto it = tree.lower_bound(from(demand.memory_per_gpu));
+  while (it != tree.end()) {
+    const int64_t threshold = it->threshold;
+    for (; it != tree.end() && it->threshold == threshold; ++it) {
+      const Score bound{-static_cast<double>(it->low_memory - need),
+                        -static_cast<double>(it->low_compute - need_compute), 0};
+      if (!search.CouldWin(bound, it->slot)) break;
+      search.Consider(it->slot);
+    }
+    if (it != tree.end() && it->threshold == threshold) it = tree.lower_bound(from(threshold + 1));
+  }
+  return search.Finish(best_slot, best_choice);
+}
+
+// Walks nodes from the least used. A node's score is at most (its two
+// ratios, sum of its M largest healthy free memories - M m), and the walk
+// order makes that bound non-increasing, so the first node that cannot beat
+// the best found ends the walk.
+bool PlacementIndex::PlanSpreadShared(const ClusterState& state, const Cluster& cluster,
+                                      const Request& request, const Demand& demand,
+                                      Policy& policy, int* best_slot,
+                                      NodeChoice* best_choice) const {
+  const SpreadTree& tree = SpreadTreeFor(state, demand.gpu_count);
+  const int64_t need = demand.gpu_count * demand.memory_per_gpu;
+  Search search(state, cluster, request, demand, policy);
+  for (const SpreadKey& k : tree) {
+    const Score bound{-k.memory_ratio, -k.compute_ratio,
+                      static_cast<double>(-k.neg_top - need)};
+    if (!search.CouldWin(bound, k.slot)) break;
+    if (k.kth < demand.memory_per_gpu) continue;  // Fewer than M GPUs with m free.
+    search.Consider(k.slot);
+  }
+  return search.Finish(best_slot, best_choice);
+}
+
+// Exclusive scores depend on the node only: (-idle, -free) for binpack,
+// (+idle, +free) for spread; the first feasible node in that order wins.
+bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& cluster,
+                                   const Request& request, const Demand& demand,
+                                   Policy& policy, bool spread, int* best_slot,
+                                   NodeChoice* best_choice) const {
+  const ExclusiveTree& exclusive = ExclusiveTreeFor(state);
+  Search search(state, cluster, request, demand, policy);
+  const int32_t k = demand.gpu_count;
+  if (!spread) {
+    const ExclusiveKey low{std::numeric_limits<int64_t>::min(), 0, 0, k};
+    for (auto it = exclusive.lower_bound(low); it != exclusive.end(); ++it) {
+      if (search.Consider(it->slot)) break;
+    }
+    return search.Finish(best_slot, best_choice);
+  }
+  auto hi = exclusive.end();
+  while (hi != exclusive.begin() && !search.found()) {
+    const ExclusiveKey& last = *std::prev(hi);
+    if (last.idle < k) break;
+    auto lo = exclusive.lower_bound(ExclusiveKey{last.free_memory, 0, 0, last.idle});
+    for (auto it = lo; it != hi; ++it) {
+      if (search.Consider(it->slot)) break;
+    }
+    hi = lo;
+  }
+  return search.Finish(best_slot, best_choice);
+}
+
+bool PlacementIndex::Consistent(const ClusterState& state) const {
+  PlacementIndex fresh;
+  if (gpu_.load() != nullptr) fresh.gpu_.store(new GpuTrees);
+  if (exclusive_.load() != nullptr) fresh.exclusive_.store(new ExclusiveTree);
+  for (int m = 0; m < kSpreadSlots; ++m) {
+    if (spread_[m].load() != nullptr) fresh.spread_[m].store(new SpreadTree);
+    if (pack_[m].load() != nullptr) fresh.pack_[m].store(new PackTree);
+  }
+  for (int i = 0; i < kShapeSlots; ++i) {
+    if (const ShapeTree* t = shape_[i].load()) {
+      auto* empty = new ShapeTree;
+      empty->count = t->count;
+      empty->memory = t->memory;
+      fresh.shape_[i].store(empty);
+    }
+  }
+  fresh.node_trees_.store(node_trees_.load());
+  fresh.Rebuild(state);
+  if (const ExclusiveTree* have = exclusive_.load()) {
+    if (!SameTree(*have, *fresh.exclusive_.load(), ExclusiveLess())) return false;
+  }
+  if (const GpuTrees* have = gpu_.load()) {
+    const GpuTrees* want = fresh.gpu_.load();
+    static const GpuTree* const kEmpty = new GpuTree;
+    auto tree_of = [](const GpuTrees& trees, const std::string& model) {
+      auto it = trees.ids.find(model);
+      return it == trees.ids.end() ? kEmpty : &trees.trees[it->second];
+    };
+    for (const GpuTrees* side : {have, want}) {
+      for (const std::string& model : side->names) {
+        if (!SameTree(*tree_of(*have, model), *tree_of(*want, model), GpuLess())) return false;
+      }
+    }
+  }
+  for (int m = 0; m < kSpreadSlots; ++m) {
+    const SpreadTree* have = spread_[m].load();
+    if (have != nullptr && !SameTree(*have, *fresh.spread_[m].load(), SpreadLess())) return false;
+    const PackTree* have_pack = pack_[m].load();
+    if (have_pack != nullptr && !SameTree(*have_pack, *fresh.pack_[m].load(), PackLess())) {
+      return false;
+    }
+  }
+  for (int i = 0; i < kShapeSlots; ++i) {
+    const ShapeTree* have = shape_[i].load();
+    if (have != nullptr &&
+        !SameTree(have->keys, fresh.shape_[i].load()->keys, ShapeLess())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace gpushare::internal

@@ -1,0 +1,244 @@
+// Internal: ordered indexes over the cluster state that let Cluster::Plan()
+// find the winner of the built-in "binpack" and "spread" policies without
+// scanning every node. Not part of the public API.
+//
+// The indexes only choose which nodes to evaluate and in what order, and
+// prove when no unvisited node can beat the best one found; every candidate
+// is still judged by internal::CheckNode() and the policy's own Evaluate(),
+// and compared with the same tie-break rule as the generic scan, so the
+// result is the scan's by construction.
+//
+//   state.index.Unlink(state, slot, &placement.gpus);   // before a change
+//   ApplyToNode(state.nodes[slot], placement);
+//   state.index.Link(state, slot, &placement.gpus);     // after it
+//
+// Indexes (slot = position in ClusterState::nodes, tie = the node's tie key):
+//  - per GPU model, the healthy GPUs of schedulable nodes that take shared
+//    work, by (free memory, free compute, tie desc, slot, GPU index):
+//    binpack of single-GPU shared requests walks it from the request's size
+//    upwards;
+//  - per request shape (M >= 2 GPUs of m units; up to kShapeSlots shapes),
+//    schedulable sharing nodes with M healthy GPUs of m free, by (free memory
+//    and free compute of the M tightest such GPUs, tie desc, slot): binpack
+//    of multi-GPU shared requests takes the first feasible node;
+//  - per GPU count M >= 2, for shapes beyond those slots, the same nodes by
+//    (M-th largest free memory, sum of the M smallest free memories, sum of
+//    the M smallest free computes, tie desc, slot): binpack visits each
+//    threshold that is large enough and stops within it at the first node
+//    that cannot win;
+//  - per GPU count M, schedulable sharing nodes with at least M healthy GPUs,
+//    by (GPU memory used / GPU memory, compute used / compute, sum of the M
+//    largest free memories desc, tie desc, slot): spread of shared requests
+//    walks it from the least used node;
+//  - schedulable nodes by (idle healthy GPUs, free GPU memory, tie desc,
+//    slot): exclusive requests, binpack from the smallest idle count that
+//    suffices, spread from the largest.
+// Each index is built on the first Plan() that needs it and kept exact from
+// then on, so a workload pays upkeep only for the kinds of request it makes.
+// CPU-only requests and every other policy use the generic scan.
+
+#ifndef GPUSHARE_INTERNAL_PLACEMENT_INDEX_H_
+#define GPUSHARE_INTERNAL_PLACEMENT_INDEX_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "gpushare/policy.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+class Cluster;
+}  // namespace gpushare
+
+namespace gpushare::internal {
+
+struct ClusterState;
+
+// Which built-in policy, if any, `policy` is (by its dynamic type).
+enum class IndexedPolicy { kNone, kBinpack, kSpread };
+IndexedPolicy ClassifyPolicy(const Policy& policy);
+
+class PlacementIndex {
+ public:
+  PlacementIndex();
+  ~PlacementIndex();
+  PlacementIndex(const PlacementIndex& other);
+  PlacementIndex& operator=(const PlacementIndex& other);
+  PlacementIndex(PlacementIndex&& other) noexcept;
+  PlacementIndex& operator=(PlacementIndex&& other) noexcept;
+
+  // Drops everything and indexes every node of `state` again. O(GPUs log GPUs).
+  void Rebuild(const ClusterState& state);
+
+  // Remove / insert the entries of node `slot` as it is now. `gpus` names the
+  // GPUs whose counters change (a placement's GPUs); nullptr means all of
+  // them and any node-wide change (health, cordon, a new node).
+  void Unlink(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
+  void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
+
+  // The node and choice that the generic scan in Cluster::Plan() would pick
+  // for `demand` under `policy`, or false when the indexes do not serve this
+  // policy or demand kind, or no node is feasible (the caller then scans, which
+  // also gives the reasons).
+  bool Plan(const ClusterState& state, const Cluster& cluster, const Request& request,
+            const Demand& demand, Policy& policy, int* best_slot,
+            NodeChoice* best_choice) const;
+
+  // True when the indexes equal freshly built ones (for CheckInvariants()).
+  bool Consistent(const ClusterState& state) const;
+
+  // Packed so that comparing three words gives the order (free memory, free
+  // compute, tie desc, slot, GPU index).
+  struct GpuKey {
+    uint64_t shape;    // free memory (units) << 11 | free compute (thousandths).
+    uint64_t inv_tie;  // ~tie key: ascending = larger tie key first.
+    uint64_t where;    // slot << 8 | GPU index.
+
+    static GpuKey Make(int64_t free_memory, int64_t free_compute, uint64_t inv_tie,
+                       uint32_t slot, int gpu) {
+      return GpuKey{static_cast<uint64_t>(free_memory) << 11 |
+                        static_cast<uint64_t>(free_compute),
+                    inv_tie, static_cast<uint64_t>(slot) << 8 | static_cast<uint64_t>(gpu)};
+    }
+    int64_t free_memory() const { return static_cast<int64_t>(shape >> 11); }
+    int64_t free_compute() const { return static_cast<int64_t>(shape & 2047); }
+    uint32_t slot() const { return static_cast<uint32_t>(where >> 8); }
+  };
+  struct SpreadKey {
+    double memory_ratio;   // GPU memory used / GPU memory of the node.
+    double compute_ratio;  // GPU compute used / GPU compute of the node.
+    int64_t neg_top;       // -(sum of the M largest free memories), units.
+    uint64_t inv_tie;
+    int64_t kth;           // M-th largest free memory, units (not ordered on).
+    uint32_t slot;
+  };
+  struct PackKey {
+    int64_t threshold;     // M-th largest free memory of a healthy GPU, units.
+    int64_t low_memory;    // Sum of the M smallest healthy free memories.
+    int64_t low_compute;   // Sum of the M smallest healthy free computes.
+    uint64_t inv_tie;
+    uint32_t slot;
+  };
+  // For one request shape (M GPUs of m units): the M GPUs binpack takes with
+  // no compute or model constraint, i.e. the M tightest of those with m free.
+  struct ShapeKey {
+    int64_t memory;    // Sum of their free memories, units.
+    int64_t compute;   // Sum of their free computes, thousandths.
+    uint64_t inv_tie;
+    uint32_t slot;
+  };
+  struct ExclusiveKey {
+    int64_t free_memory;   // Free GPU memory of the node, units.
+    uint64_t inv_tie;
+    uint32_t slot;
+    int32_t idle;          // Idle healthy GPUs.
+  };
+  struct GpuLess {
+    bool operator()(const GpuKey& a, const GpuKey& b) const {
+      if (a.shape != b.shape) return a.shape < b.shape;
+      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+      return a.where < b.where;
+    }
+  };
+  struct SpreadLess {
+    bool operator()(const SpreadKey& a, const SpreadKey& b) const {
+      if (a.memory_ratio != b.memory_ratio) return a.memory_ratio < b.memory_ratio;
+      if (a.compute_ratio != b.compute_ratio) return a.compute_ratio < b.compute_ratio;
+      if (a.neg_top != b.neg_top) return a.neg_top < b.neg_top;
+      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+      return a.slot < b.slot;
+    }
+  };
+  struct PackLess {
+    bool operator()(const PackKey& a, const PackKey& b) const {
+      if (a.threshold != b.threshold) return a.threshold < b.threshold;
+      if (a.low_memory != b.low_memory) return a.low_memory < b.low_memory;
+      if (a.low_compute != b.low_compute) return a.low_compute < b.low_compute;
+      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+      return a.slot < b.slot;
+    }
+  };
+  struct ShapeLess {
+    bool operator()(const ShapeKey& a, const ShapeKey& b) const {
+      if (a.memory != b.memory) return a.memory < b.memory;
+      if (a.compute != b.compute) return a.compute < b.compute;
+      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+      return a.slot < b.slot;
+    }
+  };
+  struct ExclusiveLess {
+    bool operator()(const ExclusiveKey& a, const ExclusiveKey& b) const {
+      if (a.idle != b.idle) return a.idle < b.idle;
+      if (a.free_memory != b.free_memory) return a.free_memory < b.free_memory;
+      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+      return a.slot < b.slot;
+    }
+  };
+  using GpuTree = absl::btree_set<GpuKey, GpuLess>;
+  using SpreadTree = absl::btree_set<SpreadKey, SpreadLess>;
+  using PackTree = absl::btree_set<PackKey, PackLess>;
+  struct ShapeTree {
+    int count = 0;           // M.
+    int64_t memory = 0;      // m, units.
+    absl::btree_set<ShapeKey, ShapeLess> keys;
+  };
+  using ExclusiveTree = absl::btree_set<ExclusiveKey, ExclusiveLess>;
+
+ private:
+  static constexpr int kSpreadSlots = kMaxGpusPerNode + 1;
+  // At most this many request shapes get a tree of their own; further
+  // multi-GPU binpack shapes walk the PackTree.
+  static constexpr int kShapeSlots = 24;
+
+  // The GPU trees, one per model name.
+  struct GpuTrees {
+    absl::flat_hash_map<std::string, int> ids;
+    std::vector<std::string> names;  // In order of first appearance.
+    std::vector<GpuTree> trees;
+    GpuTree& For(const std::string& model);
+  };
+
+  const GpuTrees& GpuTreesFor(const ClusterState& state) const;
+  const ExclusiveTree& ExclusiveTreeFor(const ClusterState& state) const;
+  const SpreadTree& SpreadTreeFor(const ClusterState& state, int count) const;
+  const PackTree& PackTreeFor(const ClusterState& state, int count) const;
+  // The tree of shape (count, memory), or null when all slots are taken.
+  const ShapeTree* ShapeTreeFor(const ClusterState& state, int count, int64_t memory) const;
+  void CopyFrom(const PlacementIndex& other);
+  void Clear();
+
+  bool PlanBinpackShared(const ClusterState& state, const Cluster& cluster,
+                         const Request& request, const Demand& demand, Policy& policy,
+                         int* best_slot, NodeChoice* best_choice) const;
+  bool PlanBinpackMulti(const ClusterState& state, const Cluster& cluster,
+                        const Request& request, const Demand& demand, Policy& policy,
+                        int* best_slot, NodeChoice* best_choice) const;
+  bool PlanSpreadShared(const ClusterState& state, const Cluster& cluster,
+                        const Request& request, const Demand& demand, Policy& policy,
+                        int* best_slot, NodeChoice* best_choice) const;
+  bool PlanExclusive(const ClusterState& state, const Cluster& cluster,
+                     const Request& request, const Demand& demand, Policy& policy,
+                     bool spread, int* best_slot, NodeChoice* best_choice) const;
+
+  // Every tree is owned here, null until made by a const Plan(); creation is
+  // serialised by `mu_`, and the trees are only modified by non-const calls,
+  // which the Cluster's contract makes exclusive.
+  mutable std::atomic<GpuTrees*> gpu_{nullptr};
+  mutable std::atomic<ExclusiveTree*> exclusive_{nullptr};
+  mutable std::array<std::atomic<SpreadTree*>, kSpreadSlots> spread_{};  // By GPU count.
+  mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
+  mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
+  mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_, pack_, shape_.
+  mutable std::mutex mu_;
+};
+
+}  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_PLACEMENT_INDEX_H_

@@ -1,0 +1,269 @@
+// The indexed placement path of Cluster::Plan() (src/internal/placement_index.h)
+// against the generic scan: the same cluster planned once with the built-in
+// policy (indexed) and once with a wrapper that hides the built-in's identity
+// (scanned) must give the same placement or the same error, over random
+// operations that exercise every kind of request and every kind of change.
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gpushare/gpushare.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpushare {
+namespace {
+
+using ::gpushare::testing::IsOk;
+
+// Forwards to a built-in policy; its own type sends Plan() down the scan.
+class ScannedPolicy : public Policy {
+ public:
+  explicit ScannedPolicy(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
+  std::string Name() const override { return inner_->Name(); }
+  NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
+                      const std::vector<int>& fitting, const Cluster& cluster) override {
+    return inner_->Evaluate(demand, node, fitting, cluster);
+  }
+
+ private:
+  std::unique_ptr<Policy> inner_;
+};
+
+int Operations() { return std::getenv("GPUSHARE_QUICK") != nullptr ? 2000 : 8000; }
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed) : rng_(std::seed_seq{seed}) {}
+
+  int Uniform(int lo, int hi) { return absl::Uniform<int>(absl::IntervalClosed, rng_, lo, hi); }
+  bool Chance(double p) { return absl::Bernoulli(rng_, p); }
+
+  Node MakeNode() {
+    Node n;
+    n.name = absl::StrCat("node-", next_node_++);
+    if (Chance(0.85)) n.labels["gpushare"] = "true";
+    n.labels["zone"] = Chance(0.5) ? "a" : "b";
+    const int gpus = Chance(0.1) ? 0 : Uniform(1, 8);
+    const int64_t sizes[] = {4, 8, 16};
+    const int64_t size = sizes[Uniform(0, 2)];
+    const bool mixed = Chance(0.2);
+    for (int i = 0; i < gpus; ++i) {
+      Gpu g;
+      g.memory = mixed ? sizes[Uniform(0, 2)] : size;
+      g.model = (mixed && Chance(0.5)) || Chance(0.3) ? "V100" : "T4";
+      g.healthy = !Chance(0.05);
+      n.gpus.push_back(g);
+    }
+    if (Chance(0.4)) n.cpu = Uniform(4, 32) * 1000;
+    if (Chance(0.4)) n.host_memory = Uniform(8, 64) * 1024;
+    n.schedulable = !Chance(0.05);
+    return n;
+  }
+
+  Request MakeRequest() {
+    Request r;
+    r.id = absl::StrCat("r", next_request_++);
+    const int kind = Uniform(0, 99);
+    if (kind < 70) {
+      const int counts[] = {1, 1, 1, 1, 2, 2, 3, 4, 8};
+      r.gpu_count = counts[Uniform(0, 8)];
+      r.gpu_memory = Chance(0.05) ? 0 : r.gpu_count * Uniform(1, 8);
+      if (r.gpu_memory == 0 || Chance(0.3)) r.compute = Uniform(1, 10) * 100;
+    } else if (kind < 85) {
+      r.whole_gpus = Uniform(1, 4);
+    }
+    if (Chance(0.15)) {
+      const std::vector<std::vector<std::string>> lists = {{"T4"}, {"V100"}, {"V100", "T4"},
+                                                           {"A100"}, {"T4", "T4"}};
+      r.gpu_models = lists[Uniform(0, 4)];
+    }
+    if (Chance(0.1)) r.node_selector["zone"] = "a";
+    if (Chance(0.3)) r.cpu = Uniform(0, 8) * 500;
+    if (Chance(0.2)) r.host_memory = Uniform(0, 16) * 1024;
+    return r;
+  }
+
+ private:
+  absl::BitGen rng_;
+  int next_node_ = 0;
+  int next_request_ = 0;
+};
+
+struct Param {
+  const char* policy;
+  uint64_t tie_break_seed;
+};
+
+class PlacementIndexTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(PlacementIndexTest, IndexedPlanEqualsScanOverRandomOperations) {
+  const Param param = GetParam();
+  Generator gen(1234 + param.tie_break_seed);
+  ClusterOptions options;
+  options.tie_break_seed = param.tie_break_seed;
+  Cluster cluster(options);
+  for (int i = 0; i < 40; ++i) ASSERT_THAT(cluster.AddNode(gen.MakeNode()), IsOk());
+  auto builtin = MakePolicy(param.policy);
+  ASSERT_THAT(builtin, IsOk());
+  ScannedPolicy scanned(*MakePolicy(param.policy));
+  std::vector<std::string> placed;
+  int compared = 0, found = 0;
+
+  const int ops = Operations();
+  for (int step = 0; step < ops; ++step) {
+    const int op = gen.Uniform(0, 99);
+    if (op < 55) {
+      const Request r = gen.MakeRequest();
+      absl::StatusOr<Placement> fast = cluster.Plan(r, **builtin);
+      absl::StatusOr<Placement> slow = cluster.Plan(r, scanned);
+      ++compared;
+      ASSERT_EQ(fast.status(), slow.status()) << "step " << step;
+      if (!fast.ok()) continue;
+      ++found;
+      ASSERT_EQ(*fast, *slow) << "step " << step;
+      if (op < 45) {
+        ASSERT_THAT(cluster.Commit(*fast), IsOk());
+        placed.push_back(r.id);
+      }
+    } else if (op < 80) {
+      if (placed.empty()) continue;
+      const int i = gen.Uniform(0, static_cast<int>(placed.size()) - 1);
+      ASSERT_THAT(cluster.Release(placed[i]), IsOk());
+      placed[i] = placed.back();
+      placed.pop_back();
+    } else if (op < 88) {
+      const std::vector<std::string> names = cluster.node_names();
+      if (names.empty()) continue;
+      const NodeStatus* node = cluster.FindNode(names[gen.Uniform(0, names.size() - 1)]);
+      if (node->gpus.empty()) continue;
+      const int g = gen.Uniform(0, static_cast<int>(node->gpus.size()) - 1);
+      ASSERT_THAT(cluster.SetGpuHealthy(node->name, g, !node->gpus[g].healthy), IsOk());
+    } else if (op < 93) {
+      const std::vector<std::string> names = cluster.node_names();
+      if (names.empty()) continue;
+      const NodeStatus* node = cluster.FindNode(names[gen.Uniform(0, names.size() - 1)]);
+      ASSERT_THAT(cluster.SetNodeSchedulable(node->name, !node->schedulable), IsOk());
+    } else if (op < 96) {
+      if (cluster.num_nodes() < 80) {
+        ASSERT_THAT(cluster.AddNode(gen.MakeNode()), IsOk());
+      }
+    } else if (op < 98) {
+      const std::vector<std::string> names = cluster.node_names();
+      if (names.size() < 10) continue;
+      const std::string& name = names[gen.Uniform(0, names.size() - 1)];
+      if (cluster.FindNode(name)->requests.empty()) {
+        ASSERT_THAT(cluster.RemoveNode(name), IsOk());
+      }
+    } else if (op < 99) {
+      Cluster copy = cluster;  // Copies carry their indexes along.
+      cluster = std::move(copy);
+    } else {
+      absl::StatusOr<Cluster> loaded = Cluster::FromJson(cluster.ToJson());
+      ASSERT_THAT(loaded, IsOk());
+      cluster = *std::move(loaded);
+    }
+    if (step % 500 == 0) {
+      ASSERT_THAT(cluster.CheckInvariants(), IsOk()) << "step " << step;
+    }
+  }
+  ASSERT_THAT(cluster.CheckInvariants(), IsOk());
+  // The comparison must have covered both outcomes often.
+  EXPECT_GT(found, compared / 4);
+  EXPECT_GT(compared - found, compared / 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, PlacementIndexTest,
+    ::testing::Values(Param{"binpack", 0}, Param{"binpack", 7}, Param{"spread", 0},
+                      Param{"spread", 7}),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return absl::StrCat(info.param.policy, "_seed", info.param.tie_break_seed);
+    });
+
+// Equal nodes: ties decide, and the newest node (tie seed 0) wins.
+TEST(PlacementIndexTieTest, EqualNodesGoToTheNewestUnderBothPolicies) {
+  for (const char* policy : {"binpack", "spread"}) {
+    Cluster cluster;
+    for (int i = 0; i < 5; ++i) {
+      Node n;
+      n.name = absl::StrCat("n", i);
+      n.labels = {{"gpushare", "true"}};
+      n.gpus = {Gpu{16, "T4", "", true}, Gpu{16, "T4", "", true}};
+      ASSERT_THAT(cluster.AddNode(n), IsOk());
+    }
+    Request shared;
+    shared.id = "s";
+    shared.gpu_memory = 4;
+    absl::StatusOr<Placement> p = cluster.Plan(shared, policy);
+    ASSERT_THAT(p, IsOk());
+    EXPECT_EQ(p->node, "n4") << policy;
+    EXPECT_EQ(p->gpus, std::vector<int>{0}) << policy;
+    Request whole;
+    whole.id = "w";
+    whole.whole_gpus = 2;
+    p = cluster.Plan(whole, policy);
+    ASSERT_THAT(p, IsOk());
+    EXPECT_EQ(p->node, "n4") << policy;
+  }
+}
+
+// A cordoned node or an unhealthy GPU leaves the index and comes back.
+TEST(PlacementIndexTieTest, CordonAndHealthChangesMoveTheWinner) {
+  Cluster cluster;
+  for (int i = 0; i < 2; ++i) {
+    Node n;
+    n.name = absl::StrCat("n", i);
+    n.labels = {{"gpushare", "true"}};
+    n.gpus = {Gpu{16, "T4", "", true}};
+    ASSERT_THAT(cluster.AddNode(n), IsOk());
+  }
+  Request r;
+  r.id = "r";
+  r.gpu_memory = 4;
+  ASSERT_THAT(cluster.SetNodeSchedulable("n1", false), IsOk());
+  EXPECT_EQ(cluster.Plan(r, "binpack")->node, "n0");
+  ASSERT_THAT(cluster.SetGpuHealthy("n0", 0, false), IsOk());
+  EXPECT_THAT(cluster.Plan(r, "binpack"),
+              ::gpushare::testing::StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_THAT(cluster.SetNodeSchedulable("n1", true), IsOk());
+  EXPECT_EQ(cluster.Plan(r, "spread")->node, "n1");
+  ASSERT_THAT(cluster.CheckInvariants(), IsOk());
+}
+
+// Const Plan() calls may run together, including the first multi-GPU spread
+// plan, which builds an index on demand.
+TEST(PlacementIndexTieTest, ConcurrentConstPlansAgree) {
+  Cluster cluster;
+  for (int i = 0; i < 64; ++i) {
+    Node n;
+    n.name = absl::StrCat("n", i);
+    n.labels = {{"gpushare", "true"}};
+    n.gpus.assign(4, Gpu{16, "T4", "", true});
+    ASSERT_THAT(cluster.AddNode(n), IsOk());
+  }
+  const Cluster& view = cluster;
+  std::vector<std::string> nodes(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&view, &nodes, t] {
+      Request r;
+      r.id = "r";
+      r.gpu_memory = 2 * (t % 2 + 1);
+      r.gpu_count = t % 2 + 1;
+      absl::StatusOr<Placement> p = view.Plan(r, "spread");
+      if (p.ok()) nodes[t] = p->node;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& n : nodes) EXPECT_EQ(n, "n63");
+}
+
+}  // namespace
+}  // namespace gpushare
