@@ -2,17 +2,21 @@
 //
 //   gpushare version
 //   gpushare policies
+//   gpushare simulate --nodes FILE --tasks FILE [--policies fgd,bestfit,...]
+//                     [--seeds 42-51] [--inflate 1.3] [--curve FILE]
 
 #include <cstring>
 #include <iostream>
 
+#include "cli/simulate_command.h"
 #include "gpushare/gpushare.h"
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::cout << "usage: gpushare <command>\n\ncommands:\n"
                  "  version    print the library version\n"
-                 "  policies   list the placement policies\n";
+                 "  policies   list the placement policies\n"
+                 "  simulate   run the FGD trace experiment (gpushare simulate --help)\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -24,6 +28,7 @@ int main(int argc, char** argv) {
     for (const std::string& name : gpushare::PolicyNames()) std::cout << name << "\n";
     return 0;
   }
+  if (cmd == "simulate") return gpushare::cli::RunSimulate(argc - 1, argv + 1);
   std::cerr << "gpushare: unknown command '" << cmd << "' (try 'gpushare help')\n";
   return 2;
 }

@@ -9,7 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/policies/bestfit_policy.h"
 #include "src/policies/binpack_policy.h"
+#include "src/policies/dotprod_policy.h"
+#include "src/policies/fgd_policy.h"
+#include "src/policies/gpuclustering_policy.h"
+#include "src/policies/gpupacking_policy.h"
+#include "src/policies/random_policy.h"
 #include "src/policies/spread_policy.h"
 #include "src/internal/status_macros.h"
 
@@ -25,6 +31,13 @@ const std::vector<Entry>& Registry() {
   static const auto* registry = new std::vector<Entry>{
       {"binpack", [](const PolicyOptions&) { return policies::NewBinpackPolicy(); }},
       {"spread", [](const PolicyOptions&) { return policies::NewSpreadPolicy(); }},
+      {"fgd", [](const PolicyOptions& o) { return policies::NewFgdPolicy(o); }},
+      {"bestfit", [](const PolicyOptions&) { return policies::NewBestFitPolicy(); }},
+      {"dotprod", [](const PolicyOptions&) { return policies::NewDotProdPolicy(); }},
+      {"gpupacking", [](const PolicyOptions&) { return policies::NewGpuPackingPolicy(); }},
+      {"gpuclustering",
+       [](const PolicyOptions&) { return policies::NewGpuClusteringPolicy(); }},
+      {"random", [](const PolicyOptions& o) { return policies::NewRandomPolicy(o.seed); }},
   };
   return *registry;
 }

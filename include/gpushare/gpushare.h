@@ -7,6 +7,9 @@
 //   cluster.h        the cluster and its operations; JSON snapshots
 //   inspect.h        `kubectl inspect gpushare`-style text views
 //   device_plugin.h  pod annotations and container environment of a placement
+//   fragmentation.h  GPU fragmentation against a target workload (FGD)
+//   trace.h          loading the openb trace CSVs
+//   simulate.h       the FGD trace experiment and a time-driven replay
 //
 // Nothing outside include/gpushare/ is part of the API.
 
@@ -15,8 +18,11 @@
 
 #include "gpushare/cluster.h"
 #include "gpushare/device_plugin.h"
+#include "gpushare/fragmentation.h"
 #include "gpushare/inspect.h"
 #include "gpushare/policy.h"
+#include "gpushare/simulate.h"
+#include "gpushare/trace.h"
 #include "gpushare/types.h"
 #include "gpushare/version.h"
 

@@ -30,6 +30,7 @@
 namespace gpushare {
 
 class Cluster;
+struct TargetWorkload;  // gpushare/fragmentation.h
 
 // A node's score under a policy; compared lexicographically, higher is better.
 // Keys a policy does not use stay 0.
@@ -90,6 +91,9 @@ class Policy {
 // Options for MakePolicy(); what a given policy ignores is harmless.
 struct PolicyOptions {
   uint64_t seed = 42;  // For "random".
+  // For "fgd": the workload whose fragmentation it descends, e.g. from
+  // TypicalTasks(). Null: one whole-GPU task (only partly used GPUs count).
+  std::shared_ptr<const TargetWorkload> fgd_target;
 };
 
 // The names MakePolicy() knows, sorted:
@@ -114,6 +118,37 @@ struct PolicyOptions {
 //                  +sum of free memory left on the chosen GPUs );
 //     exclusive: ( +idle GPUs on the node, +free GPU memory on the node );
 //     CPU-only:  ( -cpu used / cpu, -host memory used / host memory ).
+//
+// The policies of the FGD paper (Weng et al., USENIX ATC 2023), scored on GPU
+// compute; gL = idle compute per GPU (thousandths), G = sum of gL on the node,
+// cpuL = free CPU (0 when untracked), task (c, m per GPU, n GPUs), R = m * n
+// (m = 1000 for exclusive GPUs). Scores are integers (truncated); unless said
+// otherwise the GPUs are the fitting ones with the least idle compute (ties:
+// lowest index), or for exclusive requests the first n idle ones by index.
+//
+// "bestfit" — int(100 * (1 - [0.5 * (cpuL - c) / 128000 + 0.5 * (G - R) / 8000])).
+//
+// "dotprod" — int(100 * (1 - dot / 2)), dot = cpuL/128000 * c/128000 +
+//   G/8000 * R/8000: the smallest product wins.
+//
+// "fgd" — fragmentation gradient descent against PolicyOptions::fgd_target
+//   (see gpushare/fragmentation.h): F0 = the node's fragmentation now, F1 =
+//   after the placement; score int(100 * sigmoid((F0 - F1) / W)), sigmoid(x)
+//   = 1 / (1 + e^-x), W = 1000 (a memory target: the memory of GPU 0). A
+//   single-GPU shared request tries every fitting GPU and takes the first one
+//   with the best score.
+//
+// "gpuclustering" — tags: "share-gpu", "<n>-gpu"; u = int(25 * (8000 - G) /
+//   8000); the node's GPU requests all have the request's tag: 75 + u; some
+//   do: 50 + u; the node has no GPU request: 25 + u; otherwise u. CPU-only: 0.
+//
+// "gpupacking" — every GPU of the node idle: max(33 - idle GPUs, idle GPUs);
+//   the chosen GPUs include k >= 1 idle ones: max(50 - k, 33); otherwise
+//   max(100 - sum over chosen GPUs of int(gL * 100 / 1000) / 10, 50).
+//   CPU-only: 0.
+//
+// "random" — a uniformly random feasible node (seeded by PolicyOptions::seed)
+//   and uniformly random fitting GPUs.
 //
 // Scores use the state before the placement. Ties between nodes: see
 // ClusterOptions::tie_break_seed.

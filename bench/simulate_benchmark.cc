@@ -1,0 +1,139 @@
+// Speed of the FGD trace experiment on the openb default trace (1,213 nodes,
+// 8,152 tasks inflated to 130% of GPU capacity: about 10,800 tasks).
+//
+//   build/bench/simulate_benchmark --benchmark_filter=Experiment
+//
+// Targets: one "fgd" run <= 1 s on one core, the baselines faster; all six
+// paper policies x 10 seeds <= 60 s on this 2-core machine. The trace is read
+// from $GPUSHARE_SHARED_DIR/traces/openb, else ../shared/traces/openb next to
+// the source tree; without it the benchmarks report an error and do nothing.
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "gpushare/gpushare.h"
+
+namespace {
+
+struct Trace {
+  std::vector<gpushare::Node> nodes;
+  std::vector<gpushare::Request> requests;
+  std::vector<gpushare::TimedRequest> timed;
+  bool ok = false;
+};
+
+const Trace& DefaultTrace() {
+  static const Trace* trace = [] {
+    auto* t = new Trace;
+    std::string dir;
+    if (const char* env = std::getenv("GPUSHARE_SHARED_DIR")) {
+      dir = std::string(env) + "/traces/openb";
+    } else {
+      std::string here = __FILE__;
+      here = here.substr(0, here.find_last_of('/'));  // bench/
+      dir = here + "/../../shared/traces/openb";
+    }
+    auto nodes = gpushare::LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv");
+    auto tasks = gpushare::LoadOpenbTasks(dir + "/openb_pod_list_default.csv");
+    if (!nodes.ok() || !tasks.ok()) return t;
+    t->nodes = *nodes;
+    t->requests = gpushare::ToRequests(*tasks);
+    for (const gpushare::TraceTask& task : *tasks) {
+      t->timed.push_back({gpushare::ToRequest(task), std::max<int64_t>(task.creation_time, 0),
+                          task.deletion_time});
+    }
+    t->ok = true;
+    return t;
+  }();
+  return *trace;
+}
+
+const char* const kPolicies[] = {"fgd",        "bestfit",       "dotprod",
+                                 "gpupacking", "gpuclustering", "random"};
+
+// One experiment (seed 42, inflate 1.3) on one core, including the set-up.
+void BM_Experiment(benchmark::State& state) {
+  const Trace& trace = DefaultTrace();
+  if (!trace.ok) {
+    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+    return;
+  }
+  gpushare::SimulationOptions options;
+  options.policy = kPolicies[state.range(0)];
+  state.SetLabel(options.policy);
+  int64_t requests = 0;
+  for (auto _ : state) {
+    auto run = gpushare::Simulate(trace.nodes, trace.requests, options);
+    if (!run.ok()) {
+      state.SkipWithError(std::string(run.status().message()).c_str());
+      return;
+    }
+    requests = run->requests;
+    benchmark::DoNotOptimize(run->unallocated_pct.data());
+  }
+  state.counters["requests"] = static_cast<double>(requests);
+}
+BENCHMARK(BM_Experiment)
+    ->DenseRange(0, 5)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+// The paper's full grid: six policies x seeds 42..51, on all cores.
+void BM_SixPoliciesTenSeeds(benchmark::State& state) {
+  const Trace& trace = DefaultTrace();
+  if (!trace.ok) {
+    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+    return;
+  }
+  std::vector<uint64_t> seeds;
+  for (uint64_t s = 42; s <= 51; ++s) seeds.push_back(s);
+  for (auto _ : state) {
+    for (const char* policy : kPolicies) {
+      gpushare::SimulationOptions options;
+      options.policy = policy;
+      auto runs = gpushare::SimulateSeeds(trace.nodes, trace.requests, options, seeds);
+      if (!runs.ok()) {
+        state.SkipWithError(std::string(runs.status().message()).c_str());
+        return;
+      }
+      benchmark::DoNotOptimize(runs->data());
+    }
+  }
+}
+BENCHMARK(BM_SixPoliciesTenSeeds)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->UseRealTime();
+
+// The time-driven replay of the default trace (tasks leave) under "fgd".
+void BM_ReplayFgd(benchmark::State& state) {
+  const Trace& trace = DefaultTrace();
+  if (!trace.ok) {
+    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+    return;
+  }
+  gpushare::SimulationOptions options;
+  options.policy = "fgd";
+  for (auto _ : state) {
+    auto run = gpushare::Replay(trace.nodes, trace.timed, options);
+    if (!run.ok()) {
+      state.SkipWithError(std::string(run.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(run->allocated_pct.data());
+  }
+}
+BENCHMARK(BM_ReplayFgd)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->Repetitions(5)
+    ->ReportAggregatesOnly(true);
+
+}  // namespace

@@ -1,0 +1,148 @@
+// File: gpushare/simulate.h
+// -----------------------------------------------------------------------------
+// Trace-driven simulation: the experiment of the FGD paper (Weng et al.,
+// USENIX ATC 2023) on any nodes and requests, and a time-driven replay in
+// which tasks also leave.
+//
+//   auto nodes = gpushare::LoadOpenbNodes(".../openb_node_list_gpu_node.csv");
+//   auto tasks = gpushare::LoadOpenbTasks(".../openb_pod_list_default.csv");
+//   gpushare::SimulationOptions options;
+//   options.policy = "fgd";
+//   options.seed = 42;
+//   options.inflate = 1.3;
+//   auto run = gpushare::Simulate(*nodes, gpushare::ToRequests(*tasks), options);
+//   if (run.ok()) std::cout << run->UnallocatedAt(100) << "% unallocated\n";
+//
+// The experiment: the requests are shuffled with the seed; requests sampled
+// uniformly with replacement from them are appended until the total GPU
+// request (sum of compute * GPUs, exclusive GPUs counting 1000 each) reaches
+// `inflate` times the GPU capacity (1000 per GPU); each request then gets one
+// attempt, in order, under the policy: placed, or dropped when no node can
+// host it. Nodes win ties in the order of ClusterOptions::tie_break_seed =
+// seed. After every request the arrived GPU request, the allocated GPU
+// compute and the fragmentation against the target workload are recorded,
+// and read in bins of 1% of capacity.
+//
+// Simulation works on GPU compute: shared requests must give `compute` and no
+// `gpu_memory`, nodes must have one GPU model each and healthy GPUs, and
+// requests carry no node selector. The built-in FGD-paper policies run on a
+// specialised engine that places exactly as Cluster::Place() would with the
+// same policy object (SimulationOptions::through_cluster checks this); any
+// other policy name runs through a Cluster.
+//
+// Thread safety: the functions are reentrant. SimulateSeeds() runs seeds on
+// several threads.
+
+#ifndef GPUSHARE_SIMULATE_H_
+#define GPUSHARE_SIMULATE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpushare/fragmentation.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+
+struct SimulationOptions {
+  std::string policy = "fgd";  // Any name of PolicyNames().
+  uint64_t seed = 42;          // Shuffle, inflation, tie-break order and "random".
+  double inflate = 1.3;        // Total GPU request, as a multiple of GPU capacity.
+  bool shuffle = true;         // False: the requests in the given order.
+  // Fragmentation target (also the target of "fgd"); null = TypicalTasks() of
+  // the requests on compute.
+  std::shared_ptr<const TargetWorkload> target;
+  // Place through a gpushare::Cluster with Cluster::Place() (slow; a check of
+  // the specialised engine, or for policies it does not know).
+  bool through_cluster = false;
+};
+
+// Requests that found no node, by kind.
+struct FailureCounts {
+  int64_t cpu_only = 0;   // No GPU.
+  int64_t shared = 0;     // A share of one GPU.
+  int64_t one_gpu = 0;    // One whole GPU.
+  int64_t multi_gpu = 0;  // Several whole GPUs.
+  int64_t total() const { return cpu_only + shared + one_gpu + multi_gpu; }
+};
+
+struct SimulationResult {
+  std::string policy;
+  uint64_t seed = 0;
+  int64_t gpu_capacity = 0;  // Thousandths of a GPU (1000 per GPU).
+  int64_t requests = 0;      // Attempted, after inflation.
+  int64_t placed = 0;
+  FailureCounts failed;
+  double seconds = 0;        // Wall time of the run.
+
+  // The curve, one entry per 1% of arrived GPU request: entry i is the state
+  // after the last request with arrived GPU request <= i% of capacity.
+  std::vector<int> arrived_pct;          // 0, 1, 2, ... (percent of capacity).
+  std::vector<double> unallocated_pct;   // 100 - 100 * allocated / capacity.
+  std::vector<double> frag_amount;       // Thousandths of a GPU.
+  std::vector<double> frag_rate;         // Fragmentation / idle compute, 0..1.
+
+  // Per request, in the order attempted: index of the node in the input (-1:
+  // dropped) and the GPUs taken (bit i = GPU i).
+  std::vector<int32_t> node_of_request;
+  std::vector<uint64_t> gpus_of_request;
+
+  // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
+  // curve (linear between bins, the last bin beyond it). NaN if empty.
+  double UnallocatedAt(double arrived_pct) const;
+  // Fragmentation rate at `arrived_pct`, read the same way.
+  double FragRateAt(double arrived_pct) const;
+};
+
+// Runs the experiment once. Errors: InvalidArgument for an unknown policy
+// name, inflate outside [0, 100], no nodes or no requests, nodes or requests
+// the simulation does not support (named), or those of Cluster::AddNode().
+absl::StatusOr<SimulationResult> Simulate(const std::vector<Node>& nodes,
+                                          const std::vector<Request>& requests,
+                                          const SimulationOptions& options);
+
+// Runs the experiment for each seed (options.seed is ignored) on up to
+// `threads` threads (0: all cores). Results in the order of `seeds`.
+// Errors: those of Simulate(); InvalidArgument for no seeds.
+absl::StatusOr<std::vector<SimulationResult>> SimulateSeeds(
+    const std::vector<Node>& nodes, const std::vector<Request>& requests,
+    const SimulationOptions& options, const std::vector<uint64_t>& seeds, int threads = 0);
+
+// A request with its lifetime, for Replay().
+struct TimedRequest {
+  Request request;
+  int64_t start = 0;  // Arrival time, seconds.
+  int64_t end = -1;   // Departure time, seconds; < 0 = never leaves.
+};
+
+struct ReplayResult {
+  std::string policy;
+  int64_t gpu_capacity = 0;  // Thousandths of a GPU.
+  int64_t requests = 0;
+  int64_t placed = 0;
+  FailureCounts failed;
+  double seconds = 0;        // Wall time of the run.
+  // Sampled after every arrival, in time order.
+  std::vector<int64_t> time;             // Seconds.
+  std::vector<double> requested_pct;     // GPU request of the present requests
+                                         // (placed or not), % of capacity.
+  std::vector<double> allocated_pct;     // Allocated compute, % of capacity.
+  std::vector<double> frag_rate;         // 0..1.
+  double peak_allocated_pct = 0;
+};
+
+// Replays requests by time: arrivals in start order (ties: input order),
+// departures at `end` (before arrivals at the same time); one attempt per
+// arrival; dropped requests never come back. The tie-break order uses
+// options.seed; shuffle and inflate are ignored.
+// Errors: those of Simulate(); InvalidArgument for an end before a start.
+absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
+                                    const std::vector<TimedRequest>& requests,
+                                    const SimulationOptions& options);
+
+}  // namespace gpushare
+
+#endif  // GPUSHARE_SIMULATE_H_

@@ -1,0 +1,129 @@
+#include "src/fgd/kernel.h"
+
+#include <algorithm>
+#include <array>
+
+#include "gpushare/cluster.h"
+
+namespace gpushare::fgd {
+
+CompiledTarget Compile(const TargetWorkload& target) {
+  CompiledTarget c;
+  c.resource = target.resource;
+  c.source = target;
+  c.types.reserve(target.tasks.size());
+  for (const TargetTask& t : target.tasks) {
+    c.types.push_back({t.cpu, t.gpu_share, t.gpu_count, t.weight});
+  }
+  return c;
+}
+
+double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                  int64_t cpu_left, const uint8_t* allowed) {
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += left[i];
+  if (total == 0) return 0;
+  double amount = 0;
+  for (size_t k = 0; k < target.types.size(); ++k) {
+    const CompiledTarget::Type& t = target.types[k];
+    if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
+      amount += t.weight * static_cast<double>(total);
+      continue;
+    }
+    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
+    int fits = 0;
+    int64_t small = 0;
+    for (int i = 0; i < n; ++i) {
+      if (left[i] >= need) {
+        ++fits;
+      } else {
+        small += left[i];
+      }
+    }
+    amount += t.weight * static_cast<double>(fits >= t.count ? small : total);
+  }
+  return amount;
+}
+
+void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,
+                   int* gpus) {
+  const int count = task.gpu_count;
+  if (count <= 0) return;
+  if (task.kind == Demand::Kind::kExclusive) {
+    std::copy(fitting, fitting + count, gpus);
+    return;
+  }
+  std::array<int, kMaxGpusPerNode> order;
+  std::copy(fitting, fitting + num_fitting, order.begin());
+  std::partial_sort(order.begin(), order.begin() + count, order.begin() + num_fitting,
+                    [&](int a, int b) {
+                      if (node.compute_left[a] != node.compute_left[b]) {
+                        return node.compute_left[a] < node.compute_left[b];
+                      }
+                      return a < b;
+                    });
+  std::sort(order.begin(), order.begin() + count);
+  std::copy(order.begin(), order.begin() + count, gpus);
+}
+
+NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
+                                  const std::vector<int>& fitting, const Cluster& cluster) {
+  const int n = static_cast<int>(node.gpus.size());
+  std::array<int64_t, kMaxGpusPerNode> compute_left{};
+  std::array<int64_t, kMaxGpusPerNode> frag_left{};
+  const CompiledTarget* t = target();
+  const bool memory = t != nullptr && t->resource == FragResource::kMemory;
+  for (int i = 0; i < n; ++i) {
+    const GpuStatus& g = node.gpus[i];
+    compute_left[i] = g.healthy ? g.compute_free() : 0;
+    frag_left[i] = !g.healthy ? 0 : memory ? g.memory_free() : compute_left[i];
+  }
+  KNode k;
+  k.num_gpus = n;
+  k.compute_left = compute_left.data();
+  k.frag_left = memory ? frag_left.data() : compute_left.data();
+  k.frag_full = memory && n > 0 ? node.gpus[0].memory : kGpuCompute;
+  k.cpu_left = node.cpu > 0 ? node.cpu - node.cpu_used : kUnlimitedCpu;
+  k.cpu_capacity = node.cpu;
+  std::vector<uint8_t> allowed;
+  if (t != nullptr) {
+    allowed.resize(t->types.size());
+    for (size_t j = 0; j < t->types.size(); ++j) {
+      const std::vector<std::string>& models = t->source.tasks[j].gpu_models;
+      bool ok = models.empty();
+      for (const GpuStatus& g : node.gpus) {
+        if (ok) break;
+        ok = g.healthy && std::find(models.begin(), models.end(), g.model) != models.end();
+      }
+      allowed[j] = ok ? 1 : 0;
+    }
+    k.type_allowed = allowed.data();
+  }
+  if (NeedsTags()) {
+    for (const std::string& id : node.requests) {
+      const Placement* p = cluster.FindPlacement(id);
+      if (p == nullptr || p->gpus.empty()) continue;
+      const int bit = TagBit(p->exclusive ? Demand::Kind::kExclusive : Demand::Kind::kShared,
+                             static_cast<int>(p->gpus.size()));
+      k.gpu_tags |= uint64_t{1} << bit;
+    }
+  }
+  KTask task;
+  task.kind = demand.kind;
+  task.gpu_count = demand.gpu_count;
+  task.cpu = demand.cpu;
+  if (demand.kind == Demand::Kind::kExclusive) {
+    task.compute = kGpuCompute;
+    task.frag_share = k.frag_full;
+  } else if (demand.kind == Demand::Kind::kShared) {
+    task.compute = demand.compute_per_gpu;
+    task.frag_share = memory ? demand.memory_per_gpu : demand.compute_per_gpu;
+  }
+  NodeChoice choice;
+  choice.gpus.resize(demand.gpu_count);
+  choice.score.primary = Score(task, k, fitting.data(), static_cast<int>(fitting.size()),
+                               choice.gpus.data());
+  return choice;
+}
+
+}  // namespace gpushare::fgd

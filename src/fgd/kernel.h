@@ -1,0 +1,109 @@
+// Internal: the compact node and task forms that the fragmentation-aware
+// policies score, shared by Policy::Evaluate (through a Cluster) and by the
+// simulator's own engine, so that both place exactly alike.
+
+#ifndef GPUSHARE_FGD_KERNEL_H_
+#define GPUSHARE_FGD_KERNEL_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "gpushare/fragmentation.h"
+#include "gpushare/policy.h"
+#include "gpushare/types.h"
+
+namespace gpushare::fgd {
+
+// Free CPU of a node that does not track CPU.
+inline constexpr int64_t kUnlimitedCpu = std::numeric_limits<int64_t>::max() / 4;
+
+// Tag bits of GpuClustering: bit 0 for shared tasks, bit min(n, 63) for tasks
+// holding n whole GPUs. CPU-only tasks have no tag.
+inline int TagBit(Demand::Kind kind, int gpu_count) {
+  if (kind == Demand::Kind::kShared) return 0;
+  if (kind == Demand::Kind::kExclusive) return gpu_count < 63 ? gpu_count : 63;
+  return -1;
+}
+
+// One node in compact form. Arrays have num_gpus entries.
+struct KNode {
+  int num_gpus = 0;
+  const int64_t* compute_left = nullptr;  // Idle compute per GPU, thousandths.
+  const int64_t* frag_left = nullptr;     // Idle share per GPU, FGD resource units.
+  int64_t frag_full = kGpuCompute;        // A whole GPU in FGD resource units.
+  int64_t cpu_left = kUnlimitedCpu;       // Free CPU, thousandths of a core.
+  int64_t cpu_capacity = 0;               // Thousandths of a core; 0 = untracked.
+  const uint8_t* type_allowed = nullptr;  // Per target task: GPU model allowed.
+  uint64_t gpu_tags = 0;                  // Tag bits of the GPU tasks on the node.
+  double frag = -1;                       // F_N(T) now; < 0 = not known.
+};
+
+// One task in compact form.
+struct KTask {
+  Demand::Kind kind = Demand::Kind::kCpuOnly;
+  int gpu_count = 0;
+  int64_t cpu = 0;         // Thousandths of a core.
+  int64_t compute = 0;     // Per GPU, thousandths (kGpuCompute when exclusive).
+  int64_t frag_share = 0;  // Per GPU, FGD resource units (frag_full when exclusive).
+};
+
+// A target workload prepared for fast evaluation.
+struct CompiledTarget {
+  struct Type {
+    int64_t cpu = 0;
+    int64_t share = 0;  // 0 with count > 0: a whole GPU.
+    int count = 0;
+    double weight = 0;
+  };
+  FragResource resource = FragResource::kCompute;
+  std::vector<Type> types;
+  TargetWorkload source;
+};
+CompiledTarget Compile(const TargetWorkload& target);
+
+// F_N(T) for idle shares `left` (n GPUs, whole = full), free CPU `cpu_left`
+// and per-type model permission `allowed` (nullptr = every type allowed).
+double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                  int64_t cpu_left, const uint8_t* allowed);
+
+// F_N(T) of a node of a cluster (unhealthy GPUs have nothing idle).
+double NodeFrag(const NodeStatus& node, const CompiledTarget& target);
+
+// Base of the built-in policies that score the compact form. Evaluate()
+// converts the cluster's view and calls Score().
+class KernelPolicy : public Policy {
+ public:
+  // Scores `node` for `task` and writes task.gpu_count chosen GPU indices, in
+  // ascending order, to `gpus`. `fitting` lists the usable GPUs ascending.
+  virtual double Score(const KTask& task, const KNode& node, const int* fitting, int num_fitting,
+                       int* gpus) = 0;
+  // Whether the score is a function of (task, node) alone, so that it may be
+  // cached until the node changes. False for policies that draw randomness.
+  virtual bool Cacheable() const { return true; }
+  // Whether Score() reads KNode::gpu_tags.
+  virtual bool NeedsTags() const { return false; }
+  // The target workload whose fragmentation Score() reads, or nullptr.
+  virtual const CompiledTarget* target() const { return nullptr; }
+
+  NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
+                      const std::vector<int>& fitting, const Cluster& cluster) override;
+};
+
+// GPU choice of the non-FGD baselines: whole-GPU tasks take the first
+// gpu_count fitting (idle) GPUs by index; others take the fitting GPUs with
+// the least idle compute (ties: lowest index). Writes ascending indices.
+void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,
+                   int* gpus);
+
+// Sum of idle compute over the node's GPUs, thousandths.
+inline int64_t IdleCompute(const KNode& node) {
+  int64_t g = 0;
+  for (int i = 0; i < node.num_gpus; ++i) g += node.compute_left[i];
+  return g;
+}
+
+}  // namespace gpushare::fgd
+
+#endif  // GPUSHARE_FGD_KERNEL_H_

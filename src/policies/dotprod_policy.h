@@ -1,0 +1,16 @@
+// Internal: the "dotprod" policy (documented in gpushare/policy.h).
+
+#ifndef GPUSHARE_POLICIES_DOTPROD_POLICY_H_
+#define GPUSHARE_POLICIES_DOTPROD_POLICY_H_
+
+#include <memory>
+
+#include "gpushare/policy.h"
+
+namespace gpushare::policies {
+
+std::unique_ptr<Policy> NewDotProdPolicy();
+
+}  // namespace gpushare::policies
+
+#endif  // GPUSHARE_POLICIES_DOTPROD_POLICY_H_

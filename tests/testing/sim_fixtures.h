@@ -1,0 +1,75 @@
+// Test vocabulary for the simulation tests: generated openb-like clusters and
+// workloads, and the location of the shared trace folder.
+
+#ifndef GPUSHARE_TESTS_TESTING_SIM_FIXTURES_H_
+#define GPUSHARE_TESTS_TESTING_SIM_FIXTURES_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gpushare/gpushare.h"
+
+namespace gpushare::testing {
+
+// Nodes with 2, 4 or 8 GPUs of models "A" or "B", CPU and memory set.
+inline std::vector<Node> GeneratedNodes(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Node> nodes;
+  for (int i = 0; i < count; ++i) {
+    Node n;
+    n.name = absl::StrCat("gen-node-", i);
+    const int gpus = 2 << (rng() % 3);
+    const std::string model = rng() % 3 == 0 ? "B" : "A";
+    for (int g = 0; g < gpus; ++g) n.gpus.push_back(Gpu{16, model, "", true});
+    n.cpu = 16000 * gpus;
+    n.host_memory = 65536 * gpus;
+    n.gpu_sharing = true;
+    nodes.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+// A mix of CPU-only, shared, one-GPU and multi-GPU requests from a few
+// repeated shapes, some limited to model "B".
+inline std::vector<Request> GeneratedRequests(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t shares[] = {100, 250, 300, 500, 700, 810};
+  std::vector<Request> requests;
+  for (int i = 0; i < count; ++i) {
+    Request r;
+    r.id = absl::StrCat("gen-", i);
+    r.cpu = 1000 * static_cast<int64_t>(1 + rng() % 8);
+    r.host_memory = 1024 * static_cast<int64_t>(1 + rng() % 16);
+    const int kind = static_cast<int>(rng() % 10);
+    if (kind == 0) {
+      // CPU-only.
+    } else if (kind <= 5) {
+      r.compute = shares[rng() % 6];
+    } else if (kind <= 8) {
+      r.whole_gpus = 1;
+    } else {
+      r.whole_gpus = rng() % 2 == 0 ? 2 : 4;
+    }
+    if (rng() % 10 == 0 && kind > 0) r.gpu_models = {"B"};
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+// The shared openb trace folder, or "" when it is absent.
+inline std::string OpenbDir() {
+  const std::string dir = std::string(GPUSHARE_SHARED_DIR) + "/traces/openb";
+  std::ifstream probe(dir + "/openb_node_list_gpu_node.csv");
+  return probe ? dir : std::string();
+}
+
+inline bool Quick() { return std::getenv("GPUSHARE_QUICK") != nullptr; }
+
+}  // namespace gpushare::testing
+
+#endif  // GPUSHARE_TESTS_TESTING_SIM_FIXTURES_H_
