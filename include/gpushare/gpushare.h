@@ -10,6 +10,8 @@
 //   fragmentation.h  GPU fragmentation against a target workload (FGD)
 //   trace.h          loading the openb trace CSVs
 //   simulate.h       the FGD trace experiment and a time-driven replay
+//   kubernetes.h     Kubernetes objects and the scheduler-extender protocol
+//   scheduler.h      a thread-safe scheduler core with reserve / confirm / forget
 //
 // Nothing outside include/gpushare/ is part of the API.
 
@@ -20,7 +22,9 @@
 #include "gpushare/device_plugin.h"
 #include "gpushare/fragmentation.h"
 #include "gpushare/inspect.h"
+#include "gpushare/kubernetes.h"
 #include "gpushare/policy.h"
+#include "gpushare/scheduler.h"
 #include "gpushare/simulate.h"
 #include "gpushare/trace.h"
 #include "gpushare/types.h"

@@ -1,0 +1,243 @@
+// File: gpushare/kubernetes.h
+// -----------------------------------------------------------------------------
+// Kubernetes in and out: Kubernetes quantities, v1.Pod and v1.Node JSON as
+// kube-scheduler and kubectl print them, the state of a cluster rebuilt from
+// `kubectl get nodes -o json` and `kubectl get pods -o json`, and the
+// scheduler-extender protocol (k8s.io/kube-scheduler/extender/v1) over a
+// thread-safe Scheduler (scheduler.h). Every function takes and returns JSON
+// text, so no JSON library appears in this header.
+//
+//   auto cluster = gpushare::k8s::RebuildCluster(nodes_json, pods_json);
+//   auto scheduler = gpushare::Scheduler::Create(*std::move(cluster));
+//   gpushare::k8s::Extender extender(scheduler->get());
+//   // In an HTTP handler for POST /gpushare-scheduler/filter:
+//   absl::StatusOr<std::string> reply = extender.Filter(body);
+//   // !reply.ok(): malformed body -> HTTP 400 with ErrorJson(reply.status()).
+//
+// Names (see domain.md §2): a pod asks `aliyun.com/gpu-mem` units (container
+// limits, summed; init containers excluded), optionally labelled
+// `aliyun.com/gpu-count: "M"` to split them over M GPUs, or `nvidia.com/gpu`
+// whole GPUs. A node offers capacity `aliyun.com/gpu-mem` (all its GPUs) over
+// `aliyun.com/gpu-count` GPUs of equal size. Host CPU and memory of pods are
+// read into Request::cpu / host_memory, but nodes leave them untracked (0):
+// kube-scheduler accounts for them itself.
+//
+// Thread safety: the free functions are pure. Extender methods may be called
+// from any number of threads at once; they lock the Scheduler as documented
+// there and guard their own pod cache with a mutex.
+
+#ifndef GPUSHARE_KUBERNETES_H_
+#define GPUSHARE_KUBERNETES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpushare/cluster.h"
+#include "gpushare/scheduler.h"
+#include "gpushare/types.h"
+
+namespace gpushare::k8s {
+
+inline constexpr char kGpuMemResource[] = "aliyun.com/gpu-mem";
+inline constexpr char kGpuCountResource[] = "aliyun.com/gpu-count";  // Also the pod label.
+inline constexpr char kWholeGpuResource[] = "nvidia.com/gpu";
+
+// ---- Quantities ---------------------------------------------------------------
+//
+// Kubernetes quantity syntax: a non-negative decimal number ("2", "1.5", ".5")
+// with an optional suffix: binary Ki Mi Gi Ti Pi Ei, decimal n u m k M G T P E,
+// or an exponent e<int> / E<int> ("1e3"). Errors: InvalidArgument naming the
+// text for malformed, negative or out-of-range (> kMaxQuantity after scaling)
+// values.
+
+// In thousandths, rounded up: "500m" -> 500, "2" -> 2000, "1.5" -> 1500.
+absl::StatusOr<int64_t> QuantityMilli(std::string_view text);
+// Bytes in MiB, rounded up: "8Gi" -> 8192, "1e9" -> 954, "512Mi" -> 512.
+absl::StatusOr<int64_t> QuantityMiB(std::string_view text);
+// An exact integer count: "2" -> 2, "1e3" -> 1000, "1k" -> 1000; "1.5" and
+// "500m" are InvalidArgument.
+absl::StatusOr<int64_t> QuantityInteger(std::string_view text);
+
+// ---- Objects ---------------------------------------------------------------------
+
+// One requirement of a node selector term (operators In, NotIn, Exists,
+// DoesNotExist, Gt, Lt; `key` is a label, or `metadata.name` in match fields).
+struct NodeSelectorRequirement {
+  std::string key;
+  std::string op;
+  std::vector<std::string> values;
+};
+
+// A term matches when all its requirements do.
+struct NodeSelectorTerm {
+  std::vector<NodeSelectorRequirement> match_expressions;  // On labels.
+  std::vector<NodeSelectorRequirement> match_fields;       // On metadata.name.
+};
+
+// The parts of a v1.Pod that scheduling needs.
+struct Pod {
+  std::string name;
+  std::string namespace_name = "default";
+  std::string uid;
+  std::string node_name;  // spec.nodeName; empty while pending.
+  std::string phase;      // status.phase, e.g. "Running", "Succeeded".
+  bool terminating = false;  // metadata.deletionTimestamp is set.
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  // id "<namespace>/<name>"; gpu_memory, gpu_count, whole_gpus, cpu
+  // (thousandths), host_memory (MiB), node_selector.
+  Request request;
+  // spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+  // .nodeSelectorTerms: the pod fits a node matching any term; empty = any.
+  std::vector<NodeSelectorTerm> required_node_affinity;
+
+  // Whether the pod asks for GPU memory or whole GPUs.
+  bool uses_gpus() const { return request.gpu_memory > 0 || request.whole_gpus > 0; }
+  // Succeeded or Failed: it holds nothing any more.
+  bool completed() const { return phase == "Succeeded" || phase == "Failed"; }
+};
+
+// Parses a v1.Pod. Errors: InvalidArgument for malformed JSON, a missing
+// metadata.name, a malformed quantity or gpu-count label (naming the
+// container and resource), or an unsupported affinity operator.
+absl::StatusOr<Pod> ParsePod(std::string_view json);
+
+// Parses a v1.Node into a Node: status.capacity (else allocatable)
+// aliyun.com/gpu-mem over aliyun.com/gpu-count GPUs (total / count units
+// each, rounded down), or nvidia.com/gpu GPUs of 1 unit each when no gpu-mem
+// is offered; GPU model from the label nvidia.com/gpu.product or
+// aliyun.accelerator/nvidia_name; labels; spec.unschedulable; the first
+// InternalIP (else the first) address.
+// Errors: InvalidArgument for malformed JSON, a missing metadata.name or a
+// malformed quantity.
+absl::StatusOr<Node> ParseNode(std::string_view json);
+
+// Whether `node` (its name and labels) satisfies the pod's required node
+// affinity.
+bool MatchesNodeAffinity(const Pod& pod, const std::string& node_name,
+                         const std::map<std::string, std::string>& labels);
+
+// ---- State rebuilt from kubectl -------------------------------------------------------
+
+struct RebuildReport {
+  int nodes = 0;          // Nodes added.
+  int placed = 0;         // Pods whose placement was restored.
+  int skipped = 0;        // Pods left out (see warnings).
+  std::vector<std::string> warnings;  // One line per skipped pod or node.
+};
+
+// Rebuilds a cluster from `kubectl get nodes -o json` and `kubectl get pods
+// -A -o json` output (v1.NodeList / v1.PodList, or a bare list). Every pod
+// that is assigned to a known node, not completed and carries the bind
+// annotations (ALIYUN_COM_GPU_MEM_IDX, else
+// scheduler.framework.gpushare.allocation) gets its placement back; completed
+// pods hold nothing. Pods that cannot be restored (no annotation on an
+// exclusive pod, a conflicting or stale annotation) are skipped with a warning.
+// Errors: InvalidArgument for malformed JSON or objects.
+absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json,
+                                       std::string_view pods_json,
+                                       ClusterOptions options = {},
+                                       RebuildReport* report = nullptr);
+
+// ---- Extender protocol ---------------------------------------------------------------
+
+// Result of a bind: where the pod went and what to write on it.
+struct BindResult {
+  Placement placement;
+  // The pod annotations of domain.md §2 (see device_plugin.h).
+  std::map<std::string, std::string> annotations;
+  // A JSON merge patch for the pod: {"metadata":{"annotations":{...}}}.
+  std::string patch;
+};
+
+struct ExtenderOptions {
+  // How many pods seen by Filter/Prioritize are remembered for Bind (which
+  // only gets the pod's name and UID). The oldest are forgotten first.
+  int max_cached_pods = 100'000;
+  // Version string served by /version.
+  std::string version = "gpushare";
+};
+
+// The scheduler-extender protocol over a Scheduler. JSON keys are the Go
+// field names of k8s.io/kube-scheduler/extender/v1; other letter cases are
+// accepted as Go's decoder does. Every method taking a body returns
+// InvalidArgument (and changes nothing) for a malformed body; scheduling
+// outcomes (no fit, bind refused) are reported in the reply's "Error" field.
+class Extender {
+ public:
+  // `scheduler` must outlive the extender.
+  explicit Extender(Scheduler* scheduler, ExtenderOptions options = {});
+  ~Extender();
+  Extender(const Extender&) = delete;
+  Extender& operator=(const Extender&) = delete;
+
+  // ExtenderArgs -> ExtenderFilterResult. With "Nodes" the reply lists the
+  // node objects that fit (nodes unknown to the scheduler are added to it
+  // first); with "NodeNames" it lists names. "FailedNodes" maps every other
+  // node to its reason.
+  absl::StatusOr<std::string> Filter(std::string_view body);
+
+  // ExtenderArgs -> HostPriorityList: every node that fits, with Score 0..10
+  // (10 = the policy's best); nodes that do not fit get 0.
+  absl::StatusOr<std::string> Prioritize(std::string_view body);
+
+  // ExtenderBindingArgs -> ExtenderBindingResult. Reserves the pod's GPUs on
+  // "Node" under the policy (the pod must have been seen by Filter or
+  // Prioritize). The reply adds "Placement" and "Annotations" to "Error".
+  absl::StatusOr<std::string> Bind(std::string_view body);
+  // The same, typed. Errors: NotFound if the pod was never seen; those of
+  // Scheduler::Reserve().
+  absl::StatusOr<BindResult> BindPod(const std::string& pod_namespace,
+                                     const std::string& pod_name, const std::string& uid,
+                                     const std::string& node);
+
+  // ExtenderPreemptionArgs -> ExtenderPreemptionResult: for each candidate
+  // node, the victims to evict so that the pod fits: proposed GPU holders are
+  // evicted in the order given until it fits, then each one not needed after
+  // all is spared. Nodes where even every victim is not enough are left out.
+  // Victims given as pods (NodeNameToVictims) are matched by namespace/name,
+  // meta victims by UID (pods seen by Filter or RememberPods); victims that
+  // hold no GPU here are kept as kube-scheduler proposed them.
+  absl::StatusOr<std::string> Preempt(std::string_view body);
+
+  // Pod lifecycle, by {"PodNamespace","PodName"} or {"PodUID"}: confirm (the
+  // device plugin took the GPUs), forget (binding failed) and release (the
+  // pod ended or was deleted). Replies {"Error": ""} or the error message.
+  absl::StatusOr<std::string> Confirm(std::string_view body);
+  absl::StatusOr<std::string> Forget(std::string_view body);
+  absl::StatusOr<std::string> Release(std::string_view body);
+
+  // The inspect view of the old extender: {"nodes":[{"name","totalGPU",
+  // "usedGPU","devs":[{"id","totalGPU","usedGPU","pods":[{"namespace","name",
+  // "usedGPU","reserved"}]}]}]}; one node when `node` is set.
+  // Errors: NotFound for an unknown node.
+  absl::StatusOr<std::string> Inspect(std::string_view node = "") const;
+
+  // {"version": options.version}.
+  std::string Version() const;
+
+  // Remembers the pods of a v1.PodList (e.g. the one the state was rebuilt
+  // from), so that Preempt and the lifecycle calls can find them by UID.
+  // Errors: InvalidArgument for malformed JSON; nothing is remembered then.
+  [[nodiscard]] absl::Status RememberPods(std::string_view pods_json);
+
+ private:
+  struct PodCache;
+  Scheduler* scheduler_;
+  ExtenderOptions options_;
+  std::unique_ptr<PodCache> cache_;
+};
+
+// {"Error": "<message>", "Code": "<canonical code name>"}: the body a host
+// sends with HTTP 400 (InvalidArgument) or 404 (NotFound).
+std::string ErrorJson(const absl::Status& status);
+
+}  // namespace gpushare::k8s
+
+#endif  // GPUSHARE_KUBERNETES_H_

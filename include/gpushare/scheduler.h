@@ -1,0 +1,172 @@
+// File: gpushare/scheduler.h
+// -----------------------------------------------------------------------------
+// A thread-safe scheduler core for hosts that serve many requests at once
+// (a Kubernetes scheduler extender, a gRPC service): it wraps a Cluster with
+// a reader/writer lock and adds reservations with a time-to-live, so that
+// concurrent binds can never promise one GPU twice.
+//
+//   gpushare::SchedulerOptions options;
+//   options.policy = "binpack";
+//   options.reservation_ttl_ms = 60'000;
+//   auto scheduler = gpushare::Scheduler::Create(std::move(cluster), options);
+//   if (!scheduler.ok()) return scheduler.status();
+//
+//   // Any thread, concurrently:
+//   auto fits = (*scheduler)->Filter(pod);                  // shared lock
+//   auto scores = (*scheduler)->Score(pod, {"n1", "n2"});   // shared lock
+//   auto placed = (*scheduler)->Reserve(pod, "n1");         // exclusive lock
+//   // ... the device plugin has taken the GPUs:
+//   (*scheduler)->Confirm(pod.id).IgnoreError();
+//   // ... or binding failed:  (*scheduler)->Forget(pod.id)
+//   // ... the pod finished:   (*scheduler)->Release(pod.id)
+//
+// Life of a placement:
+//   Reserve() ──> reserved ──Confirm()──> confirmed ──Release()──> gone
+//                    │  └──Forget() / TTL expiry──> gone
+//                    └──Release()──> gone
+// A reservation is committed to the cluster at once, so it counts against
+// capacity exactly like a confirmed placement: every later Filter, Score and
+// Reserve sees it. Expired reservations are forgotten at the start of every
+// mutating call and by ExpireReservations() (hosts call it from a timer).
+//
+// Locking: one std::shared_mutex guards the cluster and the reservations.
+// Filter, Score, Read, Placements, CheckInvariants and the other const methods
+// take it shared and may run in parallel; Reserve, Confirm, Forget, Release,
+// ExpireReservations and the node edits take it exclusively. Each call is
+// atomic: a Reserve validates, chooses and commits under one exclusive lock, so
+// its placement can never have been taken by another thread in between.
+// Policies are made per call (Policy objects are single-threaded).
+
+#ifndef GPUSHARE_SCHEDULER_H_
+#define GPUSHARE_SCHEDULER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpushare/cluster.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+
+struct SchedulerOptions {
+  // The placement policy, by name (see PolicyNames()).
+  std::string policy = "binpack";
+  // How long a reservation lives without Confirm(), milliseconds; >= 1.
+  int64_t reservation_ttl_ms = 60'000;
+  // Monotonic clock in nanoseconds; empty means std::chrono::steady_clock.
+  // Tests inject a fake one. Must be safe to call from any thread.
+  std::function<int64_t()> clock;
+  // How many forgotten or expired reservation ids are remembered, so that a
+  // late Confirm() says "expired" (FailedPrecondition) instead of NotFound.
+  int remembered_expiries = 4096;
+};
+
+// A node's score under the scheduler's policy, for extender prioritize calls.
+struct NodeScore {
+  std::string node;
+  Score score;       // The policy's score (higher is better).
+  int64_t rank = 0;  // 0..10: 10 for the best score, 0 for the worst,
+                     // linear in the rank among distinct scores.
+};
+
+// A reservation that has not been confirmed yet.
+struct Reservation {
+  Placement placement;
+  int64_t expires_ns = 0;  // Clock time at which it is forgotten, ns.
+};
+
+class Scheduler {
+ public:
+  // Takes ownership of `cluster` (its placements are confirmed ones).
+  // Errors: InvalidArgument for an unknown policy name (the message lists the
+  // known ones) or a reservation_ttl_ms < 1.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      Cluster cluster, SchedulerOptions options = {});
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler();
+
+  const SchedulerOptions& options() const { return options_; }
+
+  // ---- Read side (shared lock) ------------------------------------------
+
+  // Cluster::Fit() restricted to `nodes` (all nodes when empty), in the order
+  // given; names the cluster does not know are infeasible with the reason
+  // "node '<name>' is unknown to gpushare". Errors: those of Validate().
+  absl::StatusOr<std::vector<FitResult>> Filter(
+      const Request& request, const std::vector<std::string>& nodes = {}) const;
+
+  // The policy's score of every node of `nodes` (all when empty) that can
+  // host `request` now; infeasible and unknown nodes are left out. Ranks
+  // are 0..10 (see NodeScore). Errors: those of Validate().
+  absl::StatusOr<std::vector<NodeScore>> Score(
+      const Request& request, const std::vector<std::string>& nodes = {}) const;
+
+  // Calls `fn` with the cluster under the shared lock. `fn` must not call
+  // back into this scheduler and must not keep references past its return.
+  void Read(const std::function<void(const Cluster&)>& fn) const;
+
+  // Every reservation not yet confirmed, sorted by request id.
+  std::vector<Reservation> reservations() const;
+  bool IsReserved(std::string_view id) const;
+
+  // Cluster::CheckInvariants(), and every reservation is placed in the
+  // cluster with the same placement. Internal otherwise.
+  absl::Status CheckInvariants() const;
+
+  // ---- Write side (exclusive lock) ----------------------------------------
+
+  // Chooses GPUs for `request` on `node` (any node under the policy when
+  // `node` is empty) and reserves them until the TTL runs out.
+  // Errors: those of Validate(); NotFound for an unknown node; AlreadyExists
+  // if the id is placed or reserved (on another node, or `node` empty);
+  // ResourceExhausted if it does not fit there now (the message says why).
+  // Reserving an id already reserved or placed on the same `node` returns the
+  // existing placement (kube-scheduler retries binds).
+  absl::StatusOr<Placement> Reserve(const Request& request, std::string_view node = "");
+
+  // Marks a reservation as taken by the device plugin; it then lives until
+  // Release(). Confirming a confirmed placement is OK.
+  // Errors: FailedPrecondition if it was forgotten or expired recently;
+  // NotFound if unknown.
+  [[nodiscard]] absl::Status Confirm(std::string_view id);
+
+  // Drops a reservation (binding failed). Errors: FailedPrecondition if `id`
+  // is confirmed (use Release()) or was forgotten recently; NotFound if unknown.
+  [[nodiscard]] absl::Status Forget(std::string_view id);
+
+  // Frees a placement, reserved or confirmed. Errors: those of
+  // Cluster::Release().
+  [[nodiscard]] absl::Status Release(std::string_view id);
+
+  // Places `request` as a confirmed placement (no TTL) under the policy.
+  // Errors: those of Cluster::Place().
+  absl::StatusOr<Placement> Place(const Request& request);
+
+  // Forgets every reservation whose TTL has run out; returns how many.
+  int ExpireReservations();
+
+  // Node edits, as on Cluster; same errors.
+  [[nodiscard]] absl::Status AddNode(const Node& node);
+  [[nodiscard]] absl::Status RemoveNode(std::string_view name);
+  [[nodiscard]] absl::Status SetNodeSchedulable(std::string_view name, bool schedulable);
+  [[nodiscard]] absl::Status SetGpuHealthy(std::string_view node, int gpu, bool healthy);
+
+ private:
+  struct State;
+  Scheduler(std::unique_ptr<State> state, SchedulerOptions options);
+
+  SchedulerOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace gpushare
+
+#endif  // GPUSHARE_SCHEDULER_H_

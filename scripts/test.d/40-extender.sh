@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# End-to-end test of examples/extender over loopback HTTP: starts the built
+# gpushare_extender on 127.0.0.1 on a free port with the sample state, runs
+# examples/extender/e2e_test.py (standard-library HTTP client, JSON shaped like
+# kube-scheduler's), and always stops the server on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+if [ ! -x "$build/examples/extender/gpushare_extender" ]; then
+  cmake --build "$build" --target gpushare_extender
+fi
+bin="$PWD/$build/examples/extender/gpushare_extender"
+tmp=$(mktemp -d)
+pid=""
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$bin" --nodes examples/extender/samples/nodes.json --pods examples/extender/samples/pods.json \
+       --address 127.0.0.1 --port 0 --port-file "$tmp/port" >"$tmp/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 150); do
+  [ -s "$tmp/port" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$tmp/server.log"; echo "extender exited" >&2; exit 1; }
+  sleep 0.1
+done
+[ -s "$tmp/port" ] || { cat "$tmp/server.log"; echo "extender did not start" >&2; exit 1; }
+port=$(cat "$tmp/port")
+echo "extender listening on 127.0.0.1:$port"
+GPUSHARE_EXTENDER_URL="http://127.0.0.1:$port" GPUSHARE_EXTENDER="$bin" \
+  python3 -m unittest -v examples/extender/e2e_test.py

@@ -1,0 +1,512 @@
+// The scheduler-extender protocol (k8s.io/kube-scheduler/extender/v1) over a
+// Scheduler: filter, prioritize, bind, preempt, lifecycle calls and inspect.
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gpushare/device_plugin.h"
+#include "gpushare/kubernetes.h"
+#include "src/internal/cluster_state.h"
+#include "src/internal/status_macros.h"
+#include "src/k8s/json_util.h"
+
+namespace gpushare::k8s {
+
+using internal::json;
+using internal::Member;
+
+// Pods seen by Filter/Prioritize (or remembered from a pod list), by UID and
+// by "<namespace>/<name>", for Bind, Preempt and the lifecycle calls.
+struct Extender::PodCache {
+  std::mutex mu;
+  absl::flat_hash_map<std::string, Pod> by_id;          // Guarded by mu.
+  absl::flat_hash_map<std::string, std::string> uid_to_id;  // Guarded by mu.
+  std::deque<std::string> order;                        // Guarded by mu; oldest first.
+  int limit = 0;
+
+  void Put(const Pod& pod) {
+    std::lock_guard lock(mu);
+    auto [it, inserted] = by_id.insert_or_assign(pod.request.id, pod);
+    if (!pod.uid.empty()) uid_to_id[pod.uid] = pod.request.id;
+    if (!inserted) return;
+    order.push_back(pod.request.id);
+    while (static_cast<int>(order.size()) > limit) {
+      auto old = by_id.find(order.front());
+      if (old != by_id.end()) {
+        uid_to_id.erase(old->second.uid);
+        by_id.erase(old);
+      }
+      order.pop_front();
+    }
+  }
+  std::optional<Pod> Get(const std::string& uid, const std::string& id) {
+    std::lock_guard lock(mu);
+    if (!uid.empty()) {
+      auto u = uid_to_id.find(uid);
+      if (u != uid_to_id.end()) {
+        auto it = by_id.find(u->second);
+        if (it != by_id.end()) return it->second;
+      }
+    }
+    auto it = by_id.find(id);
+    if (it != by_id.end() && (uid.empty() || it->second.uid.empty() || it->second.uid == uid)) {
+      return it->second;
+    }
+    return std::nullopt;
+  }
+  std::optional<std::string> IdOfUid(const std::string& uid) {
+    std::lock_guard lock(mu);
+    auto u = uid_to_id.find(uid);
+    if (u == uid_to_id.end()) return std::nullopt;
+    return u->second;
+  }
+};
+
+namespace {
+
+absl::Status Invalid(std::string_view what) {
+  return absl::InvalidArgumentError(std::string(what));
+}
+
+// The parsed ExtenderArgs.
+struct Args {
+  Pod pod;
+  bool with_nodes = false;             // "Nodes" given (else "NodeNames").
+  std::vector<json> node_objects;      // With "Nodes".
+  std::vector<Node> nodes;             // Parsed node_objects.
+  std::vector<std::string> names;      // Candidate node names, in order.
+};
+
+absl::StatusOr<Args> ParseArgs(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(body, "ExtenderArgs"));
+  if (!j.is_object()) return Invalid("ExtenderArgs must be a JSON object");
+  Args args;
+  const json* pod = Member(j, "Pod");
+  if (pod == nullptr) return Invalid("ExtenderArgs has no Pod");
+  GPUSHARE_ASSIGN_OR_RETURN(args.pod, internal::PodFromJson(*pod));
+  const json* nodes = Member(j, "Nodes");
+  const json* names = Member(j, "NodeNames");
+  if (nodes != nullptr) {
+    GPUSHARE_ASSIGN_OR_RETURN(const json* items, internal::ListItems(*nodes, "ExtenderArgs.Nodes"));
+    args.with_nodes = true;
+    for (const json& item : *items) {
+      GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(item));
+      args.names.push_back(node.name);
+      args.nodes.push_back(std::move(node));
+      args.node_objects.push_back(item);
+    }
+  } else if (names != nullptr) {
+    if (!names->is_array()) return Invalid("ExtenderArgs.NodeNames must be an array of strings");
+    for (const json& n : *names) {
+      if (!n.is_string()) return Invalid("ExtenderArgs.NodeNames must be an array of strings");
+      args.names.push_back(n.get<std::string>());
+    }
+  } else {
+    return Invalid("ExtenderArgs has neither Nodes nor NodeNames");
+  }
+  return args;
+}
+
+absl::StatusOr<std::string> RequiredString(const json& j, std::string_view key,
+                                           std::string_view where) {
+  GPUSHARE_ASSIGN_OR_RETURN(std::string s, internal::StringMember(j, key, where));
+  if (s.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(::gpushare::internal::Sv(where), " has no ", ::gpushare::internal::Sv(key)));
+  }
+  return s;
+}
+
+json PlacementJson(const Placement& p) {
+  return json{{"node", p.node},
+              {"gpus", p.gpus},
+              {"memoryPerGpu", p.memory_per_gpu},
+              {"computePerGpu", p.compute_per_gpu},
+              {"exclusive", p.exclusive}};
+}
+
+std::string Reply(const std::string& error) { return json{{"Error", error}}.dump(); }
+
+}  // namespace
+
+Extender::Extender(Scheduler* scheduler, ExtenderOptions options)
+    : scheduler_(scheduler), options_(std::move(options)), cache_(std::make_unique<PodCache>()) {
+  cache_->limit = std::max(1, options_.max_cached_pods);
+}
+
+Extender::~Extender() = default;
+
+std::string ErrorJson(const absl::Status& status) {
+  return json{{"Error", std::string(status.message())},
+              {"Code", absl::StatusCodeToString(status.code())}}
+      .dump();
+}
+
+std::string Extender::Version() const { return json{{"version", options_.version}}.dump(); }
+
+absl::Status Extender::RememberPods(std::string_view pods_json) {
+  GPUSHARE_ASSIGN_OR_RETURN(json list, internal::ParseJson(pods_json, "pod list"));
+  GPUSHARE_ASSIGN_OR_RETURN(const json* items, internal::ListItems(list, "pod list"));
+  std::vector<Pod> pods;
+  for (const json& item : *items) {
+    GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
+    pods.push_back(std::move(pod));
+  }
+  for (const Pod& pod : pods) cache_->Put(pod);
+  return absl::OkStatus();
+}
+
+// ---- Filter and prioritize -----------------------------------------------------
+
+namespace {
+
+// Splits `names` into those the pod's affinity allows (returned) and the
+// rest (added to `failed` with kube-scheduler's reason).
+std::vector<std::string> ApplyAffinity(const Scheduler& scheduler, const Pod& pod,
+                                       const std::vector<std::string>& names,
+                                       std::map<std::string, std::string>* failed) {
+  std::vector<std::string> allowed;
+  scheduler.Read([&](const Cluster& cluster) {
+    for (const std::string& name : names) {
+      const NodeStatus* node = cluster.FindNode(name);
+      if (node != nullptr && !MatchesNodeAffinity(pod, name, node->labels)) {
+        (*failed)[name] = "node(s) didn't match Pod's node affinity/selector";
+      } else {
+        allowed.push_back(name);
+      }
+    }
+  });
+  return allowed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Extender::Filter(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(Args args, ParseArgs(body));
+  // Everything is validated; now learn the pod and any new nodes.
+  cache_->Put(args.pod);
+  for (const Node& node : args.nodes) {
+    bool known = false;
+    scheduler_->Read([&](const Cluster& c) { known = c.FindNode(node.name) != nullptr; });
+    // A concurrent Filter may add it first: AlreadyExists is fine.
+    if (!known) scheduler_->AddNode(node).IgnoreError();
+  }
+  std::map<std::string, std::string> failed;
+  std::set<std::string> passed;
+  if (!args.pod.uses_gpus()) {
+    passed.insert(args.names.begin(), args.names.end());
+  } else {
+    std::vector<std::string> allowed = ApplyAffinity(*scheduler_, args.pod, args.names, &failed);
+    // An empty list would mean "every node" to Scheduler::Filter.
+    absl::StatusOr<std::vector<FitResult>> fits =
+        allowed.empty() ? absl::StatusOr<std::vector<FitResult>>(std::vector<FitResult>{})
+                        : scheduler_->Filter(args.pod.request, allowed);
+    if (!fits.ok()) {
+      for (const std::string& name : allowed) failed[name] = std::string(fits.status().message());
+    } else {
+      for (const FitResult& f : *fits) {
+        if (f.feasible) {
+          passed.insert(f.node);
+        } else {
+          failed[f.node] = f.reason;
+        }
+      }
+    }
+  }
+  json reply{{"FailedNodes", failed}, {"Error", ""}};
+  reply["FailedAndUnresolvableNodes"] = json::object();
+  if (args.with_nodes) {
+    json items = json::array();
+    for (size_t i = 0; i < args.names.size(); ++i) {
+      if (passed.count(args.names[i])) items.push_back(args.node_objects[i]);
+    }
+    reply["Nodes"] = json{{"metadata", json::object()}, {"items", items}};
+    reply["NodeNames"] = nullptr;
+  } else {
+    std::vector<std::string> names;
+    for (const std::string& n : args.names) {
+      if (passed.count(n)) names.push_back(n);
+    }
+    reply["Nodes"] = nullptr;
+    reply["NodeNames"] = names;
+  }
+  return reply.dump();
+}
+
+absl::StatusOr<std::string> Extender::Prioritize(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(Args args, ParseArgs(body));
+  cache_->Put(args.pod);
+  std::map<std::string, int64_t> score;
+  if (args.pod.uses_gpus()) {
+    std::map<std::string, std::string> ignored;
+    std::vector<std::string> allowed = ApplyAffinity(*scheduler_, args.pod, args.names, &ignored);
+    if (!allowed.empty()) {
+      absl::StatusOr<std::vector<NodeScore>> scores =
+          scheduler_->Score(args.pod.request, allowed);
+      if (scores.ok()) {
+        for (const NodeScore& s : *scores) score[s.node] = s.rank;
+      }
+    }
+  }
+  json list = json::array();
+  for (const std::string& name : args.names) {
+    auto it = score.find(name);
+    list.push_back(json{{"Host", name}, {"Score", it == score.end() ? 0 : it->second}});
+  }
+  return list.dump();
+}
+
+// ---- Bind ------------------------------------------------------------------------
+
+absl::StatusOr<BindResult> Extender::BindPod(const std::string& pod_namespace,
+                                             const std::string& pod_name, const std::string& uid,
+                                             const std::string& node) {
+  const std::string id = absl::StrCat(pod_namespace.empty() ? "default" : pod_namespace, "/",
+                                      pod_name);
+  std::optional<Pod> pod = cache_->Get(uid, id);
+  if (!pod) {
+    return absl::NotFoundError(absl::StrCat("pod ", id, " (uid '", uid,
+                                            "') was not seen by filter; cannot bind it"));
+  }
+  BindResult result;
+  GPUSHARE_ASSIGN_OR_RETURN(result.placement, scheduler_->Reserve(pod->request, node));
+  absl::StatusOr<DeviceView> view = absl::UnknownError("unset");
+  scheduler_->Read([&](const Cluster& c) { view = MakeDeviceView(c, result.placement); });
+  if (!view.ok()) return view.status();
+  result.annotations = view->annotations;
+  result.patch = json{{"metadata", {{"annotations", result.annotations}}}}.dump();
+  return result;
+}
+
+absl::StatusOr<std::string> Extender::Bind(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(body, "ExtenderBindingArgs"));
+  if (!j.is_object()) return Invalid("ExtenderBindingArgs must be a JSON object");
+  GPUSHARE_ASSIGN_OR_RETURN(std::string name, RequiredString(j, "PodName", "ExtenderBindingArgs"));
+  GPUSHARE_ASSIGN_OR_RETURN(std::string node, RequiredString(j, "Node", "ExtenderBindingArgs"));
+  GPUSHARE_ASSIGN_OR_RETURN(std::string ns,
+                            internal::StringMember(j, "PodNamespace", "ExtenderBindingArgs"));
+  GPUSHARE_ASSIGN_OR_RETURN(std::string uid,
+                            internal::StringMember(j, "PodUID", "ExtenderBindingArgs"));
+  absl::StatusOr<BindResult> bound = BindPod(ns, name, uid, node);
+  if (!bound.ok()) return Reply(std::string(bound.status().message()));
+  json reply{{"Error", ""},
+             {"Placement", PlacementJson(bound->placement)},
+             {"Annotations", bound->annotations}};
+  return reply.dump();
+}
+
+// ---- Preempt -----------------------------------------------------------------------
+
+absl::StatusOr<std::string> Extender::Preempt(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(body, "ExtenderPreemptionArgs"));
+  if (!j.is_object()) return Invalid("ExtenderPreemptionArgs must be a JSON object");
+  const json* pod_json = Member(j, "Pod");
+  if (pod_json == nullptr) return Invalid("ExtenderPreemptionArgs has no Pod");
+  GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(*pod_json));
+
+  struct Victim {
+    std::string uid;
+    std::string id;  // Empty when unknown.
+  };
+  struct Candidate {
+    std::string node;
+    std::vector<Victim> victims;
+    int64_t pdb = 0;
+  };
+  std::vector<Candidate> candidates;
+  const json* full = Member(j, "NodeNameToVictims");
+  const json* meta = Member(j, "NodeNameToMetaVictims");
+  const json* map = full != nullptr ? full : meta;
+  if (map != nullptr) {
+    if (!map->is_object()) return Invalid("NodeNameToVictims must be an object");
+    for (const auto& [node, victims] : map->items()) {
+      const std::string where = absl::StrCat("victims of node ", node);
+      if (!victims.is_object()) return Invalid(absl::StrCat(where, " must be an object"));
+      Candidate c;
+      c.node = node;
+      if (const json* n = Member(victims, "NumPDBViolations")) {
+        if (!n->is_number_integer()) {
+          return Invalid(absl::StrCat(where, ": NumPDBViolations must be an integer"));
+        }
+        c.pdb = n->get<int64_t>();
+      }
+      if (const json* pods = Member(victims, "Pods")) {
+        if (!pods->is_array()) return Invalid(absl::StrCat(where, ": Pods must be an array"));
+        for (const json& v : *pods) {
+          Victim victim;
+          if (map == full) {
+            GPUSHARE_ASSIGN_OR_RETURN(Pod vp, internal::PodFromJson(v));
+            victim.uid = vp.uid;
+            victim.id = vp.request.id;
+          } else {
+            if (!v.is_object()) return Invalid(absl::StrCat(where, ": victims must be objects"));
+            GPUSHARE_ASSIGN_OR_RETURN(victim.uid, RequiredString(v, "UID", where));
+            victim.id = cache_->IdOfUid(victim.uid).value_or("");
+          }
+          c.victims.push_back(std::move(victim));
+        }
+      }
+      candidates.push_back(std::move(c));
+    }
+  }
+
+  json result = json::object();
+  scheduler_->Read([&](const Cluster& cluster) {
+    absl::StatusOr<Demand> demand = cluster.Validate(pod.request);
+    if (!demand.ok()) return;
+    std::vector<int> fitting;
+    for (const Candidate& c : candidates) {
+      const NodeStatus* status = cluster.FindNode(c.node);
+      std::vector<bool> evict(c.victims.size(), false);
+      if (status != nullptr && pod.uses_gpus()) {
+        if (!MatchesNodeAffinity(pod, c.node, status->labels)) continue;
+        NodeStatus node = *status;
+        auto fits = [&] {
+          return !::gpushare::internal::CheckNode(node, *demand, pod.request, &fitting);
+        };
+        std::vector<const Placement*> held(c.victims.size(), nullptr);
+        for (size_t i = 0; i < c.victims.size(); ++i) {
+          const Placement* p = c.victims[i].id.empty() ? nullptr
+                                                       : cluster.FindPlacement(c.victims[i].id);
+          if (p != nullptr && p->node == c.node) held[i] = p;
+          if (held[i] == nullptr) evict[i] = true;  // Unknown to gpushare: keep as proposed.
+        }
+        // Evict proposed GPU holders in order until the pod fits ...
+        for (size_t i = 0; i < c.victims.size() && !fits(); ++i) {
+          if (held[i] == nullptr) continue;
+          ::gpushare::internal::UndoOnNode(node, *held[i]);
+          evict[i] = true;
+        }
+        if (!fits()) continue;
+        // ... then spare, latest first, every one whose eviction was not needed.
+        for (size_t k = c.victims.size(); k-- > 0;) {
+          if (held[k] == nullptr || !evict[k]) continue;
+          ::gpushare::internal::ApplyToNode(node, *held[k]);
+          if (fits()) {
+            evict[k] = false;
+          } else {
+            ::gpushare::internal::UndoOnNode(node, *held[k]);
+          }
+        }
+      } else {
+        std::fill(evict.begin(), evict.end(), true);
+      }
+      json pods = json::array();
+      for (size_t i = 0; i < c.victims.size(); ++i) {
+        if (evict[i]) pods.push_back(json{{"UID", c.victims[i].uid}});
+      }
+      result[c.node] = json{{"Pods", pods}, {"NumPDBViolations", c.pdb}};
+    }
+  });
+  return json{{"NodeNameToMetaVictims", result}}.dump();
+}
+
+// ---- Lifecycle ---------------------------------------------------------------------
+
+namespace {
+
+struct PodRef {
+  std::string id;   // "<namespace>/<name>", empty if only the UID was given.
+  std::string uid;
+};
+
+absl::StatusOr<PodRef> ParsePodRef(std::string_view body, const char* what) {
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(body, what));
+  if (!j.is_object()) return Invalid(absl::StrCat(what, " must be a JSON object"));
+  GPUSHARE_ASSIGN_OR_RETURN(std::string ns, internal::StringMember(j, "PodNamespace", what));
+  GPUSHARE_ASSIGN_OR_RETURN(std::string name, internal::StringMember(j, "PodName", what));
+  PodRef ref;
+  GPUSHARE_ASSIGN_OR_RETURN(ref.uid, internal::StringMember(j, "PodUID", what));
+  if (name.empty() && ref.uid.empty()) {
+    return Invalid(absl::StrCat(what, " has no PodName or PodUID"));
+  }
+  if (!name.empty()) ref.id = absl::StrCat(ns.empty() ? "default" : ns, "/", name);
+  return ref;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Extender::Confirm(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "confirm request"));
+  if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
+  absl::Status s = scheduler_->Confirm(ref.id);
+  return Reply(s.ok() ? "" : std::string(s.message()));
+}
+
+absl::StatusOr<std::string> Extender::Forget(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "forget request"));
+  if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
+  absl::Status s = scheduler_->Forget(ref.id);
+  return Reply(s.ok() ? "" : std::string(s.message()));
+}
+
+absl::StatusOr<std::string> Extender::Release(std::string_view body) {
+  GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "release request"));
+  if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
+  absl::Status s = scheduler_->Release(ref.id);
+  return Reply(s.ok() ? "" : std::string(s.message()));
+}
+
+// ---- Inspect -----------------------------------------------------------------------
+
+absl::StatusOr<std::string> Extender::Inspect(std::string_view node_name) const {
+  std::set<std::string> reserved;
+  for (const Reservation& r : scheduler_->reservations()) {
+    reserved.insert(r.placement.request_id);
+  }
+  json nodes = json::array();
+  bool found = node_name.empty();
+  scheduler_->Read([&](const Cluster& cluster) {
+    for (const std::string& name : cluster.node_names()) {
+      if (!node_name.empty() && name != node_name) continue;
+      found = true;
+      const NodeStatus* node = cluster.FindNode(name);
+      json devs = json::array();
+      for (const GpuStatus& g : node->gpus) {
+        devs.push_back(json{{"id", g.index},
+                            {"totalGPU", g.memory},
+                            {"usedGPU", g.memory_used},
+                            {"healthy", g.healthy},
+                            {"pods", json::array()}});
+      }
+      std::vector<std::string> ids = node->requests;
+      std::sort(ids.begin(), ids.end());
+      for (const std::string& id : ids) {
+        const Placement* p = cluster.FindPlacement(id);
+        if (p == nullptr) continue;
+        const size_t slash = id.find('/');
+        const std::string ns = slash == std::string::npos ? "default" : id.substr(0, slash);
+        const std::string pod = slash == std::string::npos ? id : id.substr(slash + 1);
+        for (int g : p->gpus) {
+          devs[g]["pods"].push_back(
+              json{{"namespace", ns},
+                   {"name", pod},
+                   {"usedGPU", p->exclusive ? node->gpus[g].memory : p->memory_per_gpu},
+                   {"reserved", reserved.count(id) > 0}});
+        }
+      }
+      nodes.push_back(json{{"name", name},
+                           {"totalGPU", node->gpu_memory()},
+                           {"usedGPU", node->gpu_memory_used()},
+                           {"devs", devs}});
+    }
+  });
+  if (!found) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown node '", ::gpushare::internal::Sv(node_name), "'"));
+  }
+  return json{{"nodes", nodes}}.dump();
+}
+
+}  // namespace gpushare::k8s

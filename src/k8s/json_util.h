@@ -1,0 +1,46 @@
+// Internal: exception-free helpers over nlohmann::json for the Kubernetes
+// layer, and the parsers that work on already-parsed JSON values.
+
+#ifndef GPUSHARE_K8S_JSON_UTIL_H_
+#define GPUSHARE_K8S_JSON_UTIL_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gpushare/kubernetes.h"
+#include "nlohmann/json.hpp"
+
+namespace gpushare::k8s::internal {
+
+using nlohmann::json;
+
+// Parses `text`; InvalidArgument naming `what` if it is not JSON.
+absl::StatusOr<json> ParseJson(std::string_view text, const char* what);
+
+// The member `key` of object `obj`, matched exactly or else ignoring letter
+// case (as Go's encoding/json does); nullptr if absent, null, or `obj` is not
+// an object.
+const json* Member(const json& obj, std::string_view key);
+
+// Member `key` as a string; "" if absent. InvalidArgument if not a string.
+absl::StatusOr<std::string> StringMember(const json& obj, std::string_view key,
+                                         std::string_view where);
+
+// A string-to-string map member (labels, annotations, nodeSelector); empty if
+// absent. InvalidArgument if not such a map.
+absl::StatusOr<std::map<std::string, std::string>> StringMap(const json& obj,
+                                                            std::string_view key,
+                                                            std::string_view where);
+
+// The items of a list object ({"items": [...]}) or a bare array.
+absl::StatusOr<const json*> ListItems(const json& list, const char* what);
+
+absl::StatusOr<Pod> PodFromJson(const json& pod);
+absl::StatusOr<Node> NodeFromJson(const json& node);
+
+}  // namespace gpushare::k8s::internal
+
+#endif  // GPUSHARE_K8S_JSON_UTIL_H_

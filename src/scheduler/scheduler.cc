@@ -1,0 +1,311 @@
+// The thread-safe scheduler core: a Cluster behind a shared_mutex, plus
+// reservations with a time-to-live (see gpushare/scheduler.h).
+
+#include "gpushare/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "src/internal/cluster_state.h"
+#include "src/internal/status_macros.h"
+
+namespace gpushare {
+
+struct Scheduler::State {
+  mutable std::shared_mutex mu;
+  Cluster cluster;                                           // Guarded by mu.
+  absl::flat_hash_map<std::string, Reservation> reserved;   // Guarded by mu.
+  std::deque<std::string> expired_order;                     // Guarded by mu.
+  absl::flat_hash_set<std::string> expired;                  // Guarded by mu.
+};
+
+namespace {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Cluster cluster,
+                                                            SchedulerOptions options) {
+  GPUSHARE_RETURN_IF_ERROR(MakePolicy(options.policy).status());
+  if (options.reservation_ttl_ms < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reservation ttl ", options.reservation_ttl_ms, " ms must be at least 1"));
+  }
+  if (!options.clock) options.clock = SteadyNowNs;
+  auto state = std::make_unique<State>();
+  state->cluster = std::move(cluster);
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(state), std::move(options)));
+}
+
+Scheduler::Scheduler(std::unique_ptr<State> state, SchedulerOptions options)
+    : options_(std::move(options)), state_(std::move(state)) {}
+
+Scheduler::~Scheduler() = default;
+
+// ---- Read side ---------------------------------------------------------------
+
+absl::StatusOr<std::vector<FitResult>> Scheduler::Filter(
+    const Request& request, const std::vector<std::string>& nodes) const {
+  std::shared_lock lock(state_->mu);
+  const Cluster& cluster = state_->cluster;
+  if (nodes.empty()) return cluster.Fit(request);
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
+  std::vector<FitResult> out;
+  out.reserve(nodes.size());
+  std::vector<int> fitting;
+  for (const std::string& name : nodes) {
+    FitResult r;
+    r.node = name;
+    const NodeStatus* node = cluster.FindNode(name);
+    if (node == nullptr) {
+      r.reason = absl::StrCat("node '", name, "' is unknown to gpushare");
+    } else if (std::optional<std::string> why =
+                   internal::CheckNode(*node, demand, request, &fitting)) {
+      r.reason = *std::move(why);
+    } else {
+      r.feasible = true;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<NodeScore>> Scheduler::Score(
+    const Request& request, const std::vector<std::string>& nodes) const {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  std::shared_lock lock(state_->mu);
+  const Cluster& cluster = state_->cluster;
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
+  std::vector<std::string> names = nodes.empty() ? cluster.node_names() : nodes;
+  std::vector<NodeScore> out;
+  std::vector<int> fitting;
+  for (const std::string& name : names) {
+    const NodeStatus* node = cluster.FindNode(name);
+    if (node == nullptr) continue;
+    if (internal::CheckNode(*node, demand, request, &fitting)) continue;
+    NodeChoice choice = policy->Evaluate(demand, *node, fitting, cluster);
+    out.push_back(NodeScore{name, choice.score, 0});
+  }
+  std::vector<gpushare::Score> distinct;
+  for (const NodeScore& s : out) distinct.push_back(s.score);
+  std::sort(distinct.begin(), distinct.end(),
+            [](const gpushare::Score& a, const gpushare::Score& b) { return b < a; });
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const int64_t d = static_cast<int64_t>(distinct.size());
+  for (NodeScore& s : out) {
+    const int64_t r = std::lower_bound(distinct.begin(), distinct.end(), s.score,
+                                       [](const gpushare::Score& a, const gpushare::Score& b) {
+                                         return b < a;
+                                       }) -
+                      distinct.begin();
+    s.rank = d <= 1 ? 10 : ((d - 1 - r) * 10 + (d - 1) / 2) / (d - 1);
+  }
+  return out;
+}
+
+void Scheduler::Read(const std::function<void(const Cluster&)>& fn) const {
+  std::shared_lock lock(state_->mu);
+  fn(state_->cluster);
+}
+
+std::vector<Reservation> Scheduler::reservations() const {
+  std::shared_lock lock(state_->mu);
+  std::vector<Reservation> out;
+  out.reserve(state_->reserved.size());
+  for (const auto& [id, r] : state_->reserved) out.push_back(r);
+  std::sort(out.begin(), out.end(), [](const Reservation& a, const Reservation& b) {
+    return a.placement.request_id < b.placement.request_id;
+  });
+  return out;
+}
+
+bool Scheduler::IsReserved(std::string_view id) const {
+  std::shared_lock lock(state_->mu);
+  return state_->reserved.contains(internal::Sv(id));
+}
+
+absl::Status Scheduler::CheckInvariants() const {
+  std::shared_lock lock(state_->mu);
+  GPUSHARE_RETURN_IF_ERROR(state_->cluster.CheckInvariants());
+  for (const auto& [id, r] : state_->reserved) {
+    const Placement* p = state_->cluster.FindPlacement(id);
+    if (p == nullptr || *p != r.placement) {
+      return absl::InternalError(
+          absl::StrCat("reservation '", id, "' is not placed as reserved in the cluster"));
+    }
+    if (state_->expired.contains(id)) {
+      return absl::InternalError(absl::StrCat("reservation '", id, "' is also marked expired"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Write side ----------------------------------------------------------------
+
+namespace {
+
+void RememberExpired(std::deque<std::string>& order, absl::flat_hash_set<std::string>& set,
+                     const std::string& id, int limit) {
+  if (limit <= 0 || !set.insert(id).second) return;
+  order.push_back(id);
+  while (static_cast<int>(order.size()) > limit) {
+    set.erase(order.front());
+    order.pop_front();
+  }
+}
+
+void Unremember(std::deque<std::string>& order, absl::flat_hash_set<std::string>& set,
+                const std::string& id) {
+  if (set.erase(id) > 0) order.erase(std::find(order.begin(), order.end(), id));
+}
+
+}  // namespace
+
+int Scheduler::ExpireReservations() {
+  std::unique_lock lock(state_->mu);
+  const int64_t now = options_.clock();
+  std::vector<std::string> due;
+  for (const auto& [id, r] : state_->reserved) {
+    if (r.expires_ns <= now) due.push_back(id);
+  }
+  for (const std::string& id : due) {
+    // A reservation is always placed (CheckInvariants), so this cannot fail.
+    state_->cluster.Release(id).IgnoreError();
+    state_->reserved.erase(id);
+    RememberExpired(state_->expired_order, state_->expired, id, options_.remembered_expiries);
+  }
+  return static_cast<int>(due.size());
+}
+
+absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string_view node) {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  Cluster& cluster = state_->cluster;
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
+  if (const Placement* existing = cluster.FindPlacement(request.id)) {
+    if (!node.empty() && existing->node == node) return *existing;
+    return absl::AlreadyExistsError(absl::StrCat("request '", request.id,
+                                                 "' is already placed on node '",
+                                                 existing->node, "'"));
+  }
+  Placement p;
+  if (node.empty()) {
+    GPUSHARE_ASSIGN_OR_RETURN(p, cluster.Plan(request, *policy));
+  } else {
+    const NodeStatus* status = cluster.FindNode(node);
+    if (status == nullptr) {
+      return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(node), "'"));
+    }
+    std::vector<int> fitting;
+    if (std::optional<std::string> why = internal::CheckNode(*status, demand, request, &fitting)) {
+      return absl::ResourceExhaustedError(absl::StrCat("request '", request.id,
+                                                       "' does not fit on node '",
+                                                       internal::Sv(node), "': ", *why));
+    }
+    NodeChoice choice = policy->Evaluate(demand, *status, fitting, cluster);
+    p.request_id = request.id;
+    p.node = status->name;
+    p.gpus = std::move(choice.gpus);
+    p.memory_per_gpu = demand.memory_per_gpu;
+    p.compute_per_gpu = demand.compute_per_gpu;
+    p.exclusive = demand.kind == Demand::Kind::kExclusive;
+    p.cpu = demand.cpu;
+    p.host_memory = demand.host_memory;
+  }
+  // Commit re-checks the placement against the node, so a policy that chose
+  // badly cannot oversubscribe.
+  GPUSHARE_RETURN_IF_ERROR(cluster.Commit(p));
+  policy->OnCommitted(p);
+  const int64_t expires = options_.clock() + options_.reservation_ttl_ms * 1'000'000;
+  state_->reserved[p.request_id] = Reservation{p, expires};
+  Unremember(state_->expired_order, state_->expired, p.request_id);
+  return p;
+}
+
+absl::Status Scheduler::Confirm(std::string_view id) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  if (state_->reserved.erase(internal::Sv(id)) > 0) return absl::OkStatus();
+  if (state_->cluster.FindPlacement(id) != nullptr) return absl::OkStatus();
+  if (state_->expired.contains(internal::Sv(id))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reservation of '", internal::Sv(id), "' expired or was forgotten"));
+  }
+  return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+}
+
+absl::Status Scheduler::Forget(std::string_view id) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  auto it = state_->reserved.find(internal::Sv(id));
+  if (it == state_->reserved.end()) {
+    if (state_->cluster.FindPlacement(id) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "request '", internal::Sv(id), "' is confirmed; release it instead"));
+    }
+    if (state_->expired.contains(internal::Sv(id))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "reservation of '", internal::Sv(id), "' expired or was forgotten"));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+  }
+  std::string key = it->first;
+  GPUSHARE_RETURN_IF_ERROR(state_->cluster.Release(key));
+  state_->reserved.erase(it);
+  RememberExpired(state_->expired_order, state_->expired, key, options_.remembered_expiries);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Release(std::string_view id) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  GPUSHARE_RETURN_IF_ERROR(state_->cluster.Release(id));
+  state_->reserved.erase(internal::Sv(id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> Scheduler::Place(const Request& request) {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  GPUSHARE_ASSIGN_OR_RETURN(Placement p, state_->cluster.Place(request, *policy));
+  Unremember(state_->expired_order, state_->expired, p.request_id);
+  return p;
+}
+
+absl::Status Scheduler::AddNode(const Node& node) {
+  std::unique_lock lock(state_->mu);
+  return state_->cluster.AddNode(node);
+}
+
+absl::Status Scheduler::RemoveNode(std::string_view name) {
+  std::unique_lock lock(state_->mu);
+  return state_->cluster.RemoveNode(name);
+}
+
+absl::Status Scheduler::SetNodeSchedulable(std::string_view name, bool schedulable) {
+  std::unique_lock lock(state_->mu);
+  return state_->cluster.SetNodeSchedulable(name, schedulable);
+}
+
+absl::Status Scheduler::SetGpuHealthy(std::string_view node, int gpu, bool healthy) {
+  std::unique_lock lock(state_->mu);
+  return state_->cluster.SetGpuHealthy(node, gpu, healthy);
+}
+
+}  // namespace gpushare

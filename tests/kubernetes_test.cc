@@ -1,0 +1,453 @@
+// Kubernetes in and out: quantities, v1.Pod / v1.Node parsing, node affinity,
+// state rebuilt from kubectl output, and the extender protocol (S1 and S3 as
+// kube-scheduler conversations, preemption, malformed bodies).
+
+#include "gpushare/kubernetes.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpushare::k8s {
+namespace {
+
+using ::gpushare::testing::StatusIs;
+using ::nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+// ---- Builders: objects shaped like kube-scheduler and kubectl print them ----
+
+json GpuNode(const std::string& name, const std::string& ip, int gpus, int per_gpu,
+             std::map<std::string, std::string> labels = {{"gpushare", "true"}}) {
+  return json{{"apiVersion", "v1"},
+              {"kind", "Node"},
+              {"metadata", {{"name", name}, {"labels", labels}}},
+              {"spec", json::object()},
+              {"status",
+               {{"capacity",
+                 {{"aliyun.com/gpu-mem", std::to_string(gpus * per_gpu)},
+                  {"aliyun.com/gpu-count", std::to_string(gpus)},
+                  {"cpu", "32"},
+                  {"memory", "128Gi"}}},
+                {"addresses",
+                 json::array({{{"type", "Hostname"}, {"address", name}},
+                              {{"type", "InternalIP"}, {"address", ip}}})}}}};
+}
+
+json GpuPod(const std::string& name, int units, int count = 0,
+            const std::string& uid = "") {
+  json labels = json::object();
+  if (count > 0) labels["aliyun.com/gpu-count"] = std::to_string(count);
+  return json{
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "default"},
+        {"uid", uid.empty() ? "uid-" + name : uid},
+        {"labels", labels}}},
+      {"spec",
+       {{"containers",
+         json::array({{{"name", "main"},
+                       {"image", "cheyang/gpu-player:v2"},
+                       {"resources",
+                        {{"limits", {{"aliyun.com/gpu-mem", std::to_string(units)}}}}}}})}}},
+      {"status", {{"phase", "Pending"}}}};
+}
+
+std::string Args(const json& pod, const std::vector<std::string>& names) {
+  return json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
+}
+
+std::string Binding(const std::string& name, const std::string& node) {
+  return json{{"PodName", name}, {"PodNamespace", "default"}, {"PodUID", "uid-" + name},
+              {"Node", node}}
+      .dump();
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(const std::vector<json>& nodes,
+                                         const std::vector<json>& pods = {}) {
+  json node_list{{"kind", "NodeList"}, {"items", nodes}};
+  json pod_list{{"kind", "PodList"}, {"items", pods}};
+  auto cluster = RebuildCluster(node_list.dump(), pod_list.dump());
+  EXPECT_OK(cluster);
+  auto s = Scheduler::Create(*std::move(cluster));
+  EXPECT_OK(s);
+  return *std::move(s);
+}
+
+// ---- Quantities ---------------------------------------------------------------------
+
+TEST(QuantityTest, ParsesKubernetesSyntax) {
+  EXPECT_EQ(*QuantityMilli("500m"), 500);
+  EXPECT_EQ(*QuantityMilli("2"), 2000);
+  EXPECT_EQ(*QuantityMilli("1.5"), 1500);
+  EXPECT_EQ(*QuantityMilli(".5"), 500);
+  EXPECT_EQ(*QuantityMilli("1e3"), 1'000'000);
+  EXPECT_EQ(*QuantityMilli("100u"), 1);  // Rounded up.
+  EXPECT_EQ(*QuantityMiB("8Gi"), 8192);
+  EXPECT_EQ(*QuantityMiB("512Mi"), 512);
+  EXPECT_EQ(*QuantityMiB("1e9"), 954);
+  EXPECT_EQ(*QuantityMiB("1G"), 954);
+  EXPECT_EQ(*QuantityMiB("1"), 1);
+  EXPECT_EQ(*QuantityMiB("0"), 0);
+  EXPECT_EQ(*QuantityInteger("2"), 2);
+  EXPECT_EQ(*QuantityInteger("+14"), 14);
+  EXPECT_EQ(*QuantityInteger("1e3"), 1000);
+  EXPECT_EQ(*QuantityInteger("1k"), 1000);
+  EXPECT_EQ(*QuantityInteger("2000m"), 2);
+  EXPECT_EQ(*QuantityInteger("1Ki"), 1024);
+}
+
+TEST(QuantityTest, RejectsMalformedNegativeAndHugeValues) {
+  for (const char* bad : {"", "-1", "abc", "1Zi", "1.2.3", "1e", "e3", "1 Gi", "."}) {
+    EXPECT_THAT(QuantityMilli(bad), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
+  EXPECT_THAT(QuantityInteger("1.5"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'1.5' is invalid: not a whole"));
+  EXPECT_THAT(QuantityInteger("500m"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(QuantityInteger("1e40"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
+  EXPECT_THAT(QuantityMiB("1Ei"), StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
+}
+
+// ---- Objects ------------------------------------------------------------------------
+
+TEST(PodTest, SumsContainerLimitsAndSkipsInitContainers) {
+  json pod = GpuPod("train", 0, 4);
+  pod["spec"]["containers"] = json::array(
+      {{{"name", "a"},
+        {"resources",
+         {{"limits", {{"aliyun.com/gpu-mem", "2"}}},
+          {"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}}}}},
+       {{"name", "b"},
+        {"resources",
+         {{"limits", {{"aliyun.com/gpu-mem", "6"}, {"cpu", "1.5"}, {"memory", "512Mi"}}}}}}});
+  pod["spec"]["initContainers"] =
+      json::array({{{"name", "init"}, {"resources", {{"limits", {{"aliyun.com/gpu-mem", "5"}}}}}}});
+  pod["spec"]["nodeSelector"] = {{"inference", "tensorflow"}};
+  ASSERT_OK_AND_ASSIGN(Pod p, ParsePod(pod.dump()));
+  EXPECT_EQ(p.request.id, "default/train");
+  EXPECT_EQ(p.uid, "uid-train");
+  EXPECT_EQ(p.request.gpu_memory, 8);
+  EXPECT_EQ(p.request.gpu_count, 4);
+  EXPECT_EQ(p.request.cpu, 2000);
+  EXPECT_EQ(p.request.host_memory, 1536);
+  EXPECT_EQ(p.request.node_selector.at("inference"), "tensorflow");
+  EXPECT_TRUE(p.uses_gpus());
+}
+
+TEST(PodTest, ReadsWholeGpusAndNodeAffinity) {
+  json pod = GpuPod("serve", 0);
+  pod["spec"]["containers"][0]["resources"]["limits"] = {{"nvidia.com/gpu", 1}};
+  pod["spec"]["affinity"] = {
+      {"nodeAffinity",
+       {{"requiredDuringSchedulingIgnoredDuringExecution",
+         {{"nodeSelectorTerms",
+           json::array({{{"matchExpressions",
+                          json::array({{{"key", "pool"},
+                                        {"operator", "In"},
+                                        {"values", {"spot", "on-demand"}}}})}}})}}}}}};
+  ASSERT_OK_AND_ASSIGN(Pod p, ParsePod(pod.dump()));
+  EXPECT_EQ(p.request.whole_gpus, 1);
+  EXPECT_EQ(p.request.gpu_memory, 0);
+  EXPECT_TRUE(MatchesNodeAffinity(p, "n1", {{"pool", "spot"}}));
+  EXPECT_FALSE(MatchesNodeAffinity(p, "n1", {{"pool", "gpu"}}));
+  EXPECT_FALSE(MatchesNodeAffinity(p, "n1", {}));
+}
+
+TEST(PodTest, RejectsMalformedPodsNamingTheValue) {
+  json pod = GpuPod("bad", 0);
+  pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "2.5";
+  EXPECT_THAT(ParsePod(pod.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "container main"));
+  json count = GpuPod("bad", 8);
+  count["metadata"]["labels"]["aliyun.com/gpu-count"] = "zero";
+  EXPECT_THAT(ParsePod(count.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gpu-count=\"zero\""));
+  json op = GpuPod("bad", 1);
+  op["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = {
+      {"nodeSelectorTerms",
+       json::array({{{"matchExpressions", json::array({{{"key", "a"}, {"operator", "Near"}}})}}})}};
+  EXPECT_THAT(ParsePod(op.dump()), StatusIs(absl::StatusCode::kInvalidArgument, "'Near'"));
+  EXPECT_THAT(ParsePod("{\"metadata\":"), StatusIs(absl::StatusCode::kInvalidArgument, "JSON"));
+  EXPECT_THAT(ParsePod("{\"metadata\":{}}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "metadata.name"));
+}
+
+TEST(NodeTest, SplitsGpuMemoryOverTheGpuCount) {
+  json node = GpuNode("v100", "10.0.0.7", 4, 15, {{"gpushare", "true"},
+                                                 {"nvidia.com/gpu.product", "V100"}});
+  node["spec"]["unschedulable"] = true;
+  ASSERT_OK_AND_ASSIGN(Node n, ParseNode(node.dump()));
+  EXPECT_EQ(n.name, "v100");
+  EXPECT_EQ(n.address, "10.0.0.7");
+  ASSERT_EQ(n.gpus.size(), 4u);
+  EXPECT_EQ(n.gpus[3].memory, 15);
+  EXPECT_EQ(n.gpus[0].model, "V100");
+  EXPECT_FALSE(n.schedulable);
+  EXPECT_TRUE(TakesSharedGpuWork(n));
+  EXPECT_EQ(n.cpu, 0);  // Host resources are left to kube-scheduler.
+
+  json bad = GpuNode("x", "1.2.3.4", 1, 14);
+  bad["status"]["capacity"]["aliyun.com/gpu-mem"] = "lots";
+  EXPECT_THAT(ParseNode(bad.dump()), StatusIs(absl::StatusCode::kInvalidArgument, "'lots'"));
+}
+
+// ---- Rebuild --------------------------------------------------------------------------
+
+json BoundPod(const std::string& name, int units, const std::string& node, const std::string& idx,
+              const std::string& phase = "Running") {
+  json pod = GpuPod(name, units);
+  pod["spec"]["nodeName"] = node;
+  pod["status"]["phase"] = phase;
+  if (!idx.empty()) {
+    pod["metadata"]["annotations"] = {{"ALIYUN_COM_GPU_MEM_IDX", idx},
+                                      {"ALIYUN_COM_GPU_MEM_POD", std::to_string(units)},
+                                      {"ALIYUN_COM_GPU_MEM_ASSIGNED", "true"}};
+  }
+  return pod;
+}
+
+TEST(RebuildTest, RestoresBoundPodsAndFreesCompletedOnes) {
+  json nodes{{"items", {GpuNode("sd-cluster-04", "192.168.1.214", 1, 14),
+                        GpuNode("sd-cluster-05", "192.168.1.215", 1, 14)}}};
+  json pods{{"items",
+             {BoundPod("binpack-1", 2, "sd-cluster-05", "0"),
+              BoundPod("binpack-2-0", 8, "sd-cluster-05", "0"),
+              BoundPod("binpack-2-1", 8, "sd-cluster-04", "0"),
+              BoundPod("done", 4, "sd-cluster-04", "0", "Succeeded"),
+              BoundPod("legacy", 1, "sd-cluster-04", ""),
+              BoundPod("lost", 1, "gone-node", "0"),
+              GpuPod("pending", 3)}}};
+  RebuildReport report;
+  ASSERT_OK_AND_ASSIGN(Cluster c, RebuildCluster(nodes.dump(), pods.dump(), {}, &report));
+  EXPECT_EQ(report.nodes, 2);
+  EXPECT_EQ(report.placed, 3);
+  EXPECT_EQ(report.skipped, 2);
+  EXPECT_THAT(report.warnings, ::testing::Contains(HasSubstr("default/legacy")));
+  EXPECT_EQ(c.FindNode("sd-cluster-04")->gpu_memory_used(), 8);
+  EXPECT_EQ(c.FindNode("sd-cluster-05")->gpu_memory_used(), 10);
+  EXPECT_EQ(c.FindNode("sd-cluster-05")->address, "192.168.1.215");
+  EXPECT_OK(c.CheckInvariants());
+}
+
+TEST(RebuildTest, ReadsTheAllocationAnnotationAndSkipsConflicts) {
+  json nodes = json::array({GpuNode("v", "10.0.0.1", 4, 15)});
+  json multi = GpuPod("multi", 8, 4);
+  multi["spec"]["nodeName"] = "v";
+  multi["metadata"]["annotations"] = {
+      {"scheduler.framework.gpushare.allocation", R"({"0":{"0":2,"1":2},"1":{"2":2,"3":2}})"}};
+  json full = BoundPod("full", 13, "v", "2");  // Fills GPU 2 with multi.
+  json clash = BoundPod("clash", 14, "v", "2");  // GPU 2 is full by then.
+  RebuildReport report;
+  ASSERT_OK_AND_ASSIGN(Cluster c,
+                       RebuildCluster(nodes.dump(), json::array({multi, full, clash}).dump(), {},
+                                      &report));
+  ASSERT_OK_AND_ASSIGN(Placement p, c.GetPlacement("default/multi"));
+  EXPECT_THAT(p.gpus, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(p.memory_per_gpu, 2);
+  EXPECT_EQ(report.placed, 2);
+  EXPECT_EQ(report.skipped, 1);
+  EXPECT_THAT(RebuildCluster("[", "[]"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(RebuildCluster("{\"items\": 3}", "[]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "items"));
+}
+
+// ---- Extender protocol ---------------------------------------------------------------
+
+// kube-scheduler: filter, prioritize, pick the best score (first on ties), bind.
+std::string ScheduleLikeKubeScheduler(Extender& ext, const json& pod,
+                                      const std::vector<std::string>& names) {
+  absl::StatusOr<std::string> filtered = ext.Filter(Args(pod, names));
+  EXPECT_OK(filtered);
+  json f = json::parse(*filtered);
+  EXPECT_EQ(f["Error"], "");
+  std::vector<std::string> ok = f["NodeNames"].get<std::vector<std::string>>();
+  if (ok.empty()) return "";
+  json scores = json::parse(*ext.Prioritize(Args(pod, ok)));
+  std::string best;
+  int64_t best_score = -1;
+  for (const json& s : scores) {
+    if (s["Score"].get<int64_t>() > best_score) {
+      best_score = s["Score"].get<int64_t>();
+      best = s["Host"].get<std::string>();
+    }
+  }
+  json bound = json::parse(*ext.Bind(Binding(pod["metadata"]["name"], best)));
+  EXPECT_EQ(bound["Error"], "") << bound.dump();
+  return best;
+}
+
+TEST(ExtenderTest, ScenarioS1AsAKubeSchedulerConversation) {
+  auto scheduler = MakeScheduler({GpuNode("sd-cluster-04", "192.168.1.214", 1, 14),
+                                  GpuNode("sd-cluster-05", "192.168.1.215", 1, 14)});
+  Extender ext(scheduler.get());
+  const std::vector<std::string> names = {"sd-cluster-04", "sd-cluster-05"};
+  const std::string a = ScheduleLikeKubeScheduler(ext, GpuPod("binpack-1", 2), names);
+  ASSERT_FALSE(a.empty());
+  const std::string b = a == "sd-cluster-04" ? "sd-cluster-05" : "sd-cluster-04";
+  EXPECT_EQ(ScheduleLikeKubeScheduler(ext, GpuPod("binpack-2-0", 8), names), a);
+  EXPECT_EQ(ScheduleLikeKubeScheduler(ext, GpuPod("binpack-2-1", 8), names), b);
+  EXPECT_EQ(ScheduleLikeKubeScheduler(ext, GpuPod("binpack-3", 2), names), a);
+  // 8 units are free, but no single GPU has 7.
+  json f = json::parse(*ext.Filter(Args(GpuPod("big", 7), names)));
+  EXPECT_THAT(f["NodeNames"], IsEmpty());
+  EXPECT_THAT(f["FailedNodes"][b].get<std::string>(), HasSubstr("largest free 6"));
+  EXPECT_EQ(ScheduleLikeKubeScheduler(ext, GpuPod("binpack-4", 5), names), b);
+  json inspect = json::parse(*ext.Inspect());
+  std::map<std::string, int64_t> used;
+  for (const json& n : inspect["nodes"]) used[n["name"]] = n["usedGPU"];
+  EXPECT_EQ(used[a], 12);
+  EXPECT_EQ(used[b], 13);
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(ExtenderTest, ScenarioS3SplitsOverFourGpusAndAnnotatesThePod) {
+  auto scheduler = MakeScheduler({GpuNode("v100-node", "10.0.0.9", 4, 15)});
+  Extender ext(scheduler.get());
+  json pod = GpuPod("sts-0", 8, 4);
+  json f = json::parse(*ext.Filter(Args(pod, {"v100-node"})));
+  EXPECT_THAT(f["NodeNames"], ElementsAre("v100-node"));
+  json bound = json::parse(*ext.Bind(Binding("sts-0", "v100-node")));
+  ASSERT_EQ(bound["Error"], "");
+  EXPECT_THAT(bound["Placement"]["gpus"], ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(bound["Placement"]["memoryPerGpu"], 2);
+  EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_IDX"], "0-1-2-3");
+  EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_POD"], "8");
+  EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_DEV"], "15");
+  EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"], "false");
+  ASSERT_OK_AND_ASSIGN(BindResult again, ext.BindPod("default", "sts-0", "uid-sts-0",
+                                                     "v100-node"));
+  EXPECT_THAT(json::parse(again.patch)["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"],
+              "0-1-2-3");
+  EXPECT_TRUE(scheduler->IsReserved("default/sts-0"));
+  EXPECT_EQ(json::parse(*ext.Confirm(R"({"PodUID":"uid-sts-0"})"))["Error"], "");
+  EXPECT_FALSE(scheduler->IsReserved("default/sts-0"));
+  // 8 over 3 GPUs is rejected for every node, with the reason.
+  json odd = json::parse(*ext.Filter(Args(GpuPod("odd", 8, 3), {"v100-node"})));
+  EXPECT_THAT(odd["FailedNodes"]["v100-node"].get<std::string>(), HasSubstr("divisible"));
+}
+
+TEST(ExtenderTest, FilterWithNodeObjectsLearnsNodesAndHonoursAffinity) {
+  auto scheduler = MakeScheduler({});
+  Extender ext(scheduler.get());
+  json pod = GpuPod("p", 2);
+  pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = {
+      {"nodeSelectorTerms",
+       json::array({{{"matchExpressions",
+                      json::array({{{"key", "pool"}, {"operator", "In"}, {"values", {"a"}}}})}}})}};
+  json args{{"Pod", pod},
+            {"Nodes",
+             {{"items",
+               {GpuNode("n1", "10.0.0.1", 1, 14, {{"gpushare", "true"}, {"pool", "a"}}),
+                GpuNode("n2", "10.0.0.2", 1, 14, {{"gpushare", "true"}, {"pool", "b"}}),
+                GpuNode("n3", "10.0.0.3", 1, 14, {{"pool", "a"}})}}}},
+            {"NodeNames", nullptr}};
+  json f = json::parse(*ext.Filter(args.dump()));
+  ASSERT_EQ(f["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(f["Nodes"]["items"][0]["metadata"]["name"], "n1");
+  EXPECT_THAT(f["FailedNodes"]["n2"].get<std::string>(), HasSubstr("affinity"));
+  EXPECT_THAT(f["FailedNodes"]["n3"].get<std::string>(), HasSubstr("shared GPU work"));
+  int nodes = 0;
+  scheduler->Read([&](const Cluster& c) { nodes = c.num_nodes(); });
+  EXPECT_EQ(nodes, 3);
+  // When the affinity rules out every node, none passes (not "all").
+  json nowhere = pod;
+  nowhere["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+         ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = {"zzz"};
+  json none = json::parse(*ext.Filter(Args(nowhere, {"n1", "n2"})));
+  EXPECT_THAT(none["NodeNames"], IsEmpty());
+  EXPECT_EQ(none["FailedNodes"].size(), 2u);
+  json scores = json::parse(*ext.Prioritize(Args(nowhere, {"n1"})));
+  EXPECT_EQ(scores[0]["Score"], 0);
+}
+
+TEST(ExtenderTest, MalformedBodiesAreInvalidArgumentAndChangeNothing) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  const std::string before = *ext.Inspect();
+  for (const char* body :
+       {"", "{", "[]", "{\"Pod\": 3, \"NodeNames\": []}", "{\"NodeNames\": [\"n1\"]}",
+        "{\"Pod\": {\"metadata\": {\"name\": \"x\"}}, \"NodeNames\": [1]}",
+        "{\"Pod\": {\"metadata\": {\"name\": \"x\"}}}"}) {
+    EXPECT_THAT(ext.Filter(body), StatusIs(absl::StatusCode::kInvalidArgument)) << body;
+    EXPECT_THAT(ext.Prioritize(body), StatusIs(absl::StatusCode::kInvalidArgument)) << body;
+  }
+  EXPECT_THAT(ext.Bind("{\"PodName\": \"x\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "Node"));
+  EXPECT_THAT(ext.Bind("{\"PodName\": 7, \"Node\": \"n1\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "PodName"));
+  EXPECT_THAT(ext.Preempt("{\"Pod\": {\"metadata\": {\"name\": \"x\"}}, "
+                          "\"NodeNameToMetaVictims\": {\"n1\": {\"Pods\": [{}]}}}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "UID"));
+  EXPECT_THAT(ext.Confirm("{}"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ext.Inspect("ghost"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(*ext.Inspect(), before);
+  const std::string err = ErrorJson(absl::InvalidArgumentError("bad"));
+  EXPECT_EQ(json::parse(err)["Error"], "bad");
+}
+
+TEST(ExtenderTest, BindOfAnUnseenPodOrAFullNodeReportsAnError) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  json r = json::parse(*ext.Bind(Binding("never-filtered", "n1")));
+  EXPECT_THAT(r["Error"].get<std::string>(), HasSubstr("not seen by filter"));
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 10), {"n1"})).status());
+  ASSERT_OK(ext.Filter(Args(GpuPod("b", 10), {"n1"})).status());
+  EXPECT_EQ(json::parse(*ext.Bind(Binding("a", "n1")))["Error"], "");
+  // b passed filter before a was bound; its bind must not oversubscribe.
+  EXPECT_THAT(json::parse(*ext.Bind(Binding("b", "n1")))["Error"].get<std::string>(),
+              HasSubstr("largest free 4"));
+  EXPECT_EQ(json::parse(*ext.Forget(R"({"PodName":"a","PodNamespace":"default"})"))["Error"], "");
+  EXPECT_EQ(json::parse(*ext.Bind(Binding("b", "n1")))["Error"], "");
+  EXPECT_EQ(json::parse(*ext.Release(R"({"PodName":"b"})"))["Error"], "");
+  EXPECT_THAT(json::parse(*ext.Release(R"({"PodName":"b"})"))["Error"].get<std::string>(),
+              HasSubstr("already released"));
+}
+
+TEST(ExtenderTest, PreemptKeepsTheFewestVictimsThatLetThePodFit) {
+  json nodes = json::array({GpuNode("n1", "10.0.0.1", 1, 14), GpuNode("n2", "10.0.0.2", 1, 14)});
+  std::vector<json> pods = {BoundPod("a", 4, "n1", "0"), BoundPod("b", 6, "n1", "0"),
+                            BoundPod("c", 2, "n1", "0"), BoundPod("d", 3, "n2", "0")};
+  auto scheduler = MakeScheduler({nodes[0], nodes[1]}, pods);
+  Extender ext(scheduler.get());
+  ASSERT_OK(ext.RememberPods(json{{"items", pods}}.dump()));
+  auto meta = [](std::vector<std::string> uids) {
+    json list = json::array();
+    for (const auto& u : uids) list.push_back(json{{"UID", u}});
+    return json{{"Pods", list}, {"NumPDBViolations", 0}};
+  };
+  json args{{"Pod", GpuPod("urgent", 8)},
+            {"NodeNameToMetaVictims",
+             {{"n1", meta({"uid-a", "uid-b", "uid-c"})},
+              {"n2", meta({"uid-d", "uid-not-ours"})}}}};
+  ASSERT_OK_AND_ASSIGN(std::string reply, ext.Preempt(args.dump()));
+  json r = json::parse(reply)["NodeNameToMetaVictims"];
+  std::vector<std::string> n1;
+  for (const json& p : r["n1"]["Pods"]) n1.push_back(p["UID"]);
+  EXPECT_THAT(n1, ElementsAre("uid-b"));
+  // On n2, 11 units are free: the pod fits without evicting its GPU pod; the
+  // victim unknown to gpushare is kept as kube-scheduler proposed it.
+  std::vector<std::string> n2;
+  for (const json& p : r["n2"]["Pods"]) n2.push_back(p["UID"]);
+  EXPECT_THAT(n2, UnorderedElementsAre("uid-not-ours"));
+  // Nothing was changed by the simulation.
+  EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["usedGPU"], 12);
+
+  json hopeless{{"Pod", GpuPod("huge", 14)}, {"NodeNameToMetaVictims", {{"n1", meta({"uid-c"})}}}};
+  EXPECT_THAT(json::parse(*ext.Preempt(hopeless.dump()))["NodeNameToMetaVictims"], IsEmpty());
+}
+
+}  // namespace
+}  // namespace gpushare::k8s
