@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-dev
           libabsl-dev libboost-dev libboost-graph-dev nlohmann-json3-dev
-          pybind11-dev python3-dev python3-venv)
+          pybind11-dev python3-dev python3-venv python3-matplotlib)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,198 @@
+// Trace-driven simulation: gs.simulate(), gs.replay(), the openb loaders and
+// fragmentation (gpushare/simulate.h, trace.h, fragmentation.h).
+
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bindings.h"
+
+namespace gpushare::python {
+namespace {
+
+bool IsPath(py::handle h) {
+  return py::isinstance<py::str>(h) ||
+         py::isinstance(h, py::module_::import("os").attr("PathLike"));
+}
+
+std::string PathOf(py::handle h) {
+  return py::module_::import("os").attr("fspath")(h).cast<std::string>();
+}
+
+std::vector<Node> NodesArg(py::handle nodes) {
+  if (IsPath(nodes)) return ValueOrThrow(LoadOpenbNodes(PathOf(nodes)));
+  return nodes.cast<std::vector<Node>>();
+}
+
+std::vector<Request> RequestsArg(py::handle tasks) {
+  if (IsPath(tasks)) return ToRequests(ValueOrThrow(LoadOpenbTasks(PathOf(tasks))));
+  return tasks.cast<std::vector<Request>>();
+}
+
+py::dict Failures(const FailureCounts& f) {
+  py::dict d;
+  d["cpu_only"] = f.cpu_only;
+  d["shared"] = f.shared;
+  d["one_gpu"] = f.one_gpu;
+  d["multi_gpu"] = f.multi_gpu;
+  d["total"] = f.total();
+  return d;
+}
+
+py::dict Summary(const SimulationResult& r) {
+  py::dict d;
+  d["policy"] = r.policy;
+  d["seed"] = r.seed;
+  for (int pct : {90, 95, 100, 110}) {
+    d[py::str(absl::StrCat("unallocated_at_", pct))] = r.UnallocatedAt(pct);
+  }
+  d["frag_rate_at_100"] = r.FragRateAt(100);
+  d["requests"] = r.requests;
+  d["placed"] = r.placed;
+  d["failed"] = Failures(r.failed);
+  d["seconds"] = r.seconds;
+  return d;
+}
+
+py::dict Curve(const SimulationResult& r) {
+  py::dict d;
+  d["arrived_pct"] = r.arrived_pct;
+  d["unallocated_pct"] = r.unallocated_pct;
+  d["frag_amount"] = r.frag_amount;
+  d["frag_rate"] = r.frag_rate;
+  return d;
+}
+
+SimulationOptions Options(const std::string& policy, uint64_t seed, double inflate, bool shuffle,
+                          bool through_cluster) {
+  SimulationOptions o;
+  o.policy = policy;
+  o.seed = seed;
+  o.inflate = inflate;
+  o.shuffle = shuffle;
+  o.through_cluster = through_cluster;
+  return o;
+}
+
+}  // namespace
+
+void RegisterSimulate(py::module_& m) {
+  py::class_<SimulationResult>(m, "SimulationResult",
+                               "One run of the FGD trace experiment (gs.simulate()).")
+      .def_readonly("policy", &SimulationResult::policy, "Name of the policy that placed the tasks.")
+      .def_readonly("seed", &SimulationResult::seed, "Seed of the shuffle, the inflation and the tie-break order.")
+      .def_readonly("gpu_capacity", &SimulationResult::gpu_capacity,
+                    "GPU capacity, thousandths of a GPU.")
+      .def_readonly("requests", &SimulationResult::requests, "Tasks attempted, after inflation.")
+      .def_readonly("placed", &SimulationResult::placed, "Tasks placed (the rest were dropped).")
+      .def_readonly("seconds", &SimulationResult::seconds, "Wall time of the run, seconds.")
+      .def_readonly("node_of_request", &SimulationResult::node_of_request,
+                    "Per task attempted, in order: index of its node in the input, -1 if dropped.")
+      .def_property_readonly(
+          "failed", [](const SimulationResult& r) { return Failures(r.failed); },
+          "Dropped tasks by kind: a dict with cpu_only, shared, one_gpu, multi_gpu and total.")
+      .def_property_readonly("curve", &Curve,
+                             "The per-1% curve as columns: arrived_pct, unallocated_pct, "
+                             "frag_amount (thousandths of a GPU), frag_rate (0..1).")
+      .def_property_readonly("summary", &Summary,
+                             "A dict of the headline numbers: unallocated GPU % at arrived 90/95/100/110 %, "
+                             "fragmentation rate at 100 %, requests, placed and failed tasks, seconds.")
+      .def("unallocated_at", &SimulationResult::UnallocatedAt, py::arg("arrived_pct"),
+           "Unallocated GPU % when arrived GPU request is `arrived_pct` % of capacity.")
+      .def("frag_rate_at", &SimulationResult::FragRateAt, py::arg("arrived_pct"),
+           "Fragmentation rate (0..1) when arrived GPU request is `arrived_pct` % of capacity.")
+      .def("__repr__", [](const SimulationResult& r) {
+        return absl::StrCat("SimulationResult(policy=", PyQuote(r.policy), ", seed=", r.seed,
+                            ", requests=", r.requests, ", placed=", r.placed,
+                            ", unallocated_at_100=", r.UnallocatedAt(100), ")");
+      });
+
+  m.def(
+      "simulate",
+      [](py::object nodes, py::object tasks, const std::string& policy, py::object seed,
+         double inflate, bool shuffle, bool through_cluster, int threads) -> py::object {
+        const std::vector<Node> n = NodesArg(nodes);
+        const std::vector<Request> r = RequestsArg(tasks);
+        if (py::isinstance<py::int_>(seed)) {
+          const SimulationOptions o =
+              Options(policy, seed.cast<uint64_t>(), inflate, shuffle, through_cluster);
+          absl::StatusOr<SimulationResult> result;
+          {
+            py::gil_scoped_release release;
+            result = Simulate(n, r, o);
+          }
+          return py::cast(ValueOrThrow(std::move(result)));
+        }
+        const std::vector<uint64_t> seeds = seed.cast<std::vector<uint64_t>>();
+        const SimulationOptions o = Options(policy, 0, inflate, shuffle, through_cluster);
+        absl::StatusOr<std::vector<SimulationResult>> results;
+        {
+          py::gil_scoped_release release;
+          results = SimulateSeeds(n, r, o, seeds, threads);
+        }
+        return py::cast(ValueOrThrow(std::move(results)));
+      },
+      py::arg("nodes"), py::arg("tasks"), py::arg("policy") = "fgd", py::arg("seed") = 42,
+      py::arg("inflate") = 1.3, py::arg("shuffle") = true, py::arg("through_cluster") = false,
+      py::arg("threads") = 0,
+      "Runs the FGD trace experiment. `nodes` and `tasks` are openb CSV paths or lists of\n"
+      "gs.Node / gs.Request; `seed` an int (one SimulationResult) or a list of ints (a\n"
+      "list, run in parallel on `threads` threads, 0 = all cores).");
+
+  m.def(
+      "replay",
+      [](py::object nodes, py::object tasks, const std::string& policy, uint64_t seed) {
+        const std::vector<Node> n = NodesArg(nodes);
+        std::vector<TimedRequest> timed;
+        if (IsPath(tasks)) {
+          for (const TraceTask& t : ValueOrThrow(LoadOpenbTasks(PathOf(tasks)))) {
+            timed.push_back(TimedRequest{ToRequest(t), std::max<int64_t>(t.creation_time, 0),
+                                         t.deletion_time});
+          }
+        } else {
+          for (py::handle item : tasks) {
+            py::tuple t = item.cast<py::tuple>();
+            timed.push_back(TimedRequest{t[0].cast<Request>(), t[1].cast<int64_t>(),
+                                         t[2].cast<int64_t>()});
+          }
+        }
+        const SimulationOptions o = Options(policy, seed, 0, false, false);
+        absl::StatusOr<ReplayResult> result;
+        {
+          py::gil_scoped_release release;
+          result = Replay(n, timed, o);
+        }
+        const ReplayResult r = ValueOrThrow(std::move(result));
+        py::dict d;
+        d["policy"] = r.policy;
+        d["requests"] = r.requests;
+        d["placed"] = r.placed;
+        d["failed"] = Failures(r.failed);
+        d["time"] = r.time;
+        d["requested_pct"] = r.requested_pct;
+        d["allocated_pct"] = r.allocated_pct;
+        d["frag_rate"] = r.frag_rate;
+        d["peak_allocated_pct"] = r.peak_allocated_pct;
+        d["seconds"] = r.seconds;
+        return d;
+      },
+      py::arg("nodes"), py::arg("tasks"), py::arg("policy") = "fgd", py::arg("seed") = 42,
+      "Replays tasks by creation and deletion time (tasks leave). `tasks` is an openb CSV\n"
+      "path or a list of (gs.Request, start_s, end_s) with end_s < 0 = never leaves.\n"
+      "Returns a dict of columns sampled after every arrival and totals.");
+
+  m.def(
+      "load_openb_nodes", [](py::object path) { return NodesArg(path); }, py::arg("path"),
+      "The nodes of an openb node CSV.");
+  m.def(
+      "load_openb_tasks", [](py::object path) { return RequestsArg(path); }, py::arg("path"),
+      "The requests of an openb task CSV (compute = gpu_milli, whole_gpus = num_gpu).");
+}
+
+}  // namespace gpushare::python

@@ -1,0 +1,270 @@
+// Value types: Gpu, Node, Request, Placement, FitResult and the status
+// snapshots GpuStatus, NodeStatus and Usage.
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bindings.h"
+
+namespace gpushare::python {
+namespace {
+
+using StrMap = std::map<std::string, std::string>;
+
+std::string Bool(bool b) { return b ? "True" : "False"; }
+
+std::string GpuStatusRepr(const GpuStatus& g) {
+  std::string out = absl::StrCat("GpuStatus(index=", g.index, ", memory=", g.memory,
+                                 ", memory_used=", g.memory_used,
+                                 ", compute_used=", g.compute_used, ", holders=", g.holders);
+  if (!g.healthy) absl::StrAppend(&out, ", healthy=False");
+  if (!g.model.empty()) absl::StrAppend(&out, ", model=", PyQuote(g.model));
+  if (!g.uuid.empty()) absl::StrAppend(&out, ", uuid=", PyQuote(g.uuid));
+  return out + ")";
+}
+
+std::string UsageRepr(const Usage& u) {
+  return absl::StrCat("Usage(gpu_memory=", u.gpu_memory, ", gpu_memory_used=", u.gpu_memory_used,
+                      ", gpus=", u.gpus, ", idle_gpus=", u.idle_gpus,
+                      ", compute_used=", u.compute_used, ", cpu=", u.cpu,
+                      ", cpu_used=", u.cpu_used, ", host_memory=", u.host_memory,
+                      ", host_memory_used=", u.host_memory_used,
+                      ", placements=", u.placements, ")");
+}
+
+}  // namespace
+
+void RegisterTypes(py::module_& m) {
+  m.attr("GPU_COMPUTE") = kGpuCompute;
+  m.attr("MAX_QUANTITY") = kMaxQuantity;
+  m.attr("MAX_GPUS_PER_NODE") = kMaxGpusPerNode;
+  m.def("version", &Version, "The library's version, e.g. '0.1.0'.");
+
+  py::class_<Gpu>(m, "Gpu", "One GPU as it is installed in a node.")
+      .def(py::init([](int64_t memory, std::string model, std::string uuid, bool healthy) {
+             return Gpu{memory, std::move(model), std::move(uuid), healthy};
+           }),
+           py::arg("memory"), py::arg("model") = "", py::arg("uuid") = "",
+           py::arg("healthy") = true,
+           "A GPU with `memory` memory units (1..MAX_QUANTITY), an optional model name "
+           "(e.g. 'T4') and UUID; unhealthy GPUs take no new work.")
+      .def_readwrite("memory", &Gpu::memory, "Memory capacity, memory units.")
+      .def_readwrite("model", &Gpu::model, "Model name, e.g. 'T4'; may be empty.")
+      .def_readwrite("uuid", &Gpu::uuid, "UUID, e.g. 'GPU-0b3c...'; empty when unknown.")
+      .def_readwrite("healthy", &Gpu::healthy, "Unhealthy GPUs take no new work.")
+      .def("__repr__", &Repr<Gpu>)
+      .def("__eq__", [](const Gpu& a, const Gpu& b) {
+        return a.memory == b.memory && a.model == b.model && a.uuid == b.uuid &&
+               a.healthy == b.healthy;
+      }, py::arg("other"), py::is_operator())
+      .def(py::pickle([](const Gpu& g) { return py::make_tuple(g.memory, g.model, g.uuid, g.healthy); },
+                      [](py::tuple t) {
+                        return Gpu{t[0].cast<int64_t>(), t[1].cast<std::string>(),
+                                   t[2].cast<std::string>(), t[3].cast<bool>()};
+                      }));
+  py::implicitly_convertible<py::int_, Gpu>();
+
+  py::class_<Node>(m, "Node",
+                   "A node (a machine) and everything it can offer; the argument of "
+                   "Cluster.add_node() and Cluster.nodes_needed().")
+      .def(py::init([](std::string name, std::vector<Gpu> gpus, StrMap labels,
+                       std::string address, int64_t cpu, int64_t host_memory,
+                       bool schedulable, std::optional<bool> gpu_sharing) {
+             Node n;
+             n.name = std::move(name);
+             n.gpus = std::move(gpus);
+             n.labels = std::move(labels);
+             n.address = std::move(address);
+             n.cpu = cpu;
+             n.host_memory = host_memory;
+             n.schedulable = schedulable;
+             n.gpu_sharing = gpu_sharing;
+             return n;
+           }),
+           py::arg("name"), py::arg("gpus") = std::vector<Gpu>{}, py::arg("labels") = StrMap{},
+           py::arg("address") = "", py::arg("cpu") = 0, py::arg("host_memory") = 0,
+           py::arg("schedulable") = true, py::arg("gpu_sharing") = py::none(),
+           "A node called `name` with `gpus` (Gpu objects or plain memory sizes). "
+           "`cpu` is in thousandths of a core and `host_memory` in MiB (0 = not tracked). "
+           "`gpu_sharing` None lets the labels decide (gpushare=true, cgpu=true, ...).")
+      .def_readwrite("name", &Node::name, "Unique in the cluster.")
+      .def_readwrite("address", &Node::address, "Optional, e.g. '192.168.1.214'.")
+      .def_readwrite("labels", &Node::labels, "Labels (a copy: assign a new dict to change).")
+      .def_readwrite("gpus", &Node::gpus, "The GPUs (a copy: assign a new list to change).")
+      .def_readwrite("cpu", &Node::cpu, "Host CPU, thousandths of a core; 0 = not tracked.")
+      .def_readwrite("host_memory", &Node::host_memory, "Host memory, MiB; 0 = not tracked.")
+      .def_readwrite("schedulable", &Node::schedulable, "Unschedulable nodes take no new work.")
+      .def_readwrite("gpu_sharing", &Node::gpu_sharing,
+                     "Whether the node takes shared GPU work; None: decided by the labels.")
+      .def_property_readonly("takes_shared_gpu_work", &TakesSharedGpuWork,
+                             "gpu_sharing if set, else whether a sharing label is present.")
+      .def("__repr__", &Repr<Node>);
+
+  py::class_<Request>(m, "Request",
+                      "A request for resources: one pod. Shared when gpu_memory or compute "
+                      "is set, exclusive when whole_gpus is set, else CPU-only.")
+      .def(py::init([](std::string id, int64_t gpu_memory, int64_t gpu_count, int64_t compute,
+                       int64_t whole_gpus, int64_t cpu, int64_t host_memory,
+                       std::vector<std::string> gpu_models, StrMap node_selector) {
+             Request r;
+             r.id = std::move(id);
+             r.gpu_memory = gpu_memory;
+             r.gpu_count = gpu_count;
+             r.compute = compute;
+             r.whole_gpus = whole_gpus;
+             r.cpu = cpu;
+             r.host_memory = host_memory;
+             r.gpu_models = std::move(gpu_models);
+             r.node_selector = std::move(node_selector);
+             return r;
+           }),
+           py::arg("id"), py::arg("gpu_memory") = 0, py::arg("gpu_count") = 1,
+           py::arg("compute") = 0, py::arg("whole_gpus") = 0, py::arg("cpu") = 0,
+           py::arg("host_memory") = 0, py::arg("gpu_models") = std::vector<std::string>{},
+           py::arg("node_selector") = StrMap{},
+           "A request `id` (unique among placed requests, e.g. 'ns/pod'): `gpu_memory` "
+           "units split over `gpu_count` distinct GPUs of one node plus `compute` "
+           "thousandths of each; or `whole_gpus` exclusive GPUs; `cpu` in thousandths "
+           "of a core, `host_memory` in MiB; `gpu_models` allowed (empty = any); "
+           "`node_selector` label equality.")
+      .def_readwrite("id", &Request::id, "Unique among placed requests, e.g. 'ns/pod'.")
+      .def_readwrite("gpu_memory", &Request::gpu_memory, "Total GPU memory, memory units.")
+      .def_readwrite("gpu_count", &Request::gpu_count, "Distinct GPUs sharing gpu_memory; 1..64.")
+      .def_readwrite("compute", &Request::compute, "Per GPU, thousandths of a GPU; 0 or 1..1000.")
+      .def_readwrite("whole_gpus", &Request::whole_gpus, "Exclusive whole GPUs; 0 = none.")
+      .def_readwrite("cpu", &Request::cpu, "Host CPU, thousandths of a core.")
+      .def_readwrite("host_memory", &Request::host_memory, "Host memory, MiB.")
+      .def_readwrite("gpu_models", &Request::gpu_models, "Allowed GPU models; empty = any.")
+      .def_readwrite("node_selector", &Request::node_selector, "Required node labels.")
+      .def("__repr__", &Repr<Request>)
+      .def("__eq__", [](const Request& a, const Request& b) {
+        return a.id == b.id && a.gpu_memory == b.gpu_memory && a.gpu_count == b.gpu_count &&
+               a.compute == b.compute && a.whole_gpus == b.whole_gpus && a.cpu == b.cpu &&
+               a.host_memory == b.host_memory && a.gpu_models == b.gpu_models &&
+               a.node_selector == b.node_selector;
+      }, py::arg("other"), py::is_operator());
+
+  py::class_<BoundPlacement>(
+      m, "Placement",
+      "Where a request went: returned by Cluster.place() and Cluster.plan(), taken back "
+      "by Cluster.commit(). A snapshot: changing it changes nothing in the cluster.")
+      .def(py::init([](std::string request_id, std::string node, std::vector<int> gpus,
+                       int64_t memory_per_gpu, int64_t compute_per_gpu, bool exclusive,
+                       int64_t cpu, int64_t host_memory) {
+             BoundPlacement p;
+             p.request_id = std::move(request_id);
+             p.node = std::move(node);
+             p.gpus = std::move(gpus);
+             p.memory_per_gpu = memory_per_gpu;
+             p.compute_per_gpu = compute_per_gpu;
+             p.exclusive = exclusive;
+             p.cpu = cpu;
+             p.host_memory = host_memory;
+             return p;
+           }),
+           py::arg("request_id") = "", py::arg("node") = "", py::arg("gpus") = std::vector<int>{},
+           py::arg("memory_per_gpu") = 0, py::arg("compute_per_gpu") = 0,
+           py::arg("exclusive") = false, py::arg("cpu") = 0, py::arg("host_memory") = 0,
+           "A placement by hand (e.g. to commit a plan edited by a host).")
+      .def_readwrite("request_id", &Placement::request_id, "The request's id.")
+      .def_readwrite("node", &Placement::node, "The node's name.")
+      .def_readwrite("gpus", &Placement::gpus, "GPU indices on `node`, ascending.")
+      .def_readwrite("memory_per_gpu", &Placement::memory_per_gpu,
+                     "Memory units on each GPU (shared requests).")
+      .def_readwrite("compute_per_gpu", &Placement::compute_per_gpu,
+                     "Thousandths of a GPU on each GPU (shared requests).")
+      .def_readwrite("exclusive", &Placement::exclusive, "The GPUs are held whole.")
+      .def_readwrite("cpu", &Placement::cpu, "Host CPU, thousandths of a core.")
+      .def_readwrite("host_memory", &Placement::host_memory, "Host memory, MiB.")
+      .def_property_readonly("total_memory", &Placement::total_memory,
+                             "Total GPU memory units: memory_per_gpu * len(gpus).")
+      .def_property_readonly(
+          "env", [](const BoundPlacement& p) { return DeviceViewOf(p, 0).env; },
+          "The container environment the device plugin sets (a dict of str): "
+          "NVIDIA_VISIBLE_DEVICES, ALIYUN_COM_GPU_MEM_CONTAINER, ALIYUN_COM_GPU_MEM_DEV, ... "
+          "Computed on the cluster that made the placement.")
+      .def_property_readonly(
+          "annotations", [](const BoundPlacement& p) { return DeviceViewOf(p, 0).annotations; },
+          "The pod annotations written at bind time (a dict of str): ALIYUN_COM_GPU_MEM_IDX, "
+          "ALIYUN_COM_GPU_MEM_POD, ..., with ALIYUN_COM_GPU_MEM_ASSUME_TIME = now.")
+      .def("__repr__", [](const BoundPlacement& p) { return Repr<Placement>(p); })
+      .def("__eq__", [](const BoundPlacement& a, const BoundPlacement& b) {
+        return static_cast<const Placement&>(a) == static_cast<const Placement&>(b);
+      }, py::arg("other"), py::is_operator());
+
+  py::class_<FitResult>(m, "FitResult", "One node's answer to 'can this request go here?'.")
+      .def(py::init([](std::string node, bool feasible, std::string reason) {
+             return FitResult{std::move(node), feasible, std::move(reason)};
+           }),
+           py::arg("node"), py::arg("feasible"), py::arg("reason") = "",
+           "A fit result (normally made by Cluster.fit()).")
+      .def_readonly("node", &FitResult::node, "The node's name.")
+      .def_readonly("feasible", &FitResult::feasible, "Whether the request can go there now.")
+      .def_readonly("reason", &FitResult::reason,
+                    "Why not, in kube-scheduler's style; empty if feasible.")
+      .def("__bool__", [](const FitResult& f) { return f.feasible; }, "feasible.")
+      .def("__repr__", &Repr<FitResult>);
+
+  py::class_<GpuStatus>(m, "GpuStatus", "A GPU as the cluster sees it now (a snapshot).")
+      .def_readonly("index", &GpuStatus::index, "Index on its node.")
+      .def_readonly("memory", &GpuStatus::memory, "Capacity, memory units.")
+      .def_readonly("memory_used", &GpuStatus::memory_used, "Allocated, memory units.")
+      .def_readonly("compute_used", &GpuStatus::compute_used, "Allocated, thousandths.")
+      .def_readonly("holders", &GpuStatus::holders, "Requests holding a share of it.")
+      .def_readonly("healthy", &GpuStatus::healthy, "Unhealthy GPUs take no new work.")
+      .def_readonly("model", &GpuStatus::model, "Model name; may be empty.")
+      .def_readonly("uuid", &GpuStatus::uuid, "UUID; may be empty.")
+      .def_property_readonly("memory_free", &GpuStatus::memory_free, "Free memory units.")
+      .def_property_readonly("compute_free", &GpuStatus::compute_free, "Free thousandths.")
+      .def_property_readonly("idle", &GpuStatus::idle, "Nothing allocated on it.")
+      .def("__repr__", &GpuStatusRepr);
+
+  py::class_<NodeStatus>(m, "NodeStatus", "A node as the cluster sees it now (a snapshot).")
+      .def_readonly("name", &NodeStatus::name, "The node's name.")
+      .def_readonly("address", &NodeStatus::address, "Its address; may be empty.")
+      .def_readonly("labels", &NodeStatus::labels, "Its labels.")
+      .def_readonly("schedulable", &NodeStatus::schedulable, "False when cordoned.")
+      .def_readonly("gpu_sharing", &NodeStatus::gpu_sharing, "Takes shared GPU work.")
+      .def_readonly("cpu", &NodeStatus::cpu, "Capacity, thousandths of a core; 0 = untracked.")
+      .def_readonly("cpu_used", &NodeStatus::cpu_used, "Allocated, thousandths of a core.")
+      .def_readonly("host_memory", &NodeStatus::host_memory, "Capacity, MiB; 0 = untracked.")
+      .def_readonly("host_memory_used", &NodeStatus::host_memory_used, "Allocated, MiB.")
+      .def_readonly("gpus", &NodeStatus::gpus, "GpuStatus of each GPU.")
+      .def_property_readonly("requests", [](const NodeStatus& n) {
+        std::vector<std::string> ids = n.requests;
+        std::sort(ids.begin(), ids.end());
+        return ids;
+      }, "Ids of the requests placed here, sorted.")
+      .def_readonly("version", &NodeStatus::version, "Incremented by every change to the node.")
+      .def_property_readonly("gpu_memory", &NodeStatus::gpu_memory,
+                             "Sum of GPU capacities, memory units.")
+      .def_property_readonly("gpu_memory_used", &NodeStatus::gpu_memory_used,
+                             "Sum of allocated GPU memory, memory units.")
+      .def("__repr__", [](const NodeStatus& n) {
+        return absl::StrCat("NodeStatus(name=", PyQuote(n.name), ", gpus=", n.gpus.size(),
+                            ", gpu_memory_used=", n.gpu_memory_used(), ", gpu_memory=",
+                            n.gpu_memory(), ", requests=", n.requests.size(),
+                            ", schedulable=", Bool(n.schedulable), ")");
+      });
+
+  py::class_<Usage>(m, "Usage", "Totals over the cluster (a snapshot).")
+      .def_readonly("gpu_memory", &Usage::gpu_memory, "Capacity, memory units (all GPUs).")
+      .def_readonly("gpu_memory_used", &Usage::gpu_memory_used, "Allocated, memory units.")
+      .def_readonly("gpus", &Usage::gpus, "Number of GPUs.")
+      .def_readonly("idle_gpus", &Usage::idle_gpus, "GPUs holding nothing.")
+      .def_readonly("compute_used", &Usage::compute_used, "Thousandths, summed over GPUs.")
+      .def_readonly("cpu", &Usage::cpu, "Host CPU capacity, thousandths of a core.")
+      .def_readonly("cpu_used", &Usage::cpu_used, "Host CPU allocated, thousandths of a core.")
+      .def_readonly("host_memory", &Usage::host_memory, "Host memory capacity, MiB.")
+      .def_readonly("host_memory_used", &Usage::host_memory_used, "Host memory allocated, MiB.")
+      .def_readonly("placements", &Usage::placements, "Requests placed.")
+      .def("__repr__", &UsageRepr);
+}
+
+}  // namespace gpushare::python

@@ -1,0 +1,99 @@
+"""The one mapping from status codes to Python exceptions, one case per code."""
+
+from __future__ import annotations
+
+import gpushare as gs
+import pytest
+
+
+def test_the_family_tree() -> None:
+    assert issubclass(gs.InvalidArgumentError, gs.Error)
+    assert issubclass(gs.InvalidArgumentError, ValueError)
+    assert issubclass(gs.NotFoundError, gs.Error)
+    assert issubclass(gs.NotFoundError, KeyError)
+    assert issubclass(gs.AlreadyExistsError, gs.ConflictError)
+    assert issubclass(gs.ConflictError, gs.Error)
+    assert issubclass(gs.InsufficientCapacityError, gs.Error)
+    assert not issubclass(gs.InsufficientCapacityError, ValueError)
+    assert issubclass(gs.Error, Exception)
+
+
+def test_invalid_argument_is_a_value_error(s1: gs.Cluster) -> None:
+    with pytest.raises(ValueError) as info:
+        s1.place(gs.Request("bad", gpu_memory=8, gpu_count=3))
+    assert isinstance(info.value, gs.InvalidArgumentError)
+    assert info.value.code == "INVALID_ARGUMENT"
+    assert "gpu memory 8 is not divisible by gpu count 3" in str(info.value)
+    with pytest.raises(ValueError, match="memory unit 'KiB'"):
+        gs.Cluster(memory_unit="KiB")
+    with pytest.raises(ValueError, match="unknown policy 'best'"):
+        s1.place(gs.Request("x", gpu_memory=1), policy="best")
+
+
+def test_not_found_is_a_key_error_with_a_plain_message(s1: gs.Cluster) -> None:
+    with pytest.raises(KeyError) as info:
+        s1.release("ghost")
+    assert isinstance(info.value, gs.NotFoundError)
+    assert info.value.code == "NOT_FOUND"
+    assert str(info.value) == "unknown request 'ghost'"
+    with pytest.raises(KeyError, match="nowhere"):
+        s1.get_node("nowhere")
+
+
+def test_already_exists_is_a_conflict(s1: gs.Cluster) -> None:
+    with pytest.raises(gs.AlreadyExistsError) as info:
+        s1.add_node("sd-cluster-04", gpus=[14])
+    assert isinstance(info.value, gs.ConflictError)
+    assert info.value.code == "ALREADY_EXISTS"
+    s1.place(gs.Request("a", gpu_memory=1))
+    with pytest.raises(gs.AlreadyExistsError, match="'a' is already placed"):
+        s1.place(gs.Request("a", gpu_memory=1))
+
+
+def test_failed_precondition_is_a_conflict_stale_plan_and_double_release(s1: gs.Cluster) -> None:
+    plan = s1.plan(gs.Request("late", gpu_memory=10))
+    s1.commit(gs.Placement(request_id="early", node=plan.node, gpus=plan.gpus,
+                           memory_per_gpu=10))
+    with pytest.raises(gs.ConflictError) as info:
+        s1.commit(plan)
+    assert info.value.code == "FAILED_PRECONDITION"
+    assert not isinstance(info.value, gs.AlreadyExistsError)
+    s1.release("early")
+    with pytest.raises(gs.ConflictError, match="already released"):
+        s1.release("early")
+
+
+def test_resource_exhausted_is_insufficient_capacity(s1: gs.Cluster) -> None:
+    with pytest.raises(gs.InsufficientCapacityError) as info:
+        s1.place(gs.Request("huge", gpu_memory=15))
+    assert info.value.code == "RESOURCE_EXHAUSTED"
+    assert "need 15" in str(info.value)
+    assert s1.num_placements == 0
+
+
+def test_device_view_of_a_placement_made_by_hand(s1: gs.Cluster) -> None:
+    p = gs.Placement(request_id="hand", node="sd-cluster-04", gpus=[0], memory_per_gpu=2)
+    with pytest.raises(ValueError, match="not made by a cluster"):
+        _ = p.env
+    view = s1.device_view(p, assume_time_ns=123)
+    assert view.annotations["ALIYUN_COM_GPU_MEM_ASSUME_TIME"] == "123"
+    assert view.env["ALIYUN_COM_GPU_MEM_CONTAINER"] == "2"
+    with pytest.raises(KeyError):
+        s1.device_view(gs.Placement(request_id="x", node="elsewhere", gpus=[0]))
+
+
+def test_placement_outliving_its_cluster() -> None:
+    c = gs.Cluster()
+    c.add_node("n", gpus=[8], labels={"gpushare": "true"})
+    p = c.place(gs.Request("a", gpu_memory=1))
+    del c
+    with pytest.raises(gs.ConflictError, match="no longer exists"):
+        _ = p.env
+    assert p.node == "n"
+
+
+def test_wrong_types_are_type_errors(s1: gs.Cluster) -> None:
+    with pytest.raises(TypeError):
+        s1.place("not a request")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="policy must be"):
+        s1.place(gs.Request("a", gpu_memory=1), policy=3)  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""gs.simulate(), gs.replay() and the openb loaders."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import gpushare as gs
+import pytest
+
+OPENB = pathlib.Path(__file__).resolve().parents[3] / ".." / "shared" / "traces" / "openb"
+NODES = OPENB / "openb_node_list_gpu_node.csv"
+TASKS = OPENB / "openb_pod_list_default.csv"
+
+
+def small_cluster() -> list[gs.Node]:
+    nodes = []
+    for i in range(6):
+        nodes.append(gs.Node(f"n{i}", gpus=[gs.Gpu(memory=16, model="T4")] * (2 if i % 2 else 4),
+                             cpu=64000, host_memory=262144, gpu_sharing=True))
+    return nodes
+
+
+def small_workload() -> list[gs.Request]:
+    shares = [200, 300, 500, 810]
+    reqs = []
+    for i in range(60):
+        if i % 5 == 0:
+            reqs.append(gs.Request(f"w{i}", whole_gpus=1, cpu=4000))
+        else:
+            reqs.append(gs.Request(f"s{i}", compute=shares[i % 4], cpu=2000))
+    return reqs
+
+
+def test_simulate_returns_curve_columns_and_summary() -> None:
+    r = gs.simulate(nodes=small_cluster(), tasks=small_workload(), policy="fgd", seed=42,
+                    inflate=1.3)
+    assert isinstance(r, gs.SimulationResult)
+    assert r.policy == "fgd" and r.seed == 42
+    assert r.gpu_capacity == 18 * 1000
+    curve = r.curve
+    assert set(curve) == {"arrived_pct", "unallocated_pct", "frag_amount", "frag_rate"}
+    assert curve["arrived_pct"][:3] == [0, 1, 2]
+    # This workload already asks for more than 130% of capacity: no inflation.
+    total = sum(1000 * q.whole_gpus + q.compute for q in small_workload())
+    assert total > 1.3 * r.gpu_capacity
+    assert len(curve["unallocated_pct"]) == len(curve["arrived_pct"])
+    assert len(curve["arrived_pct"]) == 100 * total // r.gpu_capacity + 1
+    assert curve["unallocated_pct"][0] == 100.0
+    assert r.unallocated_at(50) == curve["unallocated_pct"][50]
+    assert r.placed + r.failed["total"] == r.requests
+    assert r.failed["total"] > 0
+    s = r.summary
+    assert s["unallocated_at_100"] == r.unallocated_at(100)
+    assert 0.0 <= s["frag_rate_at_100"] <= 1.0
+    assert "fgd" in repr(r)
+
+
+def test_simulate_many_seeds_matches_single_runs() -> None:
+    runs = gs.simulate(small_cluster(), small_workload(), policy="bestfit", seed=[43, 42])
+    assert [r.seed for r in runs] == [43, 42]
+    one = gs.simulate(small_cluster(), small_workload(), policy="bestfit", seed=42)
+    assert runs[1].curve == one.curve
+    assert runs[1].node_of_request == one.node_of_request
+
+
+def test_simulate_errors_map_to_python_exceptions() -> None:
+    with pytest.raises(gs.InvalidArgumentError, match="unknown policy 'nope'"):
+        gs.simulate(small_cluster(), small_workload(), policy="nope")
+    with pytest.raises(ValueError, match="at least one request"):
+        gs.simulate(small_cluster(), [])
+    with pytest.raises(gs.NotFoundError):
+        gs.simulate("/nonexistent/nodes.csv", small_workload())
+
+
+def test_replay_lets_tasks_leave() -> None:
+    timed = [(r, 10 * i, 10 * i + 100) for i, r in enumerate(small_workload())]
+    out = gs.replay(small_cluster(), timed, policy="fgd")
+    assert out["requests"] == 60
+    assert len(out["time"]) == 60
+    assert out["time"] == sorted(out["time"])
+    assert max(out["allocated_pct"]) == out["peak_allocated_pct"] > 0
+    assert all(a <= q + 1e-9 for a, q in zip(out["allocated_pct"], out["requested_pct"]))
+
+
+@pytest.mark.skipif(not NODES.exists(), reason="openb traces not found under ../shared")
+def test_default_trace_fgd_beats_bestfit() -> None:
+    nodes = gs.load_openb_nodes(NODES)
+    assert len(nodes) == 1213
+    tasks = gs.load_openb_tasks(str(TASKS))
+    assert len(tasks) == 8152
+    fgd = gs.simulate(nodes=NODES, tasks=TASKS, policy="fgd", seed=42, inflate=1.3)
+    bestfit = gs.simulate(nodes=nodes, tasks=tasks, policy="bestfit", seed=42, inflate=1.3)
+    assert fgd.unallocated_at(100) < bestfit.unallocated_at(100) - 1.0
+    assert math.isclose(fgd.unallocated_at(80), 20.0, abs_tol=0.5)
+    assert fgd.seconds < 5.0
+
+
+@pytest.mark.skipif(not NODES.exists(), reason="openb traces not found under ../shared")
+def test_fgd_policies_example_draws_the_curves(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[3] / "examples" / "python" / "fgd_policies.py"
+    out_png = tmp_path / "curves.png"
+    out = subprocess.run([sys.executable, str(script), "--seeds", "2", "--out", str(out_png)],
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    if "matplotlib is not installed" in out:
+        pytest.skip("matplotlib is not installed")
+    assert out_png.stat().st_size > 0
+    for policy in ("fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering", "random"):
+        assert policy in out
