@@ -327,8 +327,8 @@ TEST(ExtenderTest, ScenarioS3SplitsOverFourGpusAndAnnotatesThePod) {
   EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_POD"], "8");
   EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_DEV"], "15");
   EXPECT_EQ(bound["Annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"], "false");
-  ASSERT_OK_AND_ASSIGN(BindResult again, ext.BindPod("default", "sts-0", "uid-sts-0",
-                                                     "v100-node"));
+  ASSERT_OK_AND_ASSIGN(BindResult again, ext.BindPod(BindTarget{"default", "sts-0", "uid-sts-0",
+                                                                "v100-node"}));
   EXPECT_THAT(json::parse(again.patch)["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"],
               "0-1-2-3");
   EXPECT_TRUE(scheduler->IsReserved("default/sts-0"));
@@ -447,6 +447,147 @@ TEST(ExtenderTest, PreemptKeepsTheFewestVictimsThatLetThePodFit) {
 
   json hopeless{{"Pod", GpuPod("huge", 14)}, {"NodeNameToMetaVictims", {{"n1", meta({"uid-c"})}}}};
   EXPECT_THAT(json::parse(*ext.Preempt(hopeless.dump()))["NodeNameToMetaVictims"], IsEmpty());
+}
+
+// ---- Binding through the API server, and Sync ------------------------------------------
+
+TEST(ExtenderTest, BindingJsonIsAV1Binding) {
+  json b = json::parse(BindingJson(BindTarget{"team-a", "nb-1", "uid-nb-1", "n1"}));
+  EXPECT_EQ(b["kind"], "Binding");
+  EXPECT_EQ(b["metadata"]["name"], "nb-1");
+  EXPECT_EQ(b["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(b["metadata"]["uid"], "uid-nb-1");
+  EXPECT_EQ(b["target"]["kind"], "Node");
+  EXPECT_EQ(b["target"]["name"], "n1");
+}
+
+TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  std::vector<std::string> calls;
+  ExtenderOptions options;
+  options.binder = [&](const BindTarget& t, const BindResult& r) {
+    calls.push_back(t.pod_name + "@" + t.node + ":" +
+                    json::parse(r.patch)["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
+                        .get<std::string>());
+    if (t.pod_name == "refused") return absl::UnavailableError("apiserver said 409");
+    return absl::OkStatus();
+  };
+  Extender ext(scheduler.get(), options);
+  ASSERT_OK(ext.Filter(Args(GpuPod("ok", 6), {"n1"})).status());
+  EXPECT_EQ(json::parse(*ext.Bind(Binding("ok", "n1")))["Error"], "");
+  EXPECT_FALSE(scheduler->IsReserved("default/ok"));  // Confirmed: no TTL.
+  ASSERT_OK(ext.Filter(Args(GpuPod("refused", 8), {"n1"})).status());
+  EXPECT_THAT(json::parse(*ext.Bind(Binding("refused", "n1")))["Error"].get<std::string>(),
+              HasSubstr("409"));
+  EXPECT_THAT(calls, ElementsAre("ok@n1:0", "refused@n1:0"));
+  // The refused pod's units are free again; the bound one keeps its six.
+  EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["usedGPU"], 6);
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+json PodList(const std::vector<json>& pods) { return json{{"kind", "PodList"}, {"items", pods}}; }
+json NodeList(const std::vector<json>& nodes) {
+  return json{{"kind", "NodeList"}, {"items", nodes}};
+}
+
+TEST(SyncTest, ConfirmsBoundPodsReleasesGoneOnesAndLearnsNodes) {
+  const json n1 = GpuNode("n1", "10.0.0.1", 1, 14);
+  auto scheduler = MakeScheduler({n1});
+  Extender ext(scheduler.get());
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_OK(ext.Filter(Args(GpuPod(name, 4), {"n1"})).status());
+    ASSERT_EQ(json::parse(*ext.Bind(Binding(name, "n1")))["Error"], "");
+  }
+  const uint64_t mark = ext.SyncMark();
+  // The lists: a is bound to n1, b was deleted, c is still pending; a new
+  // node n2 appeared, and n1 got cordoned.
+  json a = BoundPod("a", 4, "n1", "0");
+  json c = GpuPod("c", 4);
+  json cordoned = n1;
+  cordoned["spec"]["unschedulable"] = true;
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.Sync(NodeList({cordoned, GpuNode("n2", "10.0.0.2", 2, 16)}).dump(),
+                                PodList({a, c}).dump(), mark));
+  EXPECT_EQ(r.confirmed, 1);
+  EXPECT_EQ(r.released, 1);
+  EXPECT_EQ(r.nodes_added, 1);
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_FALSE(scheduler->IsReserved("default/a"));
+  EXPECT_TRUE(scheduler->IsReserved("default/c"));  // Binding still in flight.
+  json view = json::parse(*ext.Inspect());
+  ASSERT_EQ(view["nodes"].size(), 2u);
+  EXPECT_EQ(view["nodes"][0]["usedGPU"], 8);
+  EXPECT_EQ(view["nodes"][1]["name"], "n2");
+  scheduler->Read([](const Cluster& cl) { EXPECT_FALSE(cl.FindNode("n1")->schedulable); });
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(SyncTest, ABindAfterTheMarkIsNotJudgedByOlderLists) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  const uint64_t mark = ext.SyncMark();  // Lists fetched now miss the pod below.
+  ASSERT_OK(ext.Filter(Args(GpuPod("late", 5), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("late", "n1")))["Error"], "");
+  ASSERT_OK(scheduler->Confirm("default/late"));
+  const std::string nodes = NodeList({GpuNode("n1", "10.0.0.1", 1, 14)}).dump();
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.Sync(nodes, PodList({}).dump(), mark));
+  EXPECT_EQ(r.released, 0);
+  // A later list that still lacks it means the pod is gone.
+  ASSERT_OK_AND_ASSIGN(r, ext.Sync(nodes, PodList({}).dump(), ext.SyncMark()));
+  EXPECT_EQ(r.released, 1);
+  EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["usedGPU"], 0);
+}
+
+TEST(SyncTest, RestoresPodsBoundElsewhereAndReplacesIdleChangedNodes) {
+  const json n1 = GpuNode("n1", "10.0.0.1", 1, 14);
+  auto scheduler = MakeScheduler({n1, GpuNode("n2", "10.0.0.2", 1, 14)});
+  Extender ext(scheduler.get());
+  // Another scheduler replica bound "other" to n1 (bind annotations present);
+  // "stranger" was bound without them; n2's device plugin now reports two
+  // GPUs, and n2 is idle, so it is replaced.
+  const std::string pods = PodList({BoundPod("other", 9, "n1", "0"),
+                                    BoundPod("stranger", 3, "n1", "")})
+                               .dump();
+  std::string nodes = NodeList({n1, GpuNode("n2", "10.0.0.2", 2, 14)}).dump();
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.Sync(nodes, pods, ext.SyncMark()));
+  EXPECT_EQ(r.restored, 1);
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("default/stranger")));
+  json view = json::parse(*ext.Inspect());
+  EXPECT_EQ(view["nodes"][0]["usedGPU"], 9);
+  EXPECT_EQ(view["nodes"][1]["devs"].size(), 2u);
+  EXPECT_OK(scheduler->CheckInvariants());
+  // n1 gets a new label while it holds "other": the change waits.
+  json relabelled = n1;
+  relabelled["metadata"]["labels"]["zone"] = "b";
+  nodes = NodeList({relabelled, GpuNode("n2", "10.0.0.2", 2, 14)}).dump();
+  ASSERT_OK_AND_ASSIGN(r, ext.Sync(nodes, pods, ext.SyncMark()));
+  EXPECT_EQ(r.nodes_updated, 0);
+  EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("node n1 changed")));
+  // Once "other" ends, n1 is replaced with its new labels; a node gone from
+  // the list is removed.
+  const std::string done = PodList({BoundPod("other", 9, "n1", "0", "Succeeded")}).dump();
+  ASSERT_OK_AND_ASSIGN(r, ext.Sync(nodes, done, ext.SyncMark()));
+  EXPECT_EQ(r.released, 1);
+  ASSERT_OK_AND_ASSIGN(r, ext.Sync(NodeList({relabelled}).dump(), done, ext.SyncMark()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_EQ(r.nodes_removed, 1);
+  scheduler->Read([](const Cluster& cl) {
+    ASSERT_EQ(cl.num_nodes(), 1);
+    EXPECT_EQ(cl.FindNode("n1")->labels.at("zone"), "b");
+  });
+}
+
+TEST(SyncTest, MalformedListsChangeNothing) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  const std::string before = json::parse(*ext.Inspect()).dump();
+  EXPECT_THAT(ext.Sync("{", PodList({}).dump(), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  json bad_pod = GpuPod("bad", 1);
+  bad_pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "lots";
+  EXPECT_THAT(ext.Sync(NodeList({}).dump(), PodList({bad_pod}).dump(), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "lots"));
+  EXPECT_EQ(json::parse(*ext.Inspect()).dump(), before);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #define GPUSHARE_KUBERNETES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -156,12 +157,44 @@ struct BindResult {
   std::string patch;
 };
 
+// The pod and the node of a bind, as ExtenderBindingArgs names them.
+struct BindTarget {
+  std::string pod_namespace = "default";
+  std::string pod_name;
+  std::string pod_uid;
+  std::string node;
+};
+
+// The v1.Binding that binds the pod to its node, for
+// POST /api/v1/namespaces/<namespace>/pods/<name>/binding.
+std::string BindingJson(const BindTarget& target);
+
+// What Extender::Sync() changed.
+struct SyncReport {
+  int nodes_added = 0;
+  int nodes_updated = 0;   // Replaced (labels, GPUs) or cordoned / uncordoned.
+  int nodes_removed = 0;   // Gone from the list and holding nothing.
+  int confirmed = 0;       // Reservations whose pod is now bound to their node.
+  int released = 0;        // Placements whose pod ended, went away or moved.
+  int restored = 0;        // Bound pods with bind annotations gpushare did not hold.
+  std::vector<std::string> warnings;  // One line per change that had to wait.
+};
+
 struct ExtenderOptions {
   // How many pods seen by Filter/Prioritize are remembered for Bind (which
   // only gets the pod's name and UID). The oldest are forgotten first.
   int max_cached_pods = 100'000;
   // Version string served by /version.
   std::string version = "gpushare";
+  // Writes a bind to the API server: typically a merge patch of the pod with
+  // `result.patch`, then a POST of BindingJson(target). Called without any
+  // lock held, from the thread that called Bind(). When set, Bind() reserves
+  // the GPUs, calls it, then confirms the reservation if it returns OK, or
+  // forgets it if not (the reply carries its error). When empty, Bind() only
+  // reserves: the host confirms once the pod is bound (Confirm(), or Sync()
+  // seeing spec.nodeName), else the reservation expires after the
+  // scheduler's time-to-live.
+  std::function<absl::Status(const BindTarget& target, const BindResult& result)> binder;
 };
 
 // The scheduler-extender protocol over a Scheduler. JSON keys are the Go
@@ -189,13 +222,12 @@ class Extender {
 
   // ExtenderBindingArgs -> ExtenderBindingResult. Reserves the pod's GPUs on
   // "Node" under the policy (the pod must have been seen by Filter or
-  // Prioritize). The reply adds "Placement" and "Annotations" to "Error".
+  // Prioritize), then binds it through options.binder if set (see
+  // ExtenderOptions). The reply adds "Placement" and "Annotations" to "Error".
   absl::StatusOr<std::string> Bind(std::string_view body);
   // The same, typed. Errors: NotFound if the pod was never seen; those of
-  // Scheduler::Reserve().
-  absl::StatusOr<BindResult> BindPod(const std::string& pod_namespace,
-                                     const std::string& pod_name, const std::string& uid,
-                                     const std::string& node);
+  // Scheduler::Reserve(); the binder's error (the reservation is forgotten).
+  absl::StatusOr<BindResult> BindPod(const BindTarget& target);
 
   // ExtenderPreemptionArgs -> ExtenderPreemptionResult: for each candidate
   // node, the victims to evict so that the pod fits: proposed GPU holders are
@@ -226,6 +258,35 @@ class Extender {
   // from), so that Preempt and the lifecycle calls can find them by UID.
   // Errors: InvalidArgument for malformed JSON; nothing is remembered then.
   [[nodiscard]] absl::Status RememberPods(std::string_view pods_json);
+
+  // ---- Keeping up with the cluster ---------------------------------------------
+  //
+  // A host that can list the API server (`GET /api/v1/nodes`, `/api/v1/pods`)
+  // calls, from time to time:
+  //   uint64_t mark = extender.SyncMark();   // before listing
+  //   ... fetch nodes_json and pods_json ...
+  //   auto report = extender.Sync(nodes_json, pods_json, mark);
+
+  // A point in the sequence of binds; binds made after it are not judged by
+  // lists fetched after it was taken (the lists may predate them).
+  uint64_t SyncMark() const;
+
+  // Reconciles the scheduler with a v1.NodeList and a v1.PodList:
+  //  - nodes it does not know are added; a known node whose labels, GPUs or
+  //    address changed is replaced once it holds nothing (a warning until
+  //    then); its schedulable flag follows spec.unschedulable;
+  //  - nodes missing from the list are removed once they hold nothing;
+  //  - a reservation whose pod is bound to its node (spec.nodeName) is
+  //    confirmed;
+  //  - a placement whose pod is missing, completed or bound to another node is
+  //    released, unless it was bound after `mark`;
+  //  - a pod bound to a known node with bind annotations that the scheduler
+  //    does not hold is restored as a confirmed placement (as RebuildCluster()
+  //    does), and a conflict is a warning;
+  //  - the pods are remembered as by RememberPods().
+  // Errors: InvalidArgument for malformed JSON or objects; nothing changes.
+  absl::StatusOr<SyncReport> Sync(std::string_view nodes_json, std::string_view pods_json,
+                                  uint64_t mark);
 
  private:
   struct PodCache;

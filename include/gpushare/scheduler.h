@@ -113,6 +113,10 @@ class Scheduler {
   // back into this scheduler and must not keep references past its return.
   void Read(const std::function<void(const Cluster&)>& fn) const;
 
+  // As Read(), with every reservation not yet confirmed (sorted by request
+  // id): one consistent view of both.
+  void Read(const std::function<void(const Cluster&, const std::vector<Reservation>&)>& fn) const;
+
   // Every reservation not yet confirmed, sorted by request id.
   std::vector<Reservation> reservations() const;
   bool IsReserved(std::string_view id) const;
@@ -149,6 +153,11 @@ class Scheduler {
   // Places `request` as a confirmed placement (no TTL) under the policy.
   // Errors: those of Cluster::Place().
   absl::StatusOr<Placement> Place(const Request& request);
+
+  // Applies `placement` as a confirmed placement, exactly as given (a host
+  // restoring what the cluster already runs, e.g. from bind annotations).
+  // Errors: those of Cluster::Commit().
+  [[nodiscard]] absl::Status Commit(const Placement& placement);
 
   // Forgets every reservation whose TTL has run out; returns how many.
   int ExpireReservations();

@@ -34,6 +34,28 @@ struct Extender::PodCache {
   absl::flat_hash_map<std::string, std::string> uid_to_id;  // Guarded by mu.
   std::deque<std::string> order;                        // Guarded by mu; oldest first.
   int limit = 0;
+  // Sequence number of the latest bind of each id, for Sync().
+  uint64_t binds = 0;                                       // Guarded by mu.
+  absl::flat_hash_map<std::string, uint64_t> bound_at;      // Guarded by mu.
+
+  void NoteBind(const std::string& id) {
+    std::lock_guard lock(mu);
+    bound_at[id] = ++binds;
+    // Without Sync() nothing prunes the map: keep it about `limit` long.
+    if (static_cast<int64_t>(bound_at.size()) > 2 * static_cast<int64_t>(limit)) {
+      const uint64_t keep_after = binds - static_cast<uint64_t>(limit);
+      absl::erase_if(bound_at, [&](const auto& e) { return e.second <= keep_after; });
+    }
+  }
+  bool BoundAfter(const std::string& id, uint64_t mark) {
+    std::lock_guard lock(mu);
+    auto it = bound_at.find(id);
+    return it != bound_at.end() && it->second > mark;
+  }
+  void ForgetBindsUpTo(uint64_t mark) {
+    std::lock_guard lock(mu);
+    absl::erase_if(bound_at, [&](const auto& e) { return e.second <= mark; });
+  }
 
   void Put(const Pod& pod) {
     std::lock_guard lock(mu);
@@ -269,36 +291,60 @@ absl::StatusOr<std::string> Extender::Prioritize(std::string_view body) {
 
 // ---- Bind ------------------------------------------------------------------------
 
-absl::StatusOr<BindResult> Extender::BindPod(const std::string& pod_namespace,
-                                             const std::string& pod_name, const std::string& uid,
-                                             const std::string& node) {
-  const std::string id = absl::StrCat(pod_namespace.empty() ? "default" : pod_namespace, "/",
-                                      pod_name);
-  std::optional<Pod> pod = cache_->Get(uid, id);
+std::string BindingJson(const BindTarget& target) {
+  json meta{{"name", target.pod_name},
+            {"namespace", target.pod_namespace.empty() ? "default" : target.pod_namespace}};
+  if (!target.pod_uid.empty()) meta["uid"] = target.pod_uid;
+  return json{{"apiVersion", "v1"},
+              {"kind", "Binding"},
+              {"metadata", meta},
+              {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", target.node}}}}
+      .dump();
+}
+
+absl::StatusOr<BindResult> Extender::BindPod(const BindTarget& target) {
+  const std::string id = absl::StrCat(
+      target.pod_namespace.empty() ? "default" : target.pod_namespace, "/", target.pod_name);
+  std::optional<Pod> pod = cache_->Get(target.pod_uid, id);
   if (!pod) {
-    return absl::NotFoundError(absl::StrCat("pod ", id, " (uid '", uid,
+    return absl::NotFoundError(absl::StrCat("pod ", id, " (uid '", target.pod_uid,
                                             "') was not seen by filter; cannot bind it"));
   }
+  bool already = false;
+  scheduler_->Read(
+      [&](const Cluster& c) { already = c.FindPlacement(pod->request.id) != nullptr; });
   BindResult result;
-  GPUSHARE_ASSIGN_OR_RETURN(result.placement, scheduler_->Reserve(pod->request, node));
+  GPUSHARE_ASSIGN_OR_RETURN(result.placement, scheduler_->Reserve(pod->request, target.node));
+  if (!already) cache_->NoteBind(pod->request.id);
   absl::StatusOr<DeviceView> view = absl::UnknownError("unset");
   scheduler_->Read([&](const Cluster& c) { view = MakeDeviceView(c, result.placement); });
   if (!view.ok()) return view.status();
   result.annotations = view->annotations;
   result.patch = json{{"metadata", {{"annotations", result.annotations}}}}.dump();
+  if (!options_.binder) return result;
+  if (absl::Status s = options_.binder(target, result); !s.ok()) {
+    // A retried bind of a placement made earlier keeps it: only this call's
+    // reservation is undone.
+    if (!already) scheduler_->Forget(pod->request.id).IgnoreError();
+    return s;
+  }
+  if (absl::Status s = scheduler_->Confirm(pod->request.id); !s.ok()) return s;
   return result;
 }
 
 absl::StatusOr<std::string> Extender::Bind(std::string_view body) {
   GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(body, "ExtenderBindingArgs"));
   if (!j.is_object()) return Invalid("ExtenderBindingArgs must be a JSON object");
-  GPUSHARE_ASSIGN_OR_RETURN(std::string name, RequiredString(j, "PodName", "ExtenderBindingArgs"));
-  GPUSHARE_ASSIGN_OR_RETURN(std::string node, RequiredString(j, "Node", "ExtenderBindingArgs"));
-  GPUSHARE_ASSIGN_OR_RETURN(std::string ns,
+  BindTarget target;
+  GPUSHARE_ASSIGN_OR_RETURN(target.pod_name,
+                            RequiredString(j, "PodName", "ExtenderBindingArgs"));
+  GPUSHARE_ASSIGN_OR_RETURN(target.node, RequiredString(j, "Node", "ExtenderBindingArgs"));
+  GPUSHARE_ASSIGN_OR_RETURN(target.pod_namespace,
                             internal::StringMember(j, "PodNamespace", "ExtenderBindingArgs"));
-  GPUSHARE_ASSIGN_OR_RETURN(std::string uid,
+  GPUSHARE_ASSIGN_OR_RETURN(target.pod_uid,
                             internal::StringMember(j, "PodUID", "ExtenderBindingArgs"));
-  absl::StatusOr<BindResult> bound = BindPod(ns, name, uid, node);
+  if (target.pod_namespace.empty()) target.pod_namespace = "default";
+  absl::StatusOr<BindResult> bound = BindPod(target);
   if (!bound.ok()) return Reply(std::string(bound.status().message()));
   json reply{{"Error", ""},
              {"Placement", PlacementJson(bound->placement)},
@@ -458,16 +504,171 @@ absl::StatusOr<std::string> Extender::Release(std::string_view body) {
   return Reply(s.ok() ? "" : std::string(s.message()));
 }
 
+// ---- Sync ------------------------------------------------------------------------
+
+uint64_t Extender::SyncMark() const {
+  std::lock_guard lock(cache_->mu);
+  return cache_->binds;
+}
+
+namespace {
+
+// Whether `node` describes the same node as `status` (everything but the
+// schedulable flag, which can change in place).
+bool SameNode(const Node& node, const NodeStatus& status) {
+  if (node.address != status.address || node.labels != status.labels ||
+      node.gpus.size() != status.gpus.size() || node.cpu != status.cpu ||
+      node.host_memory != status.host_memory ||
+      TakesSharedGpuWork(node) != status.gpu_sharing) {
+    return false;
+  }
+  for (size_t g = 0; g < node.gpus.size(); ++g) {
+    if (node.gpus[g].memory != status.gpus[g].memory ||
+        node.gpus[g].model != status.gpus[g].model) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
+                                          std::string_view pods_json, uint64_t mark) {
+  // Parse and validate everything before changing anything.
+  GPUSHARE_ASSIGN_OR_RETURN(json node_list, internal::ParseJson(nodes_json, "node list"));
+  GPUSHARE_ASSIGN_OR_RETURN(json pod_list, internal::ParseJson(pods_json, "pod list"));
+  GPUSHARE_ASSIGN_OR_RETURN(const json* node_items, internal::ListItems(node_list, "node list"));
+  GPUSHARE_ASSIGN_OR_RETURN(const json* pod_items, internal::ListItems(pod_list, "pod list"));
+  std::vector<Node> nodes;
+  for (const json& item : *node_items) {
+    GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(item));
+    nodes.push_back(std::move(node));
+  }
+  std::vector<Pod> pods;
+  for (const json& item : *pod_items) {
+    GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
+    pods.push_back(std::move(pod));
+  }
+
+  SyncReport r;
+  auto warn = [&](auto&&... parts) { r.warnings.push_back(absl::StrCat(parts...)); };
+
+  // 1. Nodes: add the new ones, replace the changed ones that hold nothing,
+  //    follow cordons.
+  std::set<std::string> listed;
+  for (const Node& node : nodes) {
+    listed.insert(node.name);
+    std::optional<NodeStatus> known;
+    scheduler_->Read([&](const Cluster& c) {
+      if (const NodeStatus* s = c.FindNode(node.name)) known = *s;
+    });
+    if (!known) {
+      if (absl::Status s = scheduler_->AddNode(node); s.ok()) {
+        ++r.nodes_added;
+      } else {
+        warn("node ", node.name, " not added: ", s.message());
+      }
+      continue;
+    }
+    if (!SameNode(node, *known)) {
+      if (!known->requests.empty()) {
+        warn("node ", node.name, " changed; the change applies once its ",
+             known->requests.size(), " placements are released");
+      } else if (scheduler_->RemoveNode(node.name).ok() && scheduler_->AddNode(node).ok()) {
+        ++r.nodes_updated;
+        continue;
+      }
+    }
+    if (known->schedulable != node.schedulable &&
+        scheduler_->SetNodeSchedulable(node.name, node.schedulable).ok()) {
+      ++r.nodes_updated;
+    }
+  }
+
+  // 2. Placements: confirm the bound, release what is gone.
+  absl::flat_hash_map<std::string, const Pod*> by_id;
+  for (const Pod& pod : pods) by_id[pod.request.id] = &pod;
+  struct Held {
+    std::string id, node;
+    bool reserved;
+  };
+  std::vector<Held> held;
+  scheduler_->Read([&](const Cluster& c, const std::vector<Reservation>& reservations) {
+    std::set<std::string> reserved;
+    for (const Reservation& res : reservations) reserved.insert(res.placement.request_id);
+    for (const std::string& name : c.node_names()) {
+      for (const std::string& id : c.FindNode(name)->requests) {
+        held.push_back(Held{id, name, reserved.count(id) > 0});
+      }
+    }
+  });
+  for (const Held& h : held) {
+    if (cache_->BoundAfter(h.id, mark)) continue;  // The lists may predate this bind.
+    auto it = by_id.find(h.id);
+    const Pod* pod = it == by_id.end() ? nullptr : it->second;
+    if (pod == nullptr || pod->completed() ||
+        (!pod->node_name.empty() && pod->node_name != h.node)) {
+      if (scheduler_->Release(h.id).ok()) ++r.released;
+    } else if (h.reserved && pod->node_name == h.node) {
+      if (scheduler_->Confirm(h.id).ok()) ++r.confirmed;
+    }
+  }
+
+  // 3. Bound pods gpushare does not hold: restore them, oldest bind first.
+  std::vector<const Pod*> bound;
+  for (const Pod& pod : pods) {
+    if (pod.uses_gpus() && !pod.node_name.empty() && !pod.completed()) bound.push_back(&pod);
+  }
+  std::stable_sort(bound.begin(), bound.end(), [](const Pod* a, const Pod* b) {
+    return internal::AssumeTime(*a) < internal::AssumeTime(*b);
+  });
+  for (const Pod* pod : bound) {
+    absl::StatusOr<std::optional<Placement>> p = absl::UnknownError("unset");
+    bool placed = false;
+    scheduler_->Read([&](const Cluster& c) {
+      placed = c.FindPlacement(pod->request.id) != nullptr;
+      if (!placed) p = internal::RecordedPlacement(c, *pod);
+    });
+    if (placed || (p.ok() && !p->has_value())) continue;
+    absl::Status s = p.ok() ? scheduler_->Commit(**p) : p.status();
+    if (s.ok()) {
+      ++r.restored;
+    } else {
+      warn("pod ", pod->request.id, " on node ", pod->node_name, " not restored: ", s.message());
+    }
+  }
+
+  // 4. Nodes that left the list, once they hold nothing.
+  std::vector<std::string> gone;
+  scheduler_->Read([&](const Cluster& c) {
+    for (const std::string& name : c.node_names()) {
+      if (!listed.count(name)) gone.push_back(name);
+    }
+  });
+  for (const std::string& name : gone) {
+    if (absl::Status s = scheduler_->RemoveNode(name); s.ok()) {
+      ++r.nodes_removed;
+    } else {
+      if (scheduler_->SetNodeSchedulable(name, false).ok()) {
+        warn("node ", name, " is gone from the list; cordoned until it holds nothing");
+      }
+    }
+  }
+
+  for (const Pod& pod : pods) cache_->Put(pod);
+  cache_->ForgetBindsUpTo(mark);
+  return r;
+}
+
 // ---- Inspect -----------------------------------------------------------------------
 
 absl::StatusOr<std::string> Extender::Inspect(std::string_view node_name) const {
-  std::set<std::string> reserved;
-  for (const Reservation& r : scheduler_->reservations()) {
-    reserved.insert(r.placement.request_id);
-  }
   json nodes = json::array();
   bool found = node_name.empty();
-  scheduler_->Read([&](const Cluster& cluster) {
+  scheduler_->Read([&](const Cluster& cluster, const std::vector<Reservation>& reservations) {
+    std::set<std::string> reserved;
+    for (const Reservation& r : reservations) reserved.insert(r.placement.request_id);
     for (const std::string& name : cluster.node_names()) {
       if (!node_name.empty() && name != node_name) continue;
       found = true;

@@ -4,7 +4,9 @@
 #ifndef GPUSHARE_K8S_JSON_UTIL_H_
 #define GPUSHARE_K8S_JSON_UTIL_H_
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +42,17 @@ absl::StatusOr<const json*> ListItems(const json& list, const char* what);
 
 absl::StatusOr<Pod> PodFromJson(const json& pod);
 absl::StatusOr<Node> NodeFromJson(const json& node);
+
+// The placement recorded in the bind annotations of a pod bound to a node of
+// `cluster` (ALIYUN_COM_GPU_MEM_IDX, else the allocation annotation); nullopt
+// for a pod that holds nothing (pending, completed, no GPUs). Errors: NotFound
+// for an unknown node, FailedPrecondition without annotations, InvalidArgument
+// for malformed or inconsistent ones, those of Cluster::Validate().
+absl::StatusOr<std::optional<Placement>> RecordedPlacement(const Cluster& cluster,
+                                                           const Pod& pod);
+
+// ALIYUN_COM_GPU_MEM_ASSUME_TIME of a pod (ns since the epoch), 0 if absent.
+int64_t AssumeTime(const Pod& pod);
 
 }  // namespace gpushare::k8s::internal
 

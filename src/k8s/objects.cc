@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -383,6 +384,8 @@ bool MatchesNodeAffinity(const Pod& pod, const std::string& node_name,
 
 namespace {
 
+using GpuUnits = std::optional<std::map<int, int64_t>>;
+
 // The GPUs and units per GPU recorded on a bound pod, from
 // ALIYUN_COM_GPU_MEM_IDX ("1", "0-1-2-3", or "0,1") or else the allocation
 // annotation {"<container>":{"<gpu>":units}}. nullopt if neither is present.
@@ -425,6 +428,45 @@ absl::StatusOr<std::optional<std::map<int, int64_t>>> RecordedGpus(const Pod& po
 
 }  // namespace
 
+namespace internal {
+
+absl::StatusOr<std::optional<Placement>> RecordedPlacement(const Cluster& cluster,
+                                                           const Pod& pod) {
+  if (!pod.uses_gpus() || pod.node_name.empty() || pod.completed()) return std::nullopt;
+  if (cluster.FindNode(pod.node_name) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("node ", pod.node_name, " unknown"));
+  }
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(pod.request));
+  GPUSHARE_ASSIGN_OR_RETURN(GpuUnits recorded, RecordedGpus(pod));
+  if (!recorded.has_value()) {
+    return absl::FailedPreconditionError(
+        "no GPU index annotation (not bound by a gpushare scheduler)");
+  }
+  Placement p;
+  p.request_id = pod.request.id;
+  p.node = pod.node_name;
+  for (const auto& [g, units] : *recorded) p.gpus.push_back(g);
+  p.exclusive = demand.kind == Demand::Kind::kExclusive;
+  p.memory_per_gpu = demand.memory_per_gpu;
+  p.compute_per_gpu = demand.compute_per_gpu;
+  p.cpu = demand.cpu;
+  p.host_memory = demand.host_memory;
+  if (static_cast<int>(p.gpus.size()) != demand.gpu_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "annotations list ", p.gpus.size(), " GPUs, the pod needs ", demand.gpu_count));
+  }
+  return std::optional<Placement>(std::move(p));
+}
+
+int64_t AssumeTime(const Pod& pod) {
+  auto it = pod.annotations.find("ALIYUN_COM_GPU_MEM_ASSUME_TIME");
+  int64_t t = 0;
+  if (it != pod.annotations.end() && absl::SimpleAtoi(it->second, &t)) return t;
+  return 0;
+}
+
+}  // namespace internal
+
 absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_view pods_json,
                                        ClusterOptions options, RebuildReport* report) {
   RebuildReport local;
@@ -447,58 +489,18 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_
     GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
     parsed.push_back(std::move(pod));
   }
-  // Oldest binds first would be ideal; the annotations carry the bind time.
-  auto assume_time = [](const Pod& p) {
-    auto it = p.annotations.find("ALIYUN_COM_GPU_MEM_ASSUME_TIME");
-    int64_t t = 0;
-    if (it != p.annotations.end() && absl::SimpleAtoi(it->second, &t)) return t;
-    return int64_t{0};
-  };
-  std::stable_sort(parsed.begin(), parsed.end(), [&](const Pod& a, const Pod& b) {
-    return assume_time(a) < assume_time(b);
+  // Oldest binds first: on a conflict the pod bound later is the one skipped.
+  std::stable_sort(parsed.begin(), parsed.end(), [](const Pod& a, const Pod& b) {
+    return internal::AssumeTime(a) < internal::AssumeTime(b);
   });
   for (const Pod& pod : parsed) {
-    if (!pod.uses_gpus() || pod.node_name.empty() || pod.completed()) continue;
-    auto skip = [&](const std::string& why) {
+    absl::StatusOr<std::optional<Placement>> p = internal::RecordedPlacement(cluster, pod);
+    absl::Status s = p.ok() && p->has_value() ? cluster.Commit(**p) : p.status();
+    if (p.ok() && !p->has_value()) continue;  // Pending, completed or without GPUs.
+    if (!s.ok()) {
       ++r.skipped;
       r.warnings.push_back(absl::StrCat("pod ", pod.request.id, " on node ", pod.node_name,
-                                        " skipped: ", why));
-    };
-    const NodeStatus* node = cluster.FindNode(pod.node_name);
-    if (node == nullptr) {
-      skip("node unknown");
-      continue;
-    }
-    absl::StatusOr<Demand> demand = cluster.Validate(pod.request);
-    if (!demand.ok()) {
-      skip(std::string(demand.status().message()));
-      continue;
-    }
-    absl::StatusOr<std::optional<std::map<int, int64_t>>> recorded = RecordedGpus(pod);
-    if (!recorded.ok()) {
-      skip(std::string(recorded.status().message()));
-      continue;
-    }
-    if (!recorded->has_value()) {
-      skip("no GPU index annotation (not bound by a gpushare scheduler)");
-      continue;
-    }
-    Placement p;
-    p.request_id = pod.request.id;
-    p.node = pod.node_name;
-    for (const auto& [g, units] : **recorded) p.gpus.push_back(g);
-    p.exclusive = demand->kind == Demand::Kind::kExclusive;
-    p.memory_per_gpu = demand->memory_per_gpu;
-    p.compute_per_gpu = demand->compute_per_gpu;
-    p.cpu = demand->cpu;
-    p.host_memory = demand->host_memory;
-    if (static_cast<int>(p.gpus.size()) != demand->gpu_count) {
-      skip(absl::StrCat("annotations list ", p.gpus.size(), " GPUs, the pod needs ",
-                        demand->gpu_count));
-      continue;
-    }
-    if (absl::Status s = cluster.Commit(p); !s.ok()) {
-      skip(std::string(s.message()));
+                                        " skipped: ", s.message()));
       continue;
     }
     ++r.placed;

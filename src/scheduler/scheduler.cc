@@ -122,15 +122,30 @@ void Scheduler::Read(const std::function<void(const Cluster&)>& fn) const {
   fn(state_->cluster);
 }
 
-std::vector<Reservation> Scheduler::reservations() const {
-  std::shared_lock lock(state_->mu);
+namespace {
+
+std::vector<Reservation> SortedReservations(
+    const absl::flat_hash_map<std::string, Reservation>& reserved) {
   std::vector<Reservation> out;
-  out.reserve(state_->reserved.size());
-  for (const auto& [id, r] : state_->reserved) out.push_back(r);
+  out.reserve(reserved.size());
+  for (const auto& [id, r] : reserved) out.push_back(r);
   std::sort(out.begin(), out.end(), [](const Reservation& a, const Reservation& b) {
     return a.placement.request_id < b.placement.request_id;
   });
   return out;
+}
+
+}  // namespace
+
+void Scheduler::Read(
+    const std::function<void(const Cluster&, const std::vector<Reservation>&)>& fn) const {
+  std::shared_lock lock(state_->mu);
+  fn(state_->cluster, SortedReservations(state_->reserved));
+}
+
+std::vector<Reservation> Scheduler::reservations() const {
+  std::shared_lock lock(state_->mu);
+  return SortedReservations(state_->reserved);
 }
 
 bool Scheduler::IsReserved(std::string_view id) const {
@@ -286,6 +301,14 @@ absl::StatusOr<Placement> Scheduler::Place(const Request& request) {
   GPUSHARE_ASSIGN_OR_RETURN(Placement p, state_->cluster.Place(request, *policy));
   Unremember(state_->expired_order, state_->expired, p.request_id);
   return p;
+}
+
+absl::Status Scheduler::Commit(const Placement& placement) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  GPUSHARE_RETURN_IF_ERROR(state_->cluster.Commit(placement));
+  Unremember(state_->expired_order, state_->expired, placement.request_id);
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::AddNode(const Node& node) {
