@@ -8,11 +8,13 @@ library. Environment:
   GPUSHARE_EXTENDER      path of the binary (for the restart test, which
                          starts and stops servers of its own)
 
-Run: python3 -m unittest examples/extender/e2e_test.py  (or pytest).
+Run: python3 examples/extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
+the order of the tests, which must not matter).
 """
 
 import copy
 import http.client
+import http.server
 import json
 import os
 import subprocess
@@ -137,6 +139,20 @@ class ExtenderE2ETest(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
 
+    def setUp(self):
+        # Every test leaves the shared server as it found it, so that the
+        # tests do not depend on their order.
+        self.before = self.client.inspect()
+        self.addCleanup(self.release_bound)
+
+    def release_bound(self):
+        def held(view):
+            return {(p["namespace"], p["name"]) for n in view["nodes"] for d in n["devs"]
+                    for p in d["pods"]}
+        for namespace, name in held(self.client.inspect()) - held(self.before):
+            self.client.post("release", {"PodNamespace": namespace, "PodName": name})
+        self.assertEqual(self.client.inspect(), self.before)
+
     def test_version_and_health(self):
         status, body = self.client.request("GET", "/version")
         self.assertEqual(status, 200)
@@ -246,14 +262,16 @@ class ExtenderE2ETest(unittest.TestCase):
         self.assertEqual(len(kept), 1)
         for u in victims:
             status, body = c.post("release", {"PodUID": u})
-            self.assertEqual(body["Error"], "")
+            self.assertEqual((status, body["Error"]), (200, ""))
 
 
-def start_server(binary, nodes, pods, workdir, ttl_ms=60000):
+def start_server(binary, nodes, pods, workdir, ttl_ms=60000, extra=()):
+    """Starts gpushare_extender on a free loopback port; returns (proc, url)."""
     port_file = os.path.join(workdir, "port-%d" % time.monotonic_ns())
+    state = ["--nodes", nodes, "--pods", pods] if nodes else []
     proc = subprocess.Popen(
-        [binary, "--nodes", nodes, "--pods", pods, "--address", "127.0.0.1", "--port", "0",
-         "--port-file", port_file, "--ttl-ms", str(ttl_ms)],
+        [binary, *state, "--address", "127.0.0.1", "--port", "0",
+         "--port-file", port_file, "--ttl-ms", str(ttl_ms), *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 15
     while not os.path.exists(port_file):
@@ -355,6 +373,195 @@ class RestartTest(unittest.TestCase):
                     for n in view["nodes"] for d in n["devs"]}
 
         self.assertEqual(shape(after), shape(before))
+
+
+class FakeApiServer:
+    """The few Kubernetes API calls the extender makes, over loopback HTTP.
+
+    GET /api/v1/nodes and /api/v1/pods list the objects; PATCH of a pod takes a
+    JSON merge patch of its annotations; POST .../binding sets spec.nodeName
+    (pods named "refuse-*" get 409 Conflict, as when a pod was deleted)."""
+
+    def __init__(self, nodes, pods):
+        self.lock = threading.Lock()
+        self.nodes = list(nodes)
+        self.pods = {(p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
+                     for p in pods}
+        self.calls = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def body(self):
+                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+            def do_GET(self):
+                with api.lock:
+                    if self.path == "/api/v1/nodes":
+                        return self.reply(200, {"kind": "NodeList", "items": api.nodes})
+                    if self.path == "/api/v1/pods":
+                        return self.reply(200, {"kind": "PodList",
+                                                "items": list(api.pods.values())})
+                self.reply(404, {"kind": "Status", "code": 404})
+
+            def pod_of(self, parts):
+                # /api/v1/namespaces/<ns>/pods/<name>[/binding]
+                return api.pods.get((parts[4], parts[6])) if len(parts) >= 7 else None
+
+            def do_PATCH(self):
+                parts = self.path.split("/")
+                with api.lock:
+                    pod = self.pod_of(parts)
+                    patch = self.body()
+                    api.calls.append(("PATCH", self.path, self.headers["Content-Type"], patch))
+                    if pod is None:
+                        return self.reply(404, {"kind": "Status", "code": 404})
+                    pod["metadata"].setdefault("annotations", {}).update(
+                        patch["metadata"]["annotations"])
+                    self.reply(200, pod)
+
+            def do_POST(self):
+                parts = self.path.split("/")
+                with api.lock:
+                    pod = self.pod_of(parts)
+                    binding = self.body()
+                    api.calls.append(("POST", self.path, self.headers["Content-Type"], binding))
+                    if pod is None or parts[-1] != "binding":
+                        return self.reply(404, {"kind": "Status", "code": 404})
+                    if pod["metadata"]["name"].startswith("refuse"):
+                        return self.reply(409, {"kind": "Status", "code": 409,
+                                                "message": "pod is being deleted"})
+                    pod["spec"]["nodeName"] = binding["target"]["name"]
+                    pod["status"]["phase"] = "Running"
+                    self.reply(201, {"kind": "Status", "status": "Success"})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def add_pod(self, pod):
+        with self.lock:
+            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+
+    def delete_pod(self, name, namespace="default"):
+        with self.lock:
+            del self.pods[(namespace, name)]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class ApiServerTest(unittest.TestCase):
+    """The extender in front of an API server: it binds and keeps up."""
+
+    def setUp(self):
+        binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+        with open(os.path.join(SAMPLES, "nodes.json")) as f:
+            nodes = json.load(f)["items"]
+        with open(os.path.join(SAMPLES, "pods.json")) as f:
+            pods = json.load(f)["items"]
+        self.api = FakeApiServer(nodes, pods)
+        self.addCleanup(self.api.stop)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        proc, url = start_server(binary, None, None, tmp.name,
+                                 extra=("--apiserver", self.api.url, "--resync-ms", "100"))
+        self.addCleanup(stop_server, proc)
+        self.client = Client(url)
+        self.addCleanup(self.client.close)
+        self.names = [n["metadata"]["name"] for n in nodes]
+
+    def pods_on(self, node):
+        view = self.client.inspect(node)["nodes"][0]
+        return {p["name"]: p for d in view["devs"] for p in d["pods"]}
+
+    def test_binds_through_the_api_and_confirms(self):
+        pod = make_pod("api-1", 4)
+        self.api.add_pod(copy.deepcopy(pod))
+        host, bound = schedule(self.client, pod, self.names)
+        self.assertIsNotNone(host)
+        patch = [c for c in self.api.calls if c[0] == "PATCH"]
+        self.assertEqual(len(patch), 1)
+        self.assertEqual(patch[0][1], "/api/v1/namespaces/default/pods/api-1")
+        self.assertEqual(patch[0][2], "application/merge-patch+json")
+        self.assertEqual(patch[0][3]["metadata"]["annotations"], bound["Annotations"])
+        post = [c for c in self.api.calls if c[0] == "POST"]
+        self.assertEqual(post[0][1], "/api/v1/namespaces/default/pods/api-1/binding")
+        self.assertEqual(post[0][3]["kind"], "Binding")
+        self.assertEqual(post[0][3]["target"]["name"], host)
+        # Bound, so confirmed at once: no time-to-live can take it away.
+        self.assertFalse(self.pods_on(host)["api-1"]["reserved"])
+
+    def test_a_refused_binding_frees_the_gpus_and_reports_the_error(self):
+        before = self.client.inspect()
+        pod = make_pod("refuse-1", 4)
+        self.api.add_pod(copy.deepcopy(pod))
+        status, result = self.client.post("filter", extender_args(pod, ["sd-cluster-04"]))
+        self.assertEqual(result["NodeNames"], ["sd-cluster-04"])
+        status, reply = self.client.post("bind", {
+            "PodName": "refuse-1", "PodNamespace": "default", "PodUID": "uid-refuse-1",
+            "Node": "sd-cluster-04"})
+        self.assertEqual(status, 200)
+        self.assertIn("409", reply["Error"])
+        self.assertEqual(self.client.inspect(), before)
+
+    def test_follows_new_nodes_deleted_pods_and_other_replicas(self):
+        late = copy.deepcopy(self.api.nodes[0])
+        late["metadata"]["name"] = "late-node"
+        with self.api.lock:
+            self.api.nodes.append(late)
+        self.assertTrue(wait_for(lambda: any(
+            n["name"] == "late-node" for n in self.client.inspect()["nodes"])))
+        pod = make_pod("api-2", 6)
+        self.api.add_pod(copy.deepcopy(pod))
+        host, _ = schedule(self.client, pod, ["late-node"])
+        self.assertEqual(host, "late-node")
+        # A pod another replica bound, with its annotations, is taken into account.
+        other = make_pod("other-replica", 5)
+        other["spec"]["nodeName"] = "late-node"
+        other["status"]["phase"] = "Running"
+        other["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "0",
+                                            "ALIYUN_COM_GPU_MEM_POD": "5"}
+        self.api.add_pod(other)
+        self.assertTrue(wait_for(lambda: "other-replica" in self.pods_on("late-node")))
+        # Deleted pods give their units back.
+        self.api.delete_pod("api-2")
+        self.api.delete_pod("other-replica")
+        self.assertTrue(wait_for(lambda: not self.pods_on("late-node")))
+
+
+def load_tests(loader, standard_tests, pattern):
+    """E2E_ORDER=reverse runs the tests in reverse order (they must not care)."""
+    if os.environ.get("E2E_ORDER") != "reverse":
+        return standard_tests
+    loader.sortTestMethodsUsing = lambda a, b: (a < b) - (a > b)
+    suite = unittest.TestSuite()
+    for case in reversed([ExtenderE2ETest, ApiServerTest, RestartTest]):
+        suite.addTests(loader.loadTestsFromTestCase(case))
+    return suite
 
 
 if __name__ == "__main__":
