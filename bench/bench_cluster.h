@@ -2,8 +2,12 @@
 // brought to a steady state of about 70% GPU memory used, with fixed seeds so
 // that every run measures the same states.
 //
-//   gpushare::bench::SteadyCluster fx(10000, "binpack");
-//   for (auto _ : state) fx.PlaceAndRelease(request);
+//   gpushare::Cluster cluster = gpushare::bench::BackgroundCluster(10000);
+//   gpushare::bench::Window window(256);
+//   for (auto _ : state) {
+//     ... place a request ...
+//     if (std::string old = window.Push(id); !old.empty()) (void)cluster.Release(old);
+//   }
 
 #ifndef GPUSHARE_BENCH_BENCH_CLUSTER_H_
 #define GPUSHARE_BENCH_BENCH_CLUSTER_H_
@@ -24,11 +28,20 @@ inline constexpr int kGpusPerNode = 8;
 inline constexpr int64_t kGpuMemory = 32;  // Memory units (GiB) per GPU.
 inline constexpr uint64_t kSeed = 20240607;
 
-inline Node BenchNode(int i) {
+// In a "minority" cluster, every kMinorityEvery-th node has GPUs of model
+// kMinorityModel and the label kMinorityLabel=kMinorityValue.
+inline constexpr int kMinorityEvery = 32;
+inline constexpr const char* kMinorityModel = "A100M32";
+inline constexpr const char* kMinorityLabel = "accelerator";
+inline constexpr const char* kMinorityValue = "a100";
+
+inline Node BenchNode(int i, bool minority = false) {
+  const bool odd_one = minority && i % kMinorityEvery == 0;
   Node n;
   n.name = absl::StrCat("node-", i);
   n.labels = {{"gpushare", "true"}, {"zone", i % 2 == 0 ? "a" : "b"}};
-  n.gpus.assign(kGpusPerNode, Gpu{kGpuMemory, "V100M32", "", true});
+  if (odd_one) n.labels[kMinorityLabel] = kMinorityValue;
+  n.gpus.assign(kGpusPerNode, Gpu{kGpuMemory, odd_one ? kMinorityModel : "V100M32", "", true});
   n.cpu = 96000;          // Thousandths of a core.
   n.host_memory = 393216;  // MiB.
   return n;
@@ -54,9 +67,9 @@ void ApplyBackground(int nodes, CommitFn commit) {
   }
 }
 
-inline Cluster BackgroundCluster(int nodes) {
+inline Cluster BackgroundCluster(int nodes, bool minority = false) {
   Cluster cluster;
-  for (int i = 0; i < nodes; ++i) (void)cluster.AddNode(BenchNode(i));
+  for (int i = 0; i < nodes; ++i) (void)cluster.AddNode(BenchNode(i, minority));
   ApplyBackground(nodes, [&](const Placement& p) { (void)cluster.Commit(p); });
   return cluster;
 }

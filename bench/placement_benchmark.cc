@@ -1,19 +1,24 @@
 // Placement at cluster scale: place + release pairs at steady state (about 70%
-// of GPU memory used, 256 requests in flight), for the indexed built-in
-// policies, the library's generic scan (a wrapper policy hides the built-in)
-// and the plain reference scan of tests/testing/reference.h, in one binary.
+// of GPU memory used, a fixed number of requests in flight), for the indexed
+// built-in policies, the library's generic scan (a wrapper policy hides the
+// built-in) and the plain reference scan of tests/testing/reference.h, in one
+// binary. Each benchmark is registered once per policy, with the policy in
+// its name:
 //
-//   build-bench/bench/placement_benchmark --benchmark_filter=BM_PlaceRelease
+//   BM_PlaceRelease/binpack/nodes:10000
+//   BM_MultiGpuPlaceRelease/spread/gpus:4/nodes:10000
 //
-// Arguments: policy 0 = binpack, 1 = spread; nodes of 8 GPUs x 32 units;
-// gpus = GPUs per request (multi-card) or whole GPUs (exclusive).
-// items_per_second counts place + release pairs.
+//   build-bench/bench/placement_benchmark --benchmark_filter=BM_PlaceRelease/
+//
+// Nodes have 8 GPUs x 32 units; `gpus` is GPUs per request (multi-card) or
+// whole GPUs (exclusive). In the "minority" clusters one node in
+// kMinorityEvery has another GPU model and label, and the requests ask for it
+// by model or by node selector. items_per_second counts place + release pairs.
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,8 +32,10 @@ namespace gpushare::bench {
 namespace {
 
 constexpr size_t kInFlight = 256;
+// Fewer in flight when only the minority nodes can take the requests.
+constexpr size_t kMinorityInFlight = 64;
 
-const char* PolicyName(int64_t arg) { return arg == 0 ? "binpack" : "spread"; }
+constexpr const char* kPolicies[] = {"binpack", "spread"};
 
 // Forwards to a built-in policy; its own type sends Plan() down the scan.
 class ScannedPolicy : public Policy {
@@ -44,41 +51,50 @@ class ScannedPolicy : public Policy {
   std::unique_ptr<Policy> inner_;
 };
 
-enum class Kind { kShared, kExclusive };
+// What the timed requests look like.
+struct Workload {
+  enum class Kind { kShared, kExclusive } kind = Kind::kShared;
+  int64_t gpus = 1;       // GPUs per request (shared) or whole GPUs (exclusive).
+  int64_t lo = 1, hi = 8;  // Memory units per GPU (shared), drawn uniformly.
+  bool minority = false;  // Minority cluster; the request names its model or label.
+  bool by_selector = false;  // With `minority`: node selector instead of model.
+};
 
-// One steady-state cluster, kept between the runs of one benchmark (the
-// background set-up of 100,000 nodes takes seconds) and rebuilt when the
-// arguments change.
+// One steady-state cluster per benchmark, kept between its repetitions (the
+// background set-up of 100,000 nodes takes seconds) and rebuilt for the next
+// benchmark, so that a result does not depend on which benchmarks ran before.
 struct Fixture {
-  std::tuple<int, int> key;
+  std::string key;
   Cluster cluster;
   Window window{kInFlight};
   int64_t next = 0;
 };
 
-Fixture& GetFixture(int nodes, int policy) {
+Fixture& GetFixture(const std::string& key, int nodes, const Workload& w) {
   static std::unique_ptr<Fixture> fixture;
-  if (fixture == nullptr || fixture->key != std::make_tuple(nodes, policy)) {
+  if (fixture == nullptr || fixture->key != key) {
     fixture.reset();
     fixture = std::make_unique<Fixture>();
-    fixture->key = {nodes, policy};
-    fixture->cluster = BackgroundCluster(nodes);
+    fixture->key = key;
+    fixture->cluster = BackgroundCluster(nodes, w.minority);
+    if (w.minority) fixture->window = Window(kMinorityInFlight);
   }
   return *fixture;
 }
 
-void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, Kind kind,
-                     int64_t gpus, int64_t lo, int64_t hi) {
-  const std::vector<int64_t> sizes = Sizes(lo, hi);
+void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, const Workload& w) {
+  const std::vector<int64_t> sizes = Sizes(w.lo, w.hi);
   size_t i = 0;
   Request r;
+  if (w.minority && w.by_selector) r.node_selector = {{kMinorityLabel, kMinorityValue}};
+  if (w.minority && !w.by_selector) r.gpu_models = {kMinorityModel};
   for (auto _ : state) {
     r.id = absl::StrCat("p", fx.next++);
-    if (kind == Kind::kShared) {
-      r.gpu_count = gpus;
-      r.gpu_memory = gpus * sizes[i++ % sizes.size()];
+    if (w.kind == Workload::Kind::kShared) {
+      r.gpu_count = w.gpus;
+      r.gpu_memory = w.gpus * sizes[i++ % sizes.size()];
     } else {
-      r.whole_gpus = gpus;
+      r.whole_gpus = w.gpus;
     }
     absl::StatusOr<Placement> p = fx.cluster.Place(r, policy);
     if (!p.ok()) {
@@ -95,44 +111,33 @@ void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, Kind 
   state.counters["nodes"] = static_cast<double>(fx.cluster.num_nodes());
 }
 
-// Single-GPU shared requests of 1..8 units, indexed.
-void BM_PlaceRelease(benchmark::State& state) {
-  auto policy = *MakePolicy(PolicyName(state.range(0)));
-  Fixture& fx = GetFixture(static_cast<int>(state.range(1)), static_cast<int>(state.range(0)));
-  RunPlaceRelease(state, *policy, fx, Kind::kShared, 1, 1, 8);
+// Indexed (the built-in policy) or scanned (the same policy behind a wrapper).
+void PlaceRelease(benchmark::State& state, const std::string& name, const char* policy,
+                  bool scanned, int nodes, const Workload& w) {
+  std::unique_ptr<Policy> builtin = *MakePolicy(policy);
+  std::unique_ptr<Policy> run =
+      scanned ? std::make_unique<ScannedPolicy>(std::move(builtin)) : std::move(builtin);
+  Fixture& fx = GetFixture(absl::StrCat(name, "/", nodes), nodes, w);
+  RunPlaceRelease(state, *run, fx, w);
 }
-BENCHMARK(BM_PlaceRelease)
-    ->ArgNames({"policy", "nodes"})
-    ->ArgsProduct({{0, 1}, {1000, 10000, 100000}})
-    ->Unit(benchmark::kMicrosecond);
 
-// The same requests through the library's generic scan.
-void BM_ScanPlaceRelease(benchmark::State& state) {
-  ScannedPolicy policy(*MakePolicy(PolicyName(state.range(0))));
-  Fixture& fx = GetFixture(static_cast<int>(state.range(1)), static_cast<int>(state.range(0)));
-  RunPlaceRelease(state, policy, fx, Kind::kShared, 1, 1, 8);
-}
-BENCHMARK(BM_ScanPlaceRelease)
-    ->ArgNames({"policy", "nodes"})
-    ->ArgsProduct({{0, 1}, {1000, 10000}})
-    ->Unit(benchmark::kMicrosecond);
-
-// The same requests through the reference scan (tests/testing/reference.h).
+// The same single-GPU requests through the reference scan
+// (tests/testing/reference.h).
 struct ReferenceFixture {
-  std::tuple<int, int> key;
+  std::string key;
   testing::ReferenceCluster ref;
   Window window{kInFlight};
   int64_t next = 0;
 };
 
-void BM_ReferencePlaceRelease(benchmark::State& state) {
-  const std::string policy = PolicyName(state.range(0));
-  const int nodes = static_cast<int>(state.range(1));
+void ReferencePlaceRelease(benchmark::State& state, const std::string& name,
+                           const char* policy, int nodes) {
   static std::unique_ptr<ReferenceFixture> fx;
-  if (fx == nullptr || fx->key != std::make_tuple(nodes, static_cast<int>(state.range(0)))) {
+  const std::string key = absl::StrCat(name, "/", nodes);
+  if (fx == nullptr || fx->key != key) {
     fx.reset();
     fx = std::make_unique<ReferenceFixture>();
-    fx->key = {nodes, static_cast<int>(state.range(0))};
+    fx->key = key;
     for (int i = 0; i < nodes; ++i) fx->ref.AddNode(BenchNode(i));
     ApplyBackground(nodes, [&](const Placement& p) { fx->ref.Commit(p); });
   }
@@ -154,32 +159,77 @@ void BM_ReferencePlaceRelease(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   state.counters["nodes"] = nodes;
 }
-BENCHMARK(BM_ReferencePlaceRelease)
-    ->ArgNames({"policy", "nodes"})
-    ->ArgsProduct({{0, 1}, {1000, 10000}})
-    ->Unit(benchmark::kMicrosecond);
 
-// Shared requests spread over M = gpus GPUs of one node, 1..4 units on each.
-void BM_MultiGpuPlaceRelease(benchmark::State& state) {
-  auto policy = *MakePolicy(PolicyName(state.range(0)));
-  Fixture& fx = GetFixture(static_cast<int>(state.range(2)), static_cast<int>(state.range(0)));
-  RunPlaceRelease(state, *policy, fx, Kind::kShared, state.range(1), 1, 4);
+// Registers BM_<what>/<policy> for both policies; `body` gets the policy name
+// and the benchmark's arguments.
+template <typename Body>
+void PerPolicy(const std::string& what, const std::vector<std::string>& arg_names,
+               const std::vector<std::vector<int64_t>>& args, Body body) {
+  for (const char* policy : kPolicies) {
+    const std::string name = absl::StrCat("BM_", what, "/", policy);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& state) { body(state, name, policy); })
+        ->ArgNames(arg_names)
+        ->ArgsProduct(args)
+        ->Unit(benchmark::kMicrosecond);
+  }
 }
-BENCHMARK(BM_MultiGpuPlaceRelease)
-    ->ArgNames({"policy", "gpus", "nodes"})
-    ->ArgsProduct({{0, 1}, {2, 4, 8}, {10000}})
-    ->Unit(benchmark::kMicrosecond);
 
-// Exclusive requests for `gpus` whole idle GPUs.
-void BM_ExclusivePlaceRelease(benchmark::State& state) {
-  auto policy = *MakePolicy(PolicyName(state.range(0)));
-  Fixture& fx = GetFixture(static_cast<int>(state.range(2)), static_cast<int>(state.range(0)));
-  RunPlaceRelease(state, *policy, fx, Kind::kExclusive, state.range(1), 0, 0);
+int Nodes(const benchmark::State& state, int arg) {
+  return static_cast<int>(state.range(arg));
 }
-BENCHMARK(BM_ExclusivePlaceRelease)
-    ->ArgNames({"policy", "gpus", "nodes"})
-    ->ArgsProduct({{0, 1}, {1, 2}, {10000}})
-    ->Unit(benchmark::kMicrosecond);
+
+const bool kRegistered = [] {
+  // Single-GPU shared requests of 1..8 units, indexed.
+  PerPolicy("PlaceRelease", {"nodes"}, {{1000, 10000, 100000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              PlaceRelease(state, name, policy, false, Nodes(state, 0), Workload{});
+            });
+  // The same requests through the library's generic scan.
+  PerPolicy("ScanPlaceRelease", {"nodes"}, {{1000, 10000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              PlaceRelease(state, name, policy, true, Nodes(state, 0), Workload{});
+            });
+  // The same requests through the reference scan.
+  PerPolicy("ReferencePlaceRelease", {"nodes"}, {{1000, 10000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              ReferencePlaceRelease(state, name, policy, Nodes(state, 0));
+            });
+  // Shared requests spread over M = gpus GPUs of one node, 1..4 units on each.
+  PerPolicy("MultiGpuPlaceRelease", {"gpus", "nodes"}, {{2, 4, 8}, {10000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              Workload w;
+              w.gpus = state.range(0);
+              w.hi = 4;
+              PlaceRelease(state, absl::StrCat(name, "/", w.gpus), policy, false,
+                           Nodes(state, 1), w);
+            });
+  // Exclusive requests for `gpus` whole idle GPUs.
+  PerPolicy("ExclusivePlaceRelease", {"gpus", "nodes"}, {{1, 2}, {10000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              Workload w;
+              w.kind = Workload::Kind::kExclusive;
+              w.gpus = state.range(0);
+              PlaceRelease(state, absl::StrCat(name, "/", w.gpus), policy, false,
+                           Nodes(state, 1), w);
+            });
+  // Single-GPU shared requests that only the minority nodes can take, named
+  // by GPU model or by node selector.
+  PerPolicy("ModelPlaceRelease", {"nodes"}, {{1000, 10000, 100000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              Workload w;
+              w.minority = true;
+              PlaceRelease(state, name, policy, false, Nodes(state, 0), w);
+            });
+  PerPolicy("SelectorPlaceRelease", {"nodes"}, {{1000, 10000, 100000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              Workload w;
+              w.minority = true;
+              w.by_selector = true;
+              PlaceRelease(state, name, policy, false, Nodes(state, 0), w);
+            });
+  return true;
+}();
 
 }  // namespace
 }  // namespace gpushare::bench
