@@ -40,7 +40,11 @@ int Operations() { return std::getenv("GPUSHARE_QUICK") != nullptr ? 2000 : 8000
 
 class Generator {
  public:
-  explicit Generator(uint64_t seed) : rng_(std::seed_seq{seed}) {}
+  // With `many_restrictions`, nodes carry a rack label of 12 values and
+  // requests select by rack and model in more combinations than the index
+  // keeps views for.
+  explicit Generator(uint64_t seed, bool many_restrictions = false)
+      : rng_(std::seed_seq{seed}), many_restrictions_(many_restrictions) {}
 
   int Uniform(int lo, int hi) { return absl::Uniform<int>(absl::IntervalClosed, rng_, lo, hi); }
   bool Chance(double p) { return absl::Bernoulli(rng_, p); }
@@ -50,6 +54,7 @@ class Generator {
     n.name = absl::StrCat("node-", next_node_++);
     if (Chance(0.85)) n.labels["gpushare"] = "true";
     n.labels["zone"] = Chance(0.5) ? "a" : "b";
+    if (many_restrictions_) n.labels["rack"] = absl::StrCat("r", Uniform(0, 11));
     const int gpus = Chance(0.1) ? 0 : Uniform(1, 8);
     const int64_t sizes[] = {4, 8, 16};
     const int64_t size = sizes[Uniform(0, 2)];
@@ -85,6 +90,9 @@ class Generator {
       r.gpu_models = lists[Uniform(0, 4)];
     }
     if (Chance(0.1)) r.node_selector["zone"] = "a";
+    if (many_restrictions_ && Chance(0.3)) {
+      r.node_selector["rack"] = absl::StrCat("r", Uniform(0, 11));
+    }
     if (Chance(0.3)) r.cpu = Uniform(0, 8) * 500;
     if (Chance(0.2)) r.host_memory = Uniform(0, 16) * 1024;
     return r;
@@ -92,6 +100,7 @@ class Generator {
 
  private:
   absl::BitGen rng_;
+  bool many_restrictions_;
   int next_node_ = 0;
   int next_request_ = 0;
 };
@@ -186,6 +195,64 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Param>& info) {
       return absl::StrCat(info.param.policy, "_seed", info.param.tie_break_seed);
     });
+
+// The indexes (views included) equal a recomputation from the node states
+// after every operation, and the indexed plan equals the scan, while requests
+// restrict candidates in more ways than there are view slots.
+TEST_P(PlacementIndexTest, IndexesEqualRecomputationAfterEveryOperation) {
+  const Param param = GetParam();
+  Generator gen(99 + param.tie_break_seed, /*many_restrictions=*/true);
+  ClusterOptions options;
+  options.tie_break_seed = param.tie_break_seed;
+  Cluster cluster(options);
+  for (int i = 0; i < 30; ++i) ASSERT_THAT(cluster.AddNode(gen.MakeNode()), IsOk());
+  auto builtin = MakePolicy(param.policy);
+  ASSERT_THAT(builtin, IsOk());
+  ScannedPolicy scanned(*MakePolicy(param.policy));
+  std::vector<std::string> placed;
+  const int ops = Operations() / 4;
+  for (int step = 0; step < ops; ++step) {
+    const int op = gen.Uniform(0, 99);
+    if (op < 50) {
+      const Request r = gen.MakeRequest();
+      absl::StatusOr<Placement> fast = cluster.Plan(r, **builtin);
+      absl::StatusOr<Placement> slow = cluster.Plan(r, scanned);
+      ASSERT_EQ(fast.status(), slow.status()) << "step " << step;
+      if (fast.ok()) {
+        ASSERT_EQ(*fast, *slow) << "step " << step;
+        ASSERT_THAT(cluster.Commit(*fast), IsOk());
+        placed.push_back(r.id);
+      }
+    } else if (op < 80) {
+      if (placed.empty()) continue;
+      const int i = gen.Uniform(0, static_cast<int>(placed.size()) - 1);
+      ASSERT_THAT(cluster.Release(placed[i]), IsOk());
+      placed[i] = placed.back();
+      placed.pop_back();
+    } else if (op < 90) {
+      const std::vector<std::string> names = cluster.node_names();
+      const NodeStatus* node = cluster.FindNode(names[gen.Uniform(0, names.size() - 1)]);
+      if (node->gpus.empty()) continue;
+      const int g = gen.Uniform(0, static_cast<int>(node->gpus.size()) - 1);
+      ASSERT_THAT(cluster.SetGpuHealthy(node->name, g, !node->gpus[g].healthy), IsOk());
+    } else if (op < 95) {
+      const std::vector<std::string> names = cluster.node_names();
+      const NodeStatus* node = cluster.FindNode(names[gen.Uniform(0, names.size() - 1)]);
+      ASSERT_THAT(cluster.SetNodeSchedulable(node->name, !node->schedulable), IsOk());
+    } else if (op < 98) {
+      if (cluster.num_nodes() < 60) {
+        ASSERT_THAT(cluster.AddNode(gen.MakeNode()), IsOk());
+      }
+    } else {
+      const std::vector<std::string> names = cluster.node_names();
+      const std::string& name = names[gen.Uniform(0, names.size() - 1)];
+      if (names.size() > 10 && cluster.FindNode(name)->requests.empty()) {
+        ASSERT_THAT(cluster.RemoveNode(name), IsOk());
+      }
+    }
+    ASSERT_THAT(cluster.CheckInvariants(), IsOk()) << "step " << step;
+  }
+}
 
 // Equal nodes: ties decide, and the newest node (tie seed 0) wins.
 TEST(PlacementIndexTieTest, EqualNodesGoToTheNewestUnderBothPolicies) {

@@ -176,6 +176,16 @@ IndexedPolicy ClassifyPolicy(const Policy& policy) {
   return IndexedPolicy::kNone;
 }
 
+bool PlacementIndex::Filter::Admits(const NodeStatus& node) const {
+  for (const auto& [key, value] : selector) {
+    auto it = node.labels.find(key);
+    if (it == node.labels.end() || it->second != value) return false;
+  }
+  return models.empty() || std::any_of(node.gpus.begin(), node.gpus.end(), [&](const GpuStatus& g) {
+           return std::binary_search(models.begin(), models.end(), g.model);
+         });
+}
+
 PlacementIndex::PlacementIndex() = default;
 PlacementIndex::~PlacementIndex() { Clear(); }
 
@@ -202,6 +212,8 @@ PlacementIndex& PlacementIndex::operator=(PlacementIndex&& other) noexcept {
     }
     for (int i = 0; i < kShapeSlots; ++i) shape_[i].store(other.shape_[i].exchange(nullptr));
     node_trees_.store(other.node_trees_.exchange(0));
+    filter_ = std::move(other.filter_);
+    for (int i = 0; i < kViewSlots; ++i) views_[i].store(other.views_[i].exchange(nullptr));
   }
   return *this;
 }
@@ -221,6 +233,8 @@ void PlacementIndex::CopyFrom(const PlacementIndex& other) {
   }
   for (int i = 0; i < kShapeSlots; ++i) copy(other.shape_[i], shape_[i]);
   node_trees_.store(other.node_trees_.load());
+  filter_ = other.filter_ == nullptr ? nullptr : std::make_unique<Filter>(*other.filter_);
+  for (int i = 0; i < kViewSlots; ++i) copy(other.views_[i], views_[i]);
 }
 
 void PlacementIndex::Clear() {
@@ -230,6 +244,7 @@ void PlacementIndex::Clear() {
   for (auto& slot : pack_) delete slot.exchange(nullptr);
   for (auto& slot : shape_) delete slot.exchange(nullptr);
   node_trees_.store(0);
+  for (auto& slot : views_) delete slot.exchange(nullptr);
 }
 
 PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model) {
@@ -242,6 +257,16 @@ PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model)
 }
 
 void PlacementIndex::Rebuild(const ClusterState& state) {
+  ClearTrees();
+  for (const auto& entry : views_) {
+    PlacementIndex* view = entry.load(std::memory_order_acquire);
+    if (view == nullptr) break;
+    view->ClearTrees();
+  }
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
+}
+
+void PlacementIndex::ClearTrees() {
   if (GpuTrees* g = gpu_.load(std::memory_order_acquire)) *g = GpuTrees();
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) t->clear();
   for (auto& slot : spread_) {
@@ -253,13 +278,17 @@ void PlacementIndex::Rebuild(const ClusterState& state) {
   for (auto& slot : shape_) {
     if (ShapeTree* t = slot.load(std::memory_order_acquire)) t->keys.clear();
   }
-  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
 }
 
 void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
                             const std::vector<int>* gpus) {
+  for (const auto& entry : views_) {
+    PlacementIndex* view = entry.load(std::memory_order_acquire);
+    if (view == nullptr) break;
+    view->Unlink(state, slot, gpus);
+  }
   const NodeStatus& node = state.nodes[slot];
-  if (!node.schedulable) return;
+  if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
     t->erase(MakeExclusiveKey(node, tie, slot));
@@ -297,8 +326,13 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
 
 void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
                           const std::vector<int>* gpus) {
+  for (const auto& entry : views_) {
+    PlacementIndex* view = entry.load(std::memory_order_acquire);
+    if (view == nullptr) break;
+    view->Link(state, slot, gpus);
+  }
   const NodeStatus& node = state.nodes[slot];
-  if (!node.schedulable) return;
+  if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
     t->insert(MakeExclusiveKey(node, tie, slot));
@@ -341,7 +375,7 @@ const PlacementIndex::GpuTrees& PlacementIndex::GpuTreesFor(const ClusterState& 
   auto* trees = new GpuTrees;
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
-    if (!node.schedulable || !node.gpu_sharing) continue;
+    if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
     for (const GpuStatus& g : node.gpus) {
       if (g.healthy) trees->For(g.model).insert(MakeGpuKey(g, state.tie_keys[i], i));
     }
@@ -358,7 +392,9 @@ const PlacementIndex::ExclusiveTree& PlacementIndex::ExclusiveTreeFor(
   auto* tree = new ExclusiveTree;
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
-    if (node.schedulable) tree->insert(MakeExclusiveKey(node, state.tie_keys[i], i));
+    if (node.schedulable && Admits(node)) {
+      tree->insert(MakeExclusiveKey(node, state.tie_keys[i], i));
+    }
   }
   exclusive_.store(tree, std::memory_order_release);
   return *tree;
@@ -372,7 +408,7 @@ const PlacementIndex::SpreadTree& PlacementIndex::SpreadTreeFor(const ClusterSta
   auto* tree = new SpreadTree;
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
-    if (!node.schedulable || !node.gpu_sharing) continue;
+    if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
     const SpreadBase base = MakeSpreadBase(node, count > 1);
     if (base.healthy >= count) tree->insert(MakeSpreadKey(base, count, state.tie_keys[i], i));
   }
@@ -389,7 +425,7 @@ const PlacementIndex::PackTree& PlacementIndex::PackTreeFor(const ClusterState& 
   auto* tree = new PackTree;
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
-    if (!node.schedulable || !node.gpu_sharing) continue;
+    if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
     const SpreadBase base = MakeSpreadBase(node, true);
     if (base.healthy >= count) tree->insert(MakePackKey(base, count, state.tie_keys[i], i));
   }
@@ -417,7 +453,7 @@ const PlacementIndex::ShapeTree* PlacementIndex::ShapeTreeFor(const ClusterState
     tree->memory = memory;
     for (uint32_t i = 0; i < state.nodes.size(); ++i) {
       const NodeStatus& node = state.nodes[i];
-      if (!node.schedulable || !node.gpu_sharing) continue;
+      if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
       ShapeKey key;
       if (MakeShapeKey(node, count, memory, state.tie_keys[i], i, &key)) tree->keys.insert(key);
     }
@@ -428,11 +464,48 @@ const PlacementIndex::ShapeTree* PlacementIndex::ShapeTreeFor(const ClusterState
   return nullptr;
 }
 
+const PlacementIndex* PlacementIndex::ViewFor(const Request& request) const {
+  Filter filter;
+  filter.selector = request.node_selector;
+  filter.models = request.gpu_models;
+  std::sort(filter.models.begin(), filter.models.end());
+  filter.models.erase(std::unique(filter.models.begin(), filter.models.end()),
+                      filter.models.end());
+  auto find = [&]() -> const PlacementIndex* {
+    for (const auto& entry : views_) {
+      const PlacementIndex* view = entry.load(std::memory_order_acquire);
+      if (view == nullptr || *view->filter_ == filter) return view;
+    }
+    return nullptr;
+  };
+  if (const PlacementIndex* view = find()) return view;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (const PlacementIndex* view = find()) return view;
+  for (auto& entry : views_) {
+    if (entry.load(std::memory_order_acquire) != nullptr) continue;
+    // Its trees are built on first use, like those of the whole cluster.
+    auto* view = new PlacementIndex;
+    view->filter_ = std::make_unique<Filter>(std::move(filter));
+    entry.store(view, std::memory_order_release);
+    return view;
+  }
+  return nullptr;
+}
+
 bool PlacementIndex::Plan(const ClusterState& state, const Cluster& cluster,
                           const Request& request, const Demand& demand, Policy& policy,
                           int* best_slot, NodeChoice* best_choice) const {
   const IndexedPolicy kind = ClassifyPolicy(policy);
   if (kind == IndexedPolicy::kNone) return false;
+  // The per-model GPU trees already restrict single-GPU binpack by model.
+  const bool by_model_trees = kind == IndexedPolicy::kBinpack &&
+                              demand.kind == Demand::Kind::kShared && demand.gpu_count == 1;
+  if (filter_ == nullptr && demand.kind != Demand::Kind::kCpuOnly &&
+      (!request.node_selector.empty() || (!request.gpu_models.empty() && !by_model_trees))) {
+    if (const PlacementIndex* view = ViewFor(request)) {
+      return view->Plan(state, cluster, request, demand, policy, best_slot, best_choice);
+    }
+  }
   switch (demand.kind) {
     case Demand::Kind::kCpuOnly:
       return false;
@@ -610,7 +683,13 @@ bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& clu
 }
 
 bool PlacementIndex::Consistent(const ClusterState& state) const {
+  for (const auto& entry : views_) {
+    const PlacementIndex* view = entry.load();
+    if (view == nullptr) break;
+    if (!view->Consistent(state)) return false;
+  }
   PlacementIndex fresh;
+  if (filter_ != nullptr) fresh.filter_ = std::make_unique<Filter>(*filter_);
   if (gpu_.load() != nullptr) fresh.gpu_.store(new GpuTrees);
   if (exclusive_.load() != nullptr) fresh.exclusive_.store(new ExclusiveTree);
   for (int m = 0; m < kSpreadSlots; ++m) {

@@ -36,6 +36,14 @@
 // Each index is built on the first Plan() that needs it and kept exact from
 // then on, so a workload pays upkeep only for the kinds of request it makes.
 // CPU-only requests and every other policy use the generic scan.
+//
+// Requests with a node selector or GPU models (other than single-GPU binpack
+// by model alone, which the per-model GPU trees already serve) are answered
+// from a view: the same indexes over only the nodes whose labels match the
+// selector and that have a GPU of an allowed model, so that a request for a
+// rare model or label does not walk past every other node. A view is made on
+// the first request with its (selector, models) and kept exact like the rest;
+// past kViewSlots of them, further restrictions walk the unrestricted indexes.
 
 #ifndef GPUSHARE_INTERNAL_PLACEMENT_INDEX_H_
 #define GPUSHARE_INTERNAL_PLACEMENT_INDEX_H_
@@ -43,6 +51,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,6 +102,18 @@ class PlacementIndex {
 
   // True when the indexes equal freshly built ones (for CheckInvariants()).
   bool Consistent(const ClusterState& state) const;
+
+  // The nodes a view covers: labels that match `selector`, and a GPU (healthy
+  // or not) of one of `models` unless that is empty.
+  struct Filter {
+    std::map<std::string, std::string> selector;
+    std::vector<std::string> models;  // Sorted, without repeats.
+
+    bool Admits(const NodeStatus& node) const;
+    bool operator==(const Filter& other) const {
+      return selector == other.selector && models == other.models;
+    }
+  };
 
   // Packed so that comparing three words gives the order (free memory, free
   // compute, tie desc, slot, GPU index).
@@ -196,6 +217,8 @@ class PlacementIndex {
   // At most this many request shapes get a tree of their own; further
   // multi-GPU binpack shapes walk the PackTree.
   static constexpr int kShapeSlots = 24;
+  // At most this many views (distinct selector and model restrictions).
+  static constexpr int kViewSlots = 16;
 
   // The GPU trees, one per model name.
   struct GpuTrees {
@@ -211,8 +234,13 @@ class PlacementIndex {
   const PackTree& PackTreeFor(const ClusterState& state, int count) const;
   // The tree of shape (count, memory), or null when all slots are taken.
   const ShapeTree* ShapeTreeFor(const ClusterState& state, int count, int64_t memory) const;
+  // The view for the restriction of `request`, made on first use; null when
+  // all slots are taken.
+  const PlacementIndex* ViewFor(const Request& request) const;
+  bool Admits(const NodeStatus& node) const { return filter_ == nullptr || filter_->Admits(node); }
   void CopyFrom(const PlacementIndex& other);
   void Clear();
+  void ClearTrees();  // Empties every tree, keeping which ones exist.
 
   bool PlanBinpackShared(const ClusterState& state, const Cluster& cluster,
                          const Request& request, const Demand& demand, Policy& policy,
@@ -236,6 +264,9 @@ class PlacementIndex {
   mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
   mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
   mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_, pack_, shape_.
+  // Null for the index of the whole cluster; a view's restriction otherwise.
+  std::unique_ptr<const Filter> filter_;
+  mutable std::array<std::atomic<PlacementIndex*>, kViewSlots> views_{};  // Filled in order.
   mutable std::mutex mu_;
 };
 
