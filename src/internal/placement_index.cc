@@ -75,23 +75,37 @@ SpreadKey MakeSpreadKey(const SpreadBase& b, int count, uint64_t tie, uint32_t s
                    count == 1 ? b.top[1] : b.free[count - 1], slot};
 }
 
-// False when fewer than `count` healthy GPUs have `memory` free.
-bool MakeShapeKey(const NodeStatus& node, int count, int64_t memory, uint64_t tie,
-                  uint32_t slot, PlacementIndex::ShapeKey* key) {
-  std::array<std::pair<int64_t, int64_t>, kMaxGpusPerNode> fit;
-  int n = 0;
-  for (const GpuStatus& g : node.gpus) {
-    if (g.healthy && g.memory_free() >= memory) fit[n++] = {g.memory_free(), g.compute_free()};
+// The healthy GPUs of a node by (free memory, free compute), ascending,
+// sorted once for all the shape trees a change touches.
+class ShapeGpus {
+ public:
+  explicit ShapeGpus(const NodeStatus& node) {
+    for (const GpuStatus& g : node.gpus) {
+      if (g.healthy) gpus_[n_++] = {g.memory_free(), g.compute_free()};
+    }
+    std::sort(gpus_.begin(), gpus_.begin() + n_);
   }
-  if (n < count) return false;
-  std::partial_sort(fit.begin(), fit.begin() + count, fit.begin() + n);
-  *key = PlacementIndex::ShapeKey{0, 0, ~tie, slot};
-  for (int k = 0; k < count; ++k) {
-    key->memory += fit[k].first;
-    key->compute += fit[k].second;
+
+  // The key of shape (count, memory): binpack takes the `count` tightest GPUs
+  // with `memory` free, i.e. the first `count` from the first with that much.
+  // False when fewer than `count` healthy GPUs have `memory` free.
+  bool Key(int count, int64_t memory, uint64_t tie, uint32_t slot,
+           PlacementIndex::ShapeKey* key) const {
+    int first = 0;
+    while (first < n_ && gpus_[first].first < memory) ++first;
+    if (n_ - first < count) return false;
+    *key = PlacementIndex::ShapeKey{0, 0, ~tie, slot};
+    for (int k = first; k < first + count; ++k) {
+      key->memory += gpus_[k].first;
+      key->compute += gpus_[k].second;
+    }
+    return true;
   }
-  return true;
-}
+
+ private:
+  std::array<std::pair<int64_t, int64_t>, kMaxGpusPerNode> gpus_;
+  int n_ = 0;
+};
 
 PackKey MakePackKey(const SpreadBase& b, int count, uint64_t tie, uint32_t slot) {
   int64_t low_compute = 0;
@@ -304,23 +318,26 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
       for (int i : *gpus) drop(node.gpus[i]);
     }
   }
-  const int trees = node_trees_.load(std::memory_order_acquire);
-  if (trees == 0) return;
-  const bool only_first = trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
-  const SpreadBase base = MakeSpreadBase(node, !only_first);
-  for (int m = 1; m <= base.healthy; ++m) {
-    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
-      t->erase(MakeSpreadKey(base, m, tie, slot));
-    }
-    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
-      t->erase(MakePackKey(base, m, tie, slot));
+  if (const int trees = node_trees_.load(std::memory_order_acquire); trees > 0) {
+    const bool only_first =
+        trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+    const SpreadBase base = MakeSpreadBase(node, !only_first);
+    for (int m = 1; m <= base.healthy; ++m) {
+      if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+        t->erase(MakeSpreadKey(base, m, tie, slot));
+      }
+      if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
+        t->erase(MakePackKey(base, m, tie, slot));
+      }
     }
   }
+  if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
+  const ShapeGpus fit(node);
   for (const auto& entry : shape_) {
     ShapeTree* t = entry.load(std::memory_order_acquire);
     if (t == nullptr) break;
     ShapeKey key;
-    if (MakeShapeKey(node, t->count, t->memory, tie, slot, &key)) t->keys.erase(key);
+    if (fit.Key(t->count, t->memory, tie, slot, &key)) t->keys.erase(key);
   }
 }
 
@@ -348,23 +365,26 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
       for (int i : *gpus) add(node.gpus[i]);
     }
   }
-  const int trees = node_trees_.load(std::memory_order_acquire);
-  if (trees == 0) return;
-  const bool only_first = trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
-  const SpreadBase base = MakeSpreadBase(node, !only_first);
-  for (int m = 1; m <= base.healthy; ++m) {
-    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
-      t->insert(MakeSpreadKey(base, m, tie, slot));
-    }
-    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
-      t->insert(MakePackKey(base, m, tie, slot));
+  if (const int trees = node_trees_.load(std::memory_order_acquire); trees > 0) {
+    const bool only_first =
+        trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+    const SpreadBase base = MakeSpreadBase(node, !only_first);
+    for (int m = 1; m <= base.healthy; ++m) {
+      if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+        t->insert(MakeSpreadKey(base, m, tie, slot));
+      }
+      if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
+        t->insert(MakePackKey(base, m, tie, slot));
+      }
     }
   }
+  if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
+  const ShapeGpus fit(node);
   for (const auto& entry : shape_) {
     ShapeTree* t = entry.load(std::memory_order_acquire);
     if (t == nullptr) break;
     ShapeKey key;
-    if (MakeShapeKey(node, t->count, t->memory, tie, slot, &key)) t->keys.insert(key);
+    if (fit.Key(t->count, t->memory, tie, slot, &key)) t->keys.insert(key);
   }
 }
 
@@ -455,10 +475,9 @@ const PlacementIndex::ShapeTree* PlacementIndex::ShapeTreeFor(const ClusterState
       const NodeStatus& node = state.nodes[i];
       if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
       ShapeKey key;
-      if (MakeShapeKey(node, count, memory, state.tie_keys[i], i, &key)) tree->keys.insert(key);
+      if (ShapeGpus(node).Key(count, memory, state.tie_keys[i], i, &key)) tree->keys.insert(key);
     }
     entry.store(tree, std::memory_order_release);
-    node_trees_.fetch_add(1);
     return tree;
   }
   return nullptr;

@@ -263,7 +263,7 @@ class PlacementIndex {
   mutable std::array<std::atomic<SpreadTree*>, kSpreadSlots> spread_{};  // By GPU count.
   mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
   mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
-  mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_, pack_, shape_.
+  mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_ and pack_.
   // Null for the index of the whole cluster; a view's restriction otherwise.
   std::unique_ptr<const Filter> filter_;
   mutable std::array<std::atomic<PlacementIndex*>, kViewSlots> views_{};  // Filled in order.
