@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
@@ -174,7 +175,12 @@ TEST_P(PlacementIndexTest, IndexedPlanEqualsScanOverRandomOperations) {
       Cluster copy = cluster;  // Copies carry their indexes along.
       cluster = std::move(copy);
     } else {
-      absl::StatusOr<Cluster> loaded = Cluster::FromJson(cluster.ToJson());
+      // The snapshot is written directly; it must be the text nlohmann::json
+      // prints for the same document, at every indent.
+      const int indent = step % 4 - 1;
+      const std::string text = cluster.ToJson(indent);
+      ASSERT_EQ(nlohmann::json::parse(text).dump(indent), text) << "step " << step;
+      absl::StatusOr<Cluster> loaded = Cluster::FromJson(text);
       ASSERT_THAT(loaded, IsOk());
       cluster = *std::move(loaded);
     }
