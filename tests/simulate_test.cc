@@ -227,6 +227,31 @@ TEST(ReplayTest, FastEngineMatchesTheCluster) {
   EXPECT_EQ(fast.allocated_pct, slow.allocated_pct);
 }
 
+TEST(ReplayTest, ZeroLengthTasksLeaveRightAfterTheirAttempt) {
+  Node node;
+  node.name = "n";
+  node.cpu = 32000;
+  node.host_memory = 65536;
+  node.gpu_sharing = true;
+  node.gpus.assign(2, Gpu{16, "T4", "", true});
+  Request both;
+  both.whole_gpus = 2;
+  both.cpu = 1000;
+  both.id = "zero";
+  Request later = both;
+  later.id = "later";
+  // "zero" starts and ends at 5: placed, then gone before "later" arrives.
+  const std::vector<TimedRequest> timed = {{both, 5, 5}, {later, 6, -1}};
+  ASSERT_OK_AND_ASSIGN(ReplayResult r, Replay({node}, timed, SimulationOptions{}));
+  EXPECT_EQ(r.placed, 2);
+  EXPECT_EQ(r.failed.total(), 0);
+  ASSERT_EQ(r.allocated_pct.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.allocated_pct[0], 0.0);
+  EXPECT_DOUBLE_EQ(r.requested_pct[0], 0.0);
+  EXPECT_DOUBLE_EQ(r.allocated_pct[1], 100.0);
+  EXPECT_DOUBLE_EQ(r.peak_allocated_pct, 100.0);
+}
+
 TEST(OpenbExperimentTest, FgdLeavesFewerGpusUnallocatedThanBestFit) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;

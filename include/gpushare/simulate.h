@@ -135,9 +135,11 @@ struct ReplayResult {
 };
 
 // Replays requests by time: arrivals in start order (ties: input order),
-// departures at `end` (before arrivals at the same time); one attempt per
-// arrival; dropped requests never come back. The tie-break order uses
-// options.seed; shuffle and inflate are ignored.
+// departures at `end` (before arrivals at the same time; a request with
+// end == start is attempted and leaves right after); one attempt per
+// arrival; dropped requests never come back. The samples are taken after
+// each arrival (and a zero-length request's departure). The tie-break order
+// uses options.seed; shuffle and inflate are ignored.
 // Errors: those of Simulate(); InvalidArgument for an end before a start.
 absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
                                     const std::vector<TimedRequest>& requests,

@@ -236,6 +236,12 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
     } else {
       CountFailure(t.task_class, &r.failed);
     }
+    if (requests[i].end == requests[i].start) {
+      // Its departure sorted before its arrival and found nothing to
+      // remove: a zero-length task leaves right after its attempt.
+      requested -= t.gpu_request;
+      engine->Release(static_cast<int64_t>(i));
+    }
     const double allocated = static_cast<double>(engine->allocated());
     r.time.push_back(time);
     r.requested_pct.push_back(100.0 * static_cast<double>(requested) / capacity);
