@@ -286,10 +286,13 @@ std::pair<int, std::string> RunCommand(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// The `gpushare` binary of this build tree (tests/CMakeLists.txt builds it
+// with the tests).
+const char kCli[] = GPUSHARE_CLI_PATH;
+
 TEST(SimulateCommandTest, PrintsTheTableAndWritesTheCurve) {
-  const char* binary_dir = std::getenv("GPUSHARE_BINARY_DIR");
-  const std::string cli = binary_dir == nullptr ? "" : std::string(binary_dir) + "/cli/gpushare";
-  if (cli.empty() || !std::ifstream(cli)) GTEST_SKIP() << "the gpushare CLI is not built";
+  const std::string cli = kCli;
+  ASSERT_TRUE(std::ifstream(cli).good()) << cli << " is missing";
   const std::string dir = ::testing::TempDir();
   {
     std::ofstream nodes(dir + "/cli_nodes.csv");
@@ -327,6 +330,21 @@ TEST(SimulateCommandTest, PrintsTheTableAndWritesTheCurve) {
       RunCommand(base + " --tasks " + dir + "/cli_tasks.csv --policies fgd --replay");
   EXPECT_EQ(replay_code, 0) << replay_out;
   EXPECT_THAT(replay_out, ::testing::ContainsRegex("fgd +[0-9]+ +[0-9]+ +[0-9.]+"));
+}
+
+TEST(SimulateCommandTest, RunsTheDefaultTrace) {
+  const std::string dir = testing::OpenbDir();
+  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;
+  auto [code, out] = RunCommand(std::string(kCli) + " simulate --nodes " + dir +
+                                "/openb_node_list_gpu_node.csv --tasks " + dir +
+                                "/openb_pod_list_default.csv --policies fgd --seeds 42-43" +
+                                " --markdown 2>&1");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("1213 nodes, 8152 tasks, inflate 1.30, 2 seeds"));
+  // | fgd | @90 | @95 | @100 | ...: FGD leaves about 5% of the GPUs at 100%.
+  EXPECT_THAT(out, ::testing::ContainsRegex("\\| fgd \\| 10\\.[0-9]+ ± [0-9.]+ \\| [0-9.]+ ± "
+                                            "[0-9.]+ \\| [45]\\.[0-9]+ ± "))
+      << out;
 }
 
 }  // namespace
