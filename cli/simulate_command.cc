@@ -1,10 +1,8 @@
 #include "cli/simulate_command.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -23,8 +21,9 @@ constexpr char kUsage[] =
     "\n"
     "Runs the FGD trace experiment (shuffle by seed, inflate, one attempt per task)\n"
     "for every policy and seed and prints unallocated GPU % at arrived 90/95/100/110%\n"
-    "of GPU capacity, the fragmentation rate at 100% and the failed tasks\n"
-    "(mean +- standard deviation over seeds).\n"
+    "of GPU capacity, the fragmentation rate at 100% and the failed tasks, in total\n"
+    "(mean +- standard deviation over seeds) and by kind (mean: CPU-only, GPU-sharing,\n"
+    "one whole GPU, several whole GPUs). Seeds run in parallel.\n"
     "\n"
     "options:\n"
     "  --nodes FILE       openb node CSV (sn,cpu_milli,memory_mib,gpu,model)\n"
@@ -147,8 +146,14 @@ int RunSimulate(int argc, char** argv) {
   const std::vector<Request> requests = ToRequests(*tasks);
   if (replay) {
     std::vector<TimedRequest> timed;
+    int64_t untimed = 0;
     for (const TraceTask& t : *tasks) {
+      untimed += t.creation_time < 0;
       timed.push_back({ToRequest(t), std::max<int64_t>(t.creation_time, 0), t.deletion_time});
+    }
+    if (untimed > 0) {
+      std::cerr << "gpushare simulate: " << untimed << " of " << tasks->size()
+                << " tasks have no creation_time; they arrive at time 0\n";
     }
     std::printf("%-14s %8s %8s %14s %9s\n", "policy", "placed", "failed", "peak alloc %",
                 "s/run");
@@ -179,41 +184,42 @@ int RunSimulate(int argc, char** argv) {
   }
   std::cout << absl::StrFormat("%d nodes, %d tasks, inflate %.2f, %d seeds\n", nodes->size(),
                                requests.size(), inflate, seeds.size());
-  const char* header =
-      markdown ? "| policy | unalloc @90%% | @95%% | @100%% | @110%% | frag rate @100%% | "
-                 "failed tasks | s/run |\n|---|---|---|---|---|---|---|---|\n"
-               : "%-14s %14s %14s %14s %14s %14s %12s %7s\n";
   if (markdown) {
-    std::cout << absl::StrFormat(header);
+    std::cout << "| policy | unalloc @90% | @95% | @100% | @110% | frag rate @100% | "
+                 "failed tasks | failed cpu/share/1gpu/multi | s/run |\n"
+                 "|---|---|---|---|---|---|---|---|---|\n";
   } else {
-    std::printf(header, "policy", "unalloc@90%", "@95%", "@100%", "@110%", "frag@100%",
-                "failed", "s/run");
+    std::printf("%-14s %14s %14s %14s %14s %14s %12s %22s %7s\n", "policy", "unalloc@90%",
+                "@95%", "@100%", "@110%", "frag@100%", "failed", "cpu/share/1gpu/multi",
+                "s/run");
   }
   for (absl::string_view name : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
     SimulationOptions options;
     options.policy = std::string(name);
     options.inflate = inflate;
-    const auto start = std::chrono::steady_clock::now();
     auto runs = SimulateSeeds(*nodes, requests, options, seeds, threads);
     if (!runs.ok()) {
       std::cerr << "gpushare simulate: " << runs.status().message() << "\n";
       return 1;
     }
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> at[4], frag, failed, secs;
+    double by_kind[4] = {0, 0, 0, 0};
     const double points[4] = {90, 95, 100, 110};
     for (const SimulationResult& r : *runs) {
       for (int k = 0; k < 4; ++k) at[k].push_back(r.UnallocatedAt(points[k]));
       frag.push_back(100 * r.FragRateAt(100));
       failed.push_back(static_cast<double>(r.failed.total()));
+      by_kind[0] += static_cast<double>(r.failed.cpu_only);
+      by_kind[1] += static_cast<double>(r.failed.shared);
+      by_kind[2] += static_cast<double>(r.failed.one_gpu);
+      by_kind[3] += static_cast<double>(r.failed.multi_gpu);
       secs.push_back(r.seconds);
       for (size_t b = 0; curve.is_open() && b < r.arrived_pct.size(); ++b) {
         curve << absl::StrFormat("%s,%d,%d,%.4f,%.2f,%.6f\n", r.policy, r.seed, r.arrived_pct[b],
                                  r.unallocated_pct[b], r.frag_amount[b], r.frag_rate[b]);
       }
     }
-    std::string cells[6];
+    std::string cells[7];
     for (int k = 0; k < 4; ++k) {
       const Stats s = MeanSd(at[k]);
       cells[k] = absl::StrFormat("%.2f ± %.2f", s.mean, s.sd);
@@ -221,19 +227,22 @@ int RunSimulate(int argc, char** argv) {
     const Stats f = MeanSd(frag), fl = MeanSd(failed);
     cells[4] = absl::StrFormat("%.1f%% ± %.1f", f.mean, f.sd);
     cells[5] = absl::StrFormat("%.0f ± %.0f", fl.mean, fl.sd);
+    const double n = static_cast<double>(runs->size());
+    cells[6] = absl::StrFormat("%.0f/%.0f/%.0f/%.0f", by_kind[0] / n, by_kind[1] / n,
+                               by_kind[2] / n, by_kind[3] / n);
     const double per_run = MeanSd(secs).mean;
     if (markdown) {
-      std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %.3f |\n", name,
+      std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %.3f |\n", name,
                                    cells[0], cells[1], cells[2], cells[3], cells[4], cells[5],
-                                   per_run);
+                                   cells[6], per_run);
     } else {
       // "±" is two bytes: widen the fields by one.
-      std::printf("%-14s %15s %15s %15s %15s %15s %13s %7.3f\n", std::string(name).c_str(),
-                  cells[0].c_str(), cells[1].c_str(), cells[2].c_str(), cells[3].c_str(),
-                  cells[4].c_str(), cells[5].c_str(), per_run);
+      std::printf("%-14s %15s %15s %15s %15s %15s %13s %22s %7.3f\n",
+                  std::string(name).c_str(), cells[0].c_str(), cells[1].c_str(),
+                  cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str(),
+                  cells[6].c_str(), per_run);
     }
     std::fflush(stdout);
-    (void)wall;
   }
   return 0;
 }
