@@ -59,6 +59,62 @@ TEST(FragmentationGoldenTest, ReproducesTheSimulatorsVectors) {
   EXPECT_EQ(checked, 7);
 }
 
+// The same vectors on a node of a Cluster, measured on compute and on memory:
+// GPUs of 1000 memory units, each used by a task holding the same memory and
+// compute share, so both resources leave the vector's idle share.
+TEST(FragmentationGoldenTest, ReproducesTheVectorsOnClusterNodesInBothUnits) {
+  const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/fgd/frag_test_vectors.json";
+  std::ifstream in(path);
+  if (!in) GTEST_SKIP() << "golden vectors not found at " << path;
+  const nlohmann::json vectors = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& c : vectors.at("cases")) {
+    std::string name = c.at("typical").get<std::string>();
+    size_t limit = std::string::npos;
+    if (const size_t bracket = name.find('['); bracket != std::string::npos) {
+      limit = std::stoul(name.substr(name.find(':', bracket) + 1));
+      name = name.substr(0, bracket);
+    }
+    const std::vector<int64_t> left = c.at("gpu_left").get<std::vector<int64_t>>();
+    const int64_t cpu_left = c.at("cpu_left").get<int64_t>();
+    Node node = testing::SharedNode("n", std::vector<int64_t>(left.size(), 1000),
+                                    c.at("gpu_type").get<std::string>());
+    node.cpu = cpu_left + 1000;  // 0 would mean "CPU not tracked".
+    Cluster cluster;
+    ASSERT_OK(cluster.AddNode(node));
+    Placement cpu;
+    cpu.request_id = "cpu";
+    cpu.node = "n";
+    cpu.cpu = 1000;
+    ASSERT_OK(cluster.Commit(cpu));
+    for (size_t i = 0; i < left.size(); ++i) {
+      if (left[i] == 1000) continue;
+      Placement p;
+      p.request_id = "used-" + std::to_string(i);
+      p.node = "n";
+      p.gpus = {static_cast<int>(i)};
+      if (left[i] == 0) {
+        p.exclusive = true;
+      } else {
+        p.memory_per_gpu = 1000 - left[i];
+        p.compute_per_gpu = 1000 - left[i];
+      }
+      ASSERT_OK(cluster.Commit(p));
+    }
+    for (FragResource resource : {FragResource::kCompute, FragResource::kMemory}) {
+      TargetWorkload target = FromJson(vectors.at(name));
+      if (limit < target.tasks.size()) target.tasks.resize(limit);
+      target.resource = resource;
+      const double expect = c.at("expect").get<double>();
+      EXPECT_NEAR(NodeFragmentation(*cluster.FindNode("n"), target), expect, 0.01)
+          << c.dump() << (resource == FragResource::kMemory ? " on memory" : " on compute");
+      EXPECT_NEAR(Fragmentation(cluster, target).amount, expect, 0.01) << c.dump();
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 7);
+}
+
 // The GpuPacking cases of the vectors file, through the policy object.
 TEST(FragmentationGoldenTest, GpuPackingCases) {
   const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/fgd/frag_test_vectors.json";
