@@ -8,6 +8,10 @@
 namespace gpushare::policies {
 namespace {
 
+// The paper's simulator then min-max normalises the scores of the feasible
+// nodes to 0..100 with integer division. Only the nodes with the highest raw
+// score reach 100 after it, so the winner (and the tie-break among equals) is
+// the same without it; the raw score is returned.
 class BestFitPolicy final : public fgd::KernelPolicy {
  public:
   std::string Name() const override { return "bestfit"; }
