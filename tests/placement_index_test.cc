@@ -16,6 +16,8 @@
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "src/internal/cluster_state.h"
+#include "src/internal/placement_index.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
@@ -258,6 +260,62 @@ TEST_P(PlacementIndexTest, IndexesEqualRecomputationAfterEveryOperation) {
     }
     ASSERT_THAT(cluster.CheckInvariants(), IsOk()) << "step " << step;
   }
+}
+
+// The comparisons above would also pass if every plan fell back on the scan;
+// here the indexes themselves must answer every kind of request the built-in
+// policies serve, restricted or not, with the scan's node.
+TEST(PlacementIndexPathTest, BuiltInPoliciesAreAnsweredByTheIndexes) {
+  using internal::ClassifyPolicy;
+  using internal::IndexedPolicy;
+  EXPECT_EQ(ClassifyPolicy(**MakePolicy("binpack")), IndexedPolicy::kBinpack);
+  EXPECT_EQ(ClassifyPolicy(**MakePolicy("spread")), IndexedPolicy::kSpread);
+  EXPECT_EQ(ClassifyPolicy(ScannedPolicy(*MakePolicy("spread"))), IndexedPolicy::kNone);
+
+  Cluster cluster;
+  internal::ClusterState state;
+  for (int i = 0; i < 12; ++i) {
+    Node n;
+    n.name = absl::StrCat("n", i);
+    n.labels = {{"gpushare", "true"}, {"zone", i % 3 == 0 ? "a" : "b"}};
+    n.gpus.assign(4, Gpu{16, i % 4 == 0 ? "A10" : "T4", "", true});
+    ASSERT_THAT(cluster.AddNode(n), IsOk());
+    state.nodes.push_back(internal::MakeNodeStatus(n));
+    state.tie_keys.push_back(internal::TieKey(0, n.name, i));
+    state.index.Link(state, i, nullptr);
+  }
+  std::vector<Request> requests(6);
+  requests[0].gpu_memory = 3;
+  requests[1].gpu_count = 2;
+  requests[1].gpu_memory = 6;
+  requests[2].whole_gpus = 2;
+  requests[3].gpu_memory = 3;
+  requests[3].gpu_models = {"A10"};
+  requests[4].gpu_count = 4;
+  requests[4].gpu_memory = 4;
+  requests[4].node_selector = {{"zone", "a"}};
+  requests[5].whole_gpus = 1;
+  requests[5].gpu_models = {"A10", "V100"};
+  requests[5].node_selector = {{"zone", "b"}};
+  for (const char* name : {"binpack", "spread"}) {
+    std::unique_ptr<Policy> policy = *MakePolicy(name);
+    ScannedPolicy scan(*MakePolicy(name));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Request& r = requests[i];
+      r.id = absl::StrCat("r", i);
+      absl::StatusOr<Demand> demand = internal::ValidateRequest(r, 4);
+      ASSERT_THAT(demand, IsOk());
+      int slot = -1;
+      NodeChoice choice;
+      ASSERT_TRUE(state.index.Plan(state, cluster, r, *demand, *policy, &slot, &choice))
+          << name << " request " << i;
+      absl::StatusOr<Placement> scanned = cluster.Plan(r, scan);
+      ASSERT_THAT(scanned, IsOk());
+      EXPECT_EQ(state.nodes[slot].name, scanned->node) << name << " request " << i;
+      EXPECT_EQ(choice.gpus, scanned->gpus) << name << " request " << i;
+    }
+  }
+  EXPECT_TRUE(state.index.Consistent(state));
 }
 
 // Equal nodes: ties decide, and the newest node (tie seed 0) wins.
