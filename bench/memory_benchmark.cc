@@ -2,13 +2,17 @@
 // global allocation functions in this program, for clusters of 8-GPU nodes
 // (a) as added, with nothing placed, after the indexes of single-GPU binpack,
 // single-GPU spread and exclusive requests have been built by one plan each,
-// and (b) at steady state, about 70% of GPU memory used by one background pod
-// per busy GPU (placements and their bookkeeping included).
+// (b) at steady state, about 70% of GPU memory used by one background pod
+// per busy GPU (placements and their bookkeeping included), and (c) after
+// that, with the indexes of many more request kinds built as well.
 //
 //   build-bench/bench/memory_benchmark
 //
 // Counters: bytes_per_gpu (empty cluster), bytes_per_gpu_placed (loaded
-// cluster, placements and their bookkeeping included).
+// cluster, placements and their bookkeeping included), bytes_per_gpu_indexed
+// (loaded, plus the indexes of multi-GPU binpack for M = 2, 4, 8 with 1..4
+// units per GPU (12 request shapes), multi-GPU spread for M = 2, 4, 8, and one
+// view for requests restricted by a node selector).
 
 #include <atomic>
 #include <cstdlib>
@@ -55,7 +59,7 @@ namespace {
 void BM_StateBytesPerGpu(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0));
   const double gpus = static_cast<double>(nodes) * kGpusPerNode;
-  double empty = 0, placed = 0;
+  double empty = 0, placed = 0, indexed = 0;
   for (auto _ : state) {
     const int64_t before = g_live_bytes.load();
     {
@@ -74,10 +78,25 @@ void BM_StateBytesPerGpu(benchmark::State& state) {
       empty = static_cast<double>(g_live_bytes.load() - before) / gpus;
       ApplyBackground(nodes, [&](const Placement& p) { (void)cluster.Commit(p); });
       placed = static_cast<double>(g_live_bytes.load() - before) / gpus;
+      for (const int count : {2, 4, 8}) {
+        Request multi;
+        multi.id = "probe";
+        multi.gpu_count = count;
+        for (int64_t m = 1; m <= 4; ++m) {
+          multi.gpu_memory = count * m;
+          benchmark::DoNotOptimize(cluster.Plan(multi, "binpack"));
+        }
+        benchmark::DoNotOptimize(cluster.Plan(multi, "spread"));
+      }
+      Request zone = shared;
+      zone.node_selector = {{"zone", "a"}};
+      benchmark::DoNotOptimize(cluster.Plan(zone, "spread"));
+      indexed = static_cast<double>(g_live_bytes.load() - before) / gpus;
     }
   }
   state.counters["bytes_per_gpu"] = empty;
   state.counters["bytes_per_gpu_placed"] = placed;
+  state.counters["bytes_per_gpu_indexed"] = indexed;
   state.counters["gpus"] = gpus;
 }
 BENCHMARK(BM_StateBytesPerGpu)

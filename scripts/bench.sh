@@ -54,7 +54,7 @@ for b in merged["benchmarks"]:
     extra = ""
     if "items_per_second" in b:
         extra += f"  {b['items_per_second']:>14,.0f} items/s"
-    for key in ("bytes_per_gpu", "bytes_per_gpu_placed"):
+    for key in ("bytes_per_gpu", "bytes_per_gpu_placed", "bytes_per_gpu_indexed"):
         if key in b:
             extra += f"  {key}={b[key]:.1f}"
     print(f"  {b['run_name']:<58} {b['real_time']:>12.3f} {b['time_unit']}{extra}")
