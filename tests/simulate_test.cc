@@ -73,6 +73,33 @@ TEST(SimulateTest, RunsTheExperiment) {
     }
   }
   EXPECT_EQ(placed, r.placed);
+  // The per-request records: one per attempt, and bin i is the record of the
+  // last request with arrived <= i% of capacity.
+  ASSERT_EQ(r.arrived_after.size(), static_cast<size_t>(r.requests));
+  ASSERT_EQ(r.allocated_after.size(), r.arrived_after.size());
+  ASSERT_EQ(r.frag_amount_after.size(), r.arrived_after.size());
+  ASSERT_EQ(r.frag_rate_after.size(), r.arrived_after.size());
+  for (int64_t k = 0; k < r.requests; ++k) {
+    // A placed request adds its GPU request to both; a dropped one to arrived.
+    const int64_t arrived = r.arrived_after[k] - (k > 0 ? r.arrived_after[k - 1] : 0);
+    const int64_t allocated = r.allocated_after[k] - (k > 0 ? r.allocated_after[k - 1] : 0);
+    EXPECT_GE(arrived, 0) << k;
+    EXPECT_EQ(allocated, r.node_of_request[k] >= 0 ? arrived : 0) << k;
+    EXPECT_LE(r.allocated_after[k], r.arrived_after[k]);
+  }
+  for (int bin : {40, 90, 100, 125}) {
+    int64_t last = -1;
+    for (int64_t k = 0; k < r.requests; ++k) {
+      if (100 * r.arrived_after[k] <= bin * capacity) last = k;
+    }
+    ASSERT_GE(last, 0) << bin;
+    EXPECT_DOUBLE_EQ(r.unallocated_pct[bin],
+                     100.0 - 100.0 * static_cast<double>(r.allocated_after[last]) /
+                                 static_cast<double>(capacity))
+        << bin;
+    EXPECT_DOUBLE_EQ(r.frag_amount[bin], r.frag_amount_after[last]) << bin;
+    EXPECT_DOUBLE_EQ(r.frag_rate[bin], r.frag_rate_after[last]) << bin;
+  }
 }
 
 TEST(SimulateTest, IsDeterministicPerSeed) {

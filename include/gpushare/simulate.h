@@ -89,6 +89,13 @@ struct SimulationResult {
   // dropped) and the GPUs taken (bit i = GPU i).
   std::vector<int32_t> node_of_request;
   std::vector<uint64_t> gpus_of_request;
+  // Per request, in the order attempted, the state right after its attempt
+  // (the records the 1% bins above are read from).
+  std::vector<int64_t> arrived_after;      // GPU request of the requests so far,
+                                           // placed or not; thousandths of a GPU.
+  std::vector<int64_t> allocated_after;    // Allocated GPU compute, thousandths.
+  std::vector<double> frag_amount_after;   // Fragmentation amount, thousandths.
+  std::vector<double> frag_rate_after;     // Fragmentation / idle compute, 0..1.
 
   // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
   // curve (linear between bins, the last bin beyond it). NaN if empty.

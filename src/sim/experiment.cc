@@ -94,6 +94,10 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
   r.requests = static_cast<int64_t>(order.size());
   r.node_of_request.reserve(order.size());
   r.gpus_of_request.reserve(order.size());
+  r.arrived_after.reserve(order.size());
+  r.allocated_after.reserve(order.size());
+  r.frag_amount_after.reserve(order.size());
+  r.frag_rate_after.reserve(order.size());
   const double capacity = static_cast<double>(std::max<int64_t>(p.gpu_capacity, 1));
   auto record = [&](int bin) {
     while (static_cast<int>(r.arrived_pct.size()) <= bin) {
@@ -116,6 +120,12 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     const int node = engine->Place(order[k], static_cast<int64_t>(k), &gpus);
     r.node_of_request.push_back(node);
     r.gpus_of_request.push_back(gpus);
+    const int64_t allocated = engine->allocated();
+    const double idle = capacity - static_cast<double>(allocated);
+    r.arrived_after.push_back(arrived);
+    r.allocated_after.push_back(allocated);
+    r.frag_amount_after.push_back(engine->frag());
+    r.frag_rate_after.push_back(idle > 0 ? engine->frag() / idle : 0.0);
     if (node >= 0) {
       ++r.placed;
     } else {

@@ -60,6 +60,16 @@ py::dict Summary(const SimulationResult& r) {
   return d;
 }
 
+py::dict Records(const SimulationResult& r) {
+  py::dict d;
+  d["node"] = r.node_of_request;
+  d["arrived"] = r.arrived_after;
+  d["allocated"] = r.allocated_after;
+  d["frag_amount"] = r.frag_amount_after;
+  d["frag_rate"] = r.frag_rate_after;
+  return d;
+}
+
 py::dict Curve(const SimulationResult& r) {
   py::dict d;
   d["arrived_pct"] = r.arrived_pct;
@@ -97,6 +107,11 @@ void RegisterSimulate(py::module_& m) {
       .def_property_readonly(
           "failed", [](const SimulationResult& r) { return Failures(r.failed); },
           "Dropped tasks by kind: a dict with cpu_only, shared, one_gpu, multi_gpu and total.")
+      .def_property_readonly("records", &Records,
+                             "Per task attempted, in order, as columns: node (index in the "
+                             "input, -1 if dropped), and right after its attempt arrived GPU "
+                             "request and allocated GPU (thousandths of a GPU), frag_amount "
+                             "(thousandths) and frag_rate (0..1).")
       .def_property_readonly("curve", &Curve,
                              "The per-1% curve as columns: arrived_pct, unallocated_pct, "
                              "frag_amount (thousandths of a GPU), frag_rate (0..1).")

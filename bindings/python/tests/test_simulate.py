@@ -54,6 +54,15 @@ def test_simulate_returns_curve_columns_and_summary() -> None:
     assert s["unallocated_at_100"] == r.unallocated_at(100)
     assert 0.0 <= s["frag_rate_at_100"] <= 1.0
     assert "fgd" in repr(r)
+    rec = r.records
+    assert set(rec) == {"node", "arrived", "allocated", "frag_amount", "frag_rate"}
+    assert all(len(col) == r.requests for col in rec.values())
+    assert rec["node"] == r.node_of_request
+    assert rec["arrived"][-1] == total
+    assert rec["allocated"] == sorted(rec["allocated"])
+    # Bin 50 holds the record of the last task with arrived <= 50% of capacity.
+    last = max(k for k, a in enumerate(rec["arrived"]) if 100 * a <= 50 * r.gpu_capacity)
+    assert curve["unallocated_pct"][50] == 100 - 100 * rec["allocated"][last] / r.gpu_capacity
 
 
 def test_simulate_many_seeds_matches_single_runs() -> None:
