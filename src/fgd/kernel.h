@@ -84,6 +84,16 @@ class KernelPolicy : public Policy {
   virtual bool Cacheable() const { return true; }
   // Whether Score() reads KNode::gpu_tags.
   virtual bool NeedsTags() const { return false; }
+  // Whether the policy splits Score() in two, so that the simulator's engine
+  // chooses GPUs for the winning node only: DrawScore() draws exactly the
+  // randomness Score() would and keeps what the GPU choice needs in `draws`
+  // (task.gpu_count values); GpusFromDraws() then writes the GPUs Score()
+  // would have chosen. For policies whose score needs neither the node's
+  // state nor its fitting GPUs (e.g. "random").
+  virtual bool SplitsScore() const { return false; }
+  virtual double DrawScore(const KTask& /*task*/, uint64_t* /*draws*/) { return 0; }
+  virtual void GpusFromDraws(const KTask& /*task*/, const int* /*fitting*/, int /*num_fitting*/,
+                             const uint64_t* /*draws*/, int* /*gpus*/) {}
   // The target workload whose fragmentation Score() reads, or nullptr.
   virtual const CompiledTarget* target() const { return nullptr; }
 

@@ -1,6 +1,7 @@
 #include "src/sim/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -27,7 +28,7 @@ uint64_t Mask(const std::vector<int>& gpus) {
 class FastEngine final : public Engine {
  public:
   FastEngine(const Prepared& p, fgd::KernelPolicy& policy, uint64_t tie_seed)
-      : p_(p), policy_(policy), cacheable_(policy.Cacheable()),
+      : p_(p), policy_(policy), cacheable_(policy.Cacheable()), splits_(policy.SplitsScore()),
         uses_frag_(policy.target() != nullptr) {
     const std::vector<Node>& nodes = *p.nodes;
     const size_t n = nodes.size();
@@ -60,26 +61,9 @@ class FastEngine final : public Engine {
 
   int Place(int task, int64_t slot, uint64_t* gpus) override {
     const Task& t = p_.tasks[task];
-    std::vector<Entry>& cache = cache_[t.shape];
-    if (cache.empty()) cache.resize(cpu_left_.size());
-    int best = -1;
-    double best_score = 0;
-    const int n = static_cast<int>(cpu_left_.size());
-    for (int i = 0; i < n; ++i) {
-      if (!Feasible(t, i)) continue;
-      Entry& e = cache[i];
-      if (!cacheable_ || e.version != version_[i]) {
-        Evaluate(t, i, &e);
-        e.version = version_[i];
-      }
-      if (best < 0 || e.score > best_score || (e.score == best_score && tie_[i] > tie_[best])) {
-        best = i;
-        best_score = e.score;
-      }
-    }
     *gpus = 0;
+    const int best = splits_ ? ChooseDrawn(t, gpus) : ChooseScored(t, gpus);
     if (best < 0) return -1;
-    *gpus = cache[best].gpus;
     Apply(t, best, *gpus, +1);
     slots_[slot] = Slot{best, *gpus, task};
     return best;
@@ -145,16 +129,72 @@ class FastEngine final : public Engine {
                            k.type_allowed);
   }
 
-  void Evaluate(const Task& t, int i, Entry* e) {
-    int fitting[kMaxGpusPerNode];
-    int num_fitting = 0;
-    if (t.k.kind != Demand::Kind::kCpuOnly) {
-      for (int j = offset_[i]; j < offset_[i + 1]; ++j) {
-        const bool fits = t.k.kind == Demand::Kind::kExclusive ? left_[j] == kGpuCompute
-                                                               : left_[j] >= t.k.compute;
-        if (fits) fitting[num_fitting++] = j - offset_[i];
+  // Scores every feasible node (from the cache while a node is unchanged) and
+  // returns the best, its GPUs in `gpus`; -1 if none is feasible.
+  int ChooseScored(const Task& t, uint64_t* gpus) {
+    std::vector<Entry>& cache = cache_[t.shape];
+    if (cache.empty()) cache.resize(cpu_left_.size());
+    int best = -1;
+    double best_score = 0;
+    const int n = static_cast<int>(cpu_left_.size());
+    for (int i = 0; i < n; ++i) {
+      if (!Feasible(t, i)) continue;
+      Entry& e = cache[i];
+      if (!cacheable_ || e.version != version_[i]) {
+        Evaluate(t, i, &e);
+        e.version = version_[i];
+      }
+      if (best < 0 || e.score > best_score || (e.score == best_score && tie_[i] > tie_[best])) {
+        best = i;
+        best_score = e.score;
       }
     }
+    if (best >= 0) *gpus = cache[best].gpus;
+    return best;
+  }
+
+  // The same choice for a policy that SplitsScore(): the score of every
+  // feasible node is drawn, in node order as Score() would draw it, and GPUs
+  // are chosen for the winner only.
+  int ChooseDrawn(const Task& t, uint64_t* gpus) {
+    std::array<uint64_t, kMaxGpusPerNode> draws;
+    std::array<uint64_t, kMaxGpusPerNode> best_draws;
+    int best = -1;
+    double best_score = 0;
+    const int n = static_cast<int>(cpu_left_.size());
+    for (int i = 0; i < n; ++i) {
+      if (!Feasible(t, i)) continue;
+      const double score = policy_.DrawScore(t.k, draws.data());
+      if (best < 0 || score > best_score || (score == best_score && tie_[i] > tie_[best])) {
+        best = i;
+        best_score = score;
+        std::copy(draws.begin(), draws.begin() + t.k.gpu_count, best_draws.begin());
+      }
+    }
+    if (best < 0) return -1;
+    int fitting[kMaxGpusPerNode];
+    const int num_fitting = Fitting(t, best, fitting);
+    int chosen[kMaxGpusPerNode];
+    policy_.GpusFromDraws(t.k, fitting, num_fitting, best_draws.data(), chosen);
+    for (int j = 0; j < t.k.gpu_count; ++j) *gpus |= uint64_t{1} << chosen[j];
+    return best;
+  }
+
+  // The GPUs of node i that can take the task, ascending; returns how many.
+  int Fitting(const Task& t, int i, int* fitting) const {
+    int num_fitting = 0;
+    if (t.k.kind == Demand::Kind::kCpuOnly) return 0;
+    for (int j = offset_[i]; j < offset_[i + 1]; ++j) {
+      const bool fits = t.k.kind == Demand::Kind::kExclusive ? left_[j] == kGpuCompute
+                                                             : left_[j] >= t.k.compute;
+      if (fits) fitting[num_fitting++] = j - offset_[i];
+    }
+    return num_fitting;
+  }
+
+  void Evaluate(const Task& t, int i, Entry* e) {
+    int fitting[kMaxGpusPerNode];
+    const int num_fitting = Fitting(t, i, fitting);
     fgd::KNode k = View(i);
     if (uses_frag_) k.frag = frag_node_[i];
     int chosen[kMaxGpusPerNode];
@@ -199,6 +239,7 @@ class FastEngine final : public Engine {
   const Prepared& p_;
   fgd::KernelPolicy& policy_;
   const bool cacheable_;
+  const bool splits_;
   const bool uses_frag_;
   std::vector<int> offset_;          // GPU offsets into left_, per node (+1).
   std::vector<int64_t> left_;        // Idle compute per GPU, thousandths.
