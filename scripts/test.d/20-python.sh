@@ -2,12 +2,20 @@
 # The Python package the way a user gets it: `pip install .` into a fresh
 # virtual environment, then the pytest suite (which also runs the example
 # script and executes the notebook) and the quickstart example against it.
+#
+# Environment: GPUSHARE_PY_BUILD_DIR, the directory for the CMake build tree,
+# the install log and the working directory of pytest (default build-py);
+# GPUSHARE_PY_VENV, the virtual environment to recreate (default
+# $GPUSHARE_PY_BUILD_DIR/venv). Two checkouts or two runs side by side need
+# different values.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-venv="$root/build-py/venv"
-log="$root/build-py/pip-install.log"
-mkdir -p build-py
+build="${GPUSHARE_PY_BUILD_DIR:-$root/build-py}"
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+venv="${GPUSHARE_PY_VENV:-$build/venv}"
+log="$build/pip-install.log"
+mkdir -p "$build"
 
 rm -rf "$venv"
 if ! python3 -m venv "$venv"; then
@@ -15,12 +23,13 @@ if ! python3 -m venv "$venv"; then
   exit 1
 fi
 py="$venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel
+# mypy for the check of the .pyi stubs against the compiled module (stubtest).
+"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel mypy
 
 # Quiet unless it fails; the CMake build tree is kept for faster rebuilds.
-echo "pip install . (log: build-py/pip-install.log)"
+echo "pip install . (log: $log)"
 if ! "$py" -m pip install --disable-pip-version-check -v . \
-      --config-settings=build-dir="$root/build-py/skbuild" \
+      --config-settings=build-dir="$build/skbuild" \
       --config-settings=cmake.define.GPUSHARE_WERROR=ON >"$log" 2>&1; then
   grep -E "error|Error|ERROR" "$log" | head -n 40 >&2 || true
   echo "---- last lines of $log ----" >&2
@@ -29,7 +38,13 @@ if ! "$py" -m pip install --disable-pip-version-check -v . \
 fi
 
 # Run from outside the source tree so that only the installed package is seen.
-cd "$root/build-py"
+cd "$build"
+"$py" - <<'PY'
+import sys
+import gpushare
+if not gpushare.__file__.startswith(sys.prefix):
+    sys.exit(f"20-python: gpushare was imported from {gpushare.__file__}, not from {sys.prefix}")
+PY
 set +e
 "$py" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests"
 rc=$?
