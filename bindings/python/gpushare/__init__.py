@@ -18,8 +18,6 @@ is also a ``ValueError``, ``NotFoundError`` a ``KeyError``;
 subclass ``AlreadyExistsError``) that the call contradicts the cluster's state.
 """
 
-from __future__ import annotations
-
 from . import _core
 from ._core import (
     GPU_COMPUTE,
@@ -45,19 +43,22 @@ from ._core import (
     Score,
     SimulationResult,
     Usage,
+    fragmentation,
     load_openb_nodes,
     load_openb_tasks,
     make_policy,
     policy_names,
     replay,
     simulate,
+    typical_tasks,
     version,
 )
 from ._html import cluster_html as _cluster_html
 
 __version__ = version()
 
-Cluster._repr_html_ = _cluster_html  # type: ignore[attr-defined]
+# Notebooks call _repr_html_ to draw a cluster (a table with a bar per GPU).
+setattr(Cluster, "_repr_html_", _cluster_html)
 
 __all__ = [
     "GPU_COMPUTE",
@@ -83,12 +84,14 @@ __all__ = [
     "Score",
     "SimulationResult",
     "Usage",
+    "fragmentation",
     "load_openb_nodes",
     "load_openb_tasks",
     "make_policy",
     "policy_names",
     "replay",
     "simulate",
+    "typical_tasks",
     "version",
 ]
 

@@ -1,5 +1,6 @@
 // Trace-driven simulation: gs.simulate(), gs.replay(), the openb loaders and
-// fragmentation (gpushare/simulate.h, trace.h, fragmentation.h).
+// fragmentation: gs.typical_tasks(), gs.fragmentation() (gpushare/simulate.h,
+// trace.h, fragmentation.h).
 
 #include <pybind11/stl.h>
 
@@ -77,6 +78,49 @@ py::dict Curve(const SimulationResult& r) {
   d["frag_amount"] = r.frag_amount;
   d["frag_rate"] = r.frag_rate;
   return d;
+}
+
+FragResource ResourceArg(const std::string& resource) {
+  if (resource == "compute") return FragResource::kCompute;
+  if (resource == "memory") return FragResource::kMemory;
+  ThrowIfError(absl::InvalidArgumentError(
+      absl::StrCat("resource '", resource, "' is not 'compute' or 'memory'")));
+  return FragResource::kCompute;
+}
+
+py::list TargetToPython(const TargetWorkload& t) {
+  py::list out;
+  for (const TargetTask& task : t.tasks) {
+    py::dict d;
+    d["cpu"] = task.cpu;
+    d["gpu_share"] = task.gpu_share;
+    d["gpu_count"] = task.gpu_count;
+    d["gpu_models"] = task.gpu_models;
+    d["weight"] = task.weight;
+    out.append(d);
+  }
+  return out;
+}
+
+// A target workload from a list of dicts like those of gs.typical_tasks(), or
+// the typical tasks of a workload (requests or an openb task CSV path).
+TargetWorkload TargetArg(py::handle target, FragResource resource, double coverage) {
+  const bool dicts = py::isinstance<py::list>(target) && py::len(target) > 0 &&
+                     py::isinstance<py::dict>(py::reinterpret_borrow<py::list>(target)[0]);
+  if (!dicts) return ValueOrThrow(TypicalTasks(RequestsArg(target), coverage, resource));
+  TargetWorkload t;
+  t.resource = resource;
+  for (py::handle item : target) {
+    py::dict d = item.cast<py::dict>();
+    TargetTask task;
+    task.cpu = d.contains("cpu") ? d["cpu"].cast<int64_t>() : 0;
+    task.gpu_share = d.contains("gpu_share") ? d["gpu_share"].cast<int64_t>() : 0;
+    task.gpu_count = d.contains("gpu_count") ? d["gpu_count"].cast<int>() : 0;
+    if (d.contains("gpu_models")) task.gpu_models = d["gpu_models"].cast<std::vector<std::string>>();
+    task.weight = d.contains("weight") ? d["weight"].cast<double>() : 0.0;
+    t.tasks.push_back(std::move(task));
+  }
+  return t;
 }
 
 SimulationOptions Options(const std::string& policy, uint64_t seed, double inflate, bool shuffle,
@@ -201,6 +245,38 @@ void RegisterSimulate(py::module_& m) {
       "Replays tasks by creation and deletion time (tasks leave). `tasks` is an openb CSV\n"
       "path or a list of (gs.Request, start_s, end_s) with end_s < 0 = never leaves.\n"
       "Returns a dict of columns sampled after every arrival and totals.");
+
+  m.def(
+      "typical_tasks",
+      [](py::object tasks, double coverage, const std::string& resource) {
+        return TargetToPython(
+            ValueOrThrow(TypicalTasks(RequestsArg(tasks), coverage, ResourceArg(resource))));
+      },
+      py::arg("tasks"), py::arg("coverage") = 0.95, py::arg("resource") = "compute",
+      "The FGD paper's target workload of `tasks` (an openb CSV path or a list of gs.Request):\n"
+      "task shapes grouped by (cpu, per-GPU share, GPU count, models), the most frequent kept\n"
+      "until they cover `coverage` of the tasks, weights summing to 1. A list of dicts with\n"
+      "cpu, gpu_share (thousandths of a GPU, or memory units with resource='memory'),\n"
+      "gpu_count, gpu_models and weight.");
+
+  m.def(
+      "fragmentation",
+      [](ClusterBox& cluster, py::object target, const std::string& resource, double coverage) {
+        const TargetWorkload t = TargetArg(target, ResourceArg(resource), coverage);
+        auto lock = cluster.Lock();
+        const ClusterFragmentation f = Fragmentation(cluster.cluster, t);
+        py::dict d;
+        d["amount"] = f.amount;
+        d["idle"] = f.idle;
+        d["rate"] = f.rate;
+        return d;
+      },
+      py::arg("cluster"), py::arg("target"), py::arg("resource") = "compute",
+      py::arg("coverage") = 0.95,
+      "The cluster's GPU fragmentation against `target` as the FGD paper defines it: a dict\n"
+      "of amount and idle (thousandths of a GPU, or memory units with resource='memory') and\n"
+      "rate = amount / idle. `target` is a list of dicts like gs.typical_tasks() returns, or\n"
+      "a workload (openb CSV path or list of gs.Request) whose typical tasks are used.");
 
   m.def(
       "load_openb_nodes", [](py::object path) { return NodesArg(path); }, py::arg("path"),

@@ -92,6 +92,33 @@ def test_replay_lets_tasks_leave() -> None:
     assert all(a <= q + 1e-9 for a, q in zip(out["allocated_pct"], out["requested_pct"]))
 
 
+def test_typical_tasks_and_fragmentation() -> None:
+    reqs = [gs.Request(f"a{i}", compute=500, cpu=1000) for i in range(6)]
+    reqs += [gs.Request(f"w{i}", whole_gpus=2, cpu=2000) for i in range(3)]
+    reqs += [gs.Request("c", cpu=4000)]
+    target = gs.typical_tasks(reqs, coverage=0.9)
+    assert [(t["gpu_share"], t["gpu_count"]) for t in target] == [(500, 1), (1000, 2)]
+    assert math.isclose(sum(t["weight"] for t in target), 1.0)
+    c = gs.Cluster()
+    c.add_node("n", gpus=[gs.Gpu(memory=16), gs.Gpu(memory=16)], gpu_sharing=True)
+    c.place(gs.Request("p", compute=700))
+    # A 500-share task fits on the idle GPU, not on the 300 left next to the
+    # 700; a 2-GPU task fits nowhere: everything idle is fragment for it.
+    f = gs.fragmentation(c, [{"gpu_share": 500, "gpu_count": 1, "weight": 0.5},
+                             {"gpu_share": 1000, "gpu_count": 2, "weight": 0.5}])
+    assert f == {"amount": 0.5 * 300 + 0.5 * 1300, "idle": 1300.0, "rate": 800 / 1300}
+    # The workload itself: its typical tasks are the two shapes, weighted 6:3.
+    g = gs.fragmentation(c, reqs, coverage=0.9)
+    assert math.isclose(g["amount"], 6 / 9 * 300 + 3 / 9 * 1300)
+    assert math.isclose(g["rate"], g["amount"] / 1300)
+    # On memory: 16 units per GPU, none used by the compute-only task.
+    on_memory = gs.fragmentation(c, [{"gpu_share": 8, "gpu_count": 1, "weight": 1.0}],
+                                 resource="memory")
+    assert on_memory == {"amount": 0.0, "idle": 32.0, "rate": 0.0}
+    with pytest.raises(ValueError, match="resource 'disk'"):
+        gs.fragmentation(c, reqs, resource="disk")
+
+
 @pytest.mark.skipif(not NODES.exists(), reason="openb traces not found under ../shared")
 def test_default_trace_fgd_beats_bestfit() -> None:
     nodes = gs.load_openb_nodes(NODES)
