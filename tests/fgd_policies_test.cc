@@ -135,6 +135,29 @@ TEST(GpuPackingTest, PrefersPartlyUsedGpus) {
   EXPECT_EQ(big.score.primary, 49);
 }
 
+// The four GpuPacking cases of fgd.md (also in the vectors file, which
+// FragmentationGoldenTest.GpuPackingCases reads when ../shared is present).
+TEST(GpuPackingTest, ScoresThePapersFourCases) {
+  auto policy = Make("gpupacking");
+  Request two_whole;
+  two_whole.id = "w";
+  two_whole.cpu = 100;
+  two_whole.whole_gpus = 2;
+  Request two_shares = SharedCompute("s", 200, 100);
+  two_shares.gpu_count = 2;
+  const std::vector<int64_t> mixed = {200, 1000, 1000, 500};
+  EXPECT_EQ(EvaluateOn(*policy, NodeWithLeft(mixed, 1000), two_whole).score.primary, 48);
+  EXPECT_EQ(EvaluateOn(*policy, NodeWithLeft({1000, 1000, 1000, 1000}, 1000), two_whole)
+                .score.primary,
+            29);
+  EXPECT_EQ(EvaluateOn(*policy, NodeWithLeft(std::vector<int64_t>(8, 1000), 1000), two_whole)
+                .score.primary,
+            25);
+  const NodeChoice shares = EvaluateOn(*policy, NodeWithLeft(mixed, 1000), two_shares);
+  EXPECT_EQ(shares.score.primary, 93);
+  EXPECT_EQ(shares.gpus, (std::vector<int>{0, 3}));  // The least idle that fit.
+}
+
 TEST(FgdTest, TakesTheGpuThatAddsTheLeastFragmentation) {
   // Whole-GPU target: every partly used GPU is fragment.
   auto target = std::make_shared<TargetWorkload>();

@@ -33,7 +33,7 @@ TargetWorkload FromJson(const nlohmann::json& list) {
 }
 
 TEST(FragmentationGoldenTest, ReproducesTheSimulatorsVectors) {
-  const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/fgd/frag_test_vectors.json";
+  const std::string path = testing::FragVectorsPath();
   std::ifstream in(path);
   if (!in) GTEST_SKIP() << "golden vectors not found at " << path;
   const nlohmann::json vectors = nlohmann::json::parse(in);
@@ -63,7 +63,7 @@ TEST(FragmentationGoldenTest, ReproducesTheSimulatorsVectors) {
 // GPUs of 1000 memory units, each used by a task holding the same memory and
 // compute share, so both resources leave the vector's idle share.
 TEST(FragmentationGoldenTest, ReproducesTheVectorsOnClusterNodesInBothUnits) {
-  const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/fgd/frag_test_vectors.json";
+  const std::string path = testing::FragVectorsPath();
   std::ifstream in(path);
   if (!in) GTEST_SKIP() << "golden vectors not found at " << path;
   const nlohmann::json vectors = nlohmann::json::parse(in);
@@ -117,7 +117,7 @@ TEST(FragmentationGoldenTest, ReproducesTheVectorsOnClusterNodesInBothUnits) {
 
 // The GpuPacking cases of the vectors file, through the policy object.
 TEST(FragmentationGoldenTest, GpuPackingCases) {
-  const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/fgd/frag_test_vectors.json";
+  const std::string path = testing::FragVectorsPath();
   std::ifstream in(path);
   if (!in) GTEST_SKIP() << "golden vectors not found at " << path;
   const nlohmann::json vectors = nlohmann::json::parse(in);
@@ -267,7 +267,7 @@ TEST(TypicalTasksTest, RejectsBadInput) {
 
 TEST(TypicalTasksTest, DefaultTraceMatchesThePaper) {
   const std::string dir = testing::OpenbDir();
-  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;
+  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   ASSERT_OK_AND_ASSIGN(auto tasks, LoadOpenbTasks(dir + "/openb_pod_list_default.csv"));
   ASSERT_OK_AND_ASSIGN(TargetWorkload t, TypicalTasks(ToRequests(tasks)));
   ASSERT_EQ(t.tasks.size(), 35u);

@@ -281,7 +281,7 @@ TEST(ReplayTest, ZeroLengthTasksLeaveRightAfterTheirAttempt) {
 
 TEST(OpenbExperimentTest, FgdLeavesFewerGpusUnallocatedThanBestFit) {
   const std::string dir = testing::OpenbDir();
-  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;
+  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
                        LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv"));
   ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks,
@@ -361,7 +361,7 @@ TEST(SimulateCommandTest, PrintsTheTableAndWritesTheCurve) {
 
 TEST(SimulateCommandTest, RunsTheDefaultTrace) {
   const std::string dir = testing::OpenbDir();
-  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;
+  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   auto [code, out] = RunCommand(std::string(kCli) + " simulate --nodes " + dir +
                                 "/openb_node_list_gpu_node.csv --tasks " + dir +
                                 "/openb_pod_list_default.csv --policies fgd --seeds 42-43" +

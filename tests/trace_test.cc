@@ -145,7 +145,7 @@ TEST(ToRequestTest, MapsTheKinds) {
 
 TEST(OpenbTraceTest, LoadsEveryFile) {
   const std::string dir = testing::OpenbDir();
-  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << GPUSHARE_SHARED_DIR;
+  if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes, LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv"));
   EXPECT_EQ(nodes.size(), 1213u);
   size_t gpus = 0;

@@ -61,9 +61,20 @@ inline std::vector<Request> GeneratedRequests(int count, uint64_t seed) {
   return requests;
 }
 
+// The shared data folder: $GPUSHARE_SHARED_DIR if set (as for the
+// benchmarks), else ../shared beside the source tree (the layout of a
+// checkout: <dir>/main and <dir>/shared).
+inline std::string SharedDir() {
+  const char* env = std::getenv("GPUSHARE_SHARED_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(GPUSHARE_SHARED_DIR);
+}
+
+// The FGD simulator's golden fragmentation vectors.
+inline std::string FragVectorsPath() { return SharedDir() + "/fgd/frag_test_vectors.json"; }
+
 // The shared openb trace folder, or "" when it is absent.
 inline std::string OpenbDir() {
-  const std::string dir = std::string(GPUSHARE_SHARED_DIR) + "/traces/openb";
+  const std::string dir = SharedDir() + "/traces/openb";
   std::ifstream probe(dir + "/openb_node_list_gpu_node.csv");
   return probe ? dir : std::string();
 }
