@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -281,6 +282,7 @@ void PlacementIndex::Rebuild(const ClusterState& state) {
 }
 
 void PlacementIndex::ClearTrees() {
+  pending_.slot = kNoSlot;
   if (GpuTrees* g = gpu_.load(std::memory_order_acquire)) *g = GpuTrees();
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) t->clear();
   for (auto& slot : spread_) {
@@ -302,6 +304,8 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
     view->Unlink(state, slot, gpus);
   }
   const NodeStatus& node = state.nodes[slot];
+  pending_.slot = slot;
+  pending_.valid.fill(false);
   if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
@@ -331,13 +335,32 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
       }
     }
   }
+  // The shape keys are only noted: Link() replaces those that change.
   if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
   const ShapeGpus fit(node);
-  for (const auto& entry : shape_) {
-    ShapeTree* t = entry.load(std::memory_order_acquire);
+  for (int i = 0; i < kShapeSlots; ++i) {
+    const ShapeTree* t = shape_[i].load(std::memory_order_acquire);
+    if (t == nullptr) break;
+    pending_.valid[i] = fit.Key(t->count, t->memory, tie, slot, &pending_.keys[i]);
+  }
+}
+
+void PlacementIndex::LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t tie,
+                                bool in_trees, bool after_unlink) {
+  if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
+  std::optional<ShapeGpus> fit;
+  if (in_trees) fit.emplace(node);
+  const ShapeLess less;
+  for (int i = 0; i < kShapeSlots; ++i) {
+    ShapeTree* t = shape_[i].load(std::memory_order_acquire);
     if (t == nullptr) break;
     ShapeKey key;
-    if (fit.Key(t->count, t->memory, tie, slot, &key)) t->keys.erase(key);
+    const bool now = in_trees && fit->Key(t->count, t->memory, tie, slot, &key);
+    const bool before = after_unlink && pending_.valid[i];
+    const ShapeKey& old = pending_.keys[i];
+    if (now && before && !less(key, old) && !less(old, key)) continue;
+    if (before) t->keys.erase(old);
+    if (now) t->keys.insert(key);
   }
 }
 
@@ -349,8 +372,12 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
     view->Link(state, slot, gpus);
   }
   const NodeStatus& node = state.nodes[slot];
-  if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
+  const bool after_unlink = pending_.slot == slot;
+  pending_.slot = kNoSlot;
+  const bool linked = node.schedulable && Admits(node);
+  LinkShapes(node, slot, tie, linked && node.gpu_sharing, after_unlink);
+  if (!linked) return;
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
     t->insert(MakeExclusiveKey(node, tie, slot));
   }
@@ -377,14 +404,6 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
         t->insert(MakePackKey(base, m, tie, slot));
       }
     }
-  }
-  if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
-  const ShapeGpus fit(node);
-  for (const auto& entry : shape_) {
-    ShapeTree* t = entry.load(std::memory_order_acquire);
-    if (t == nullptr) break;
-    ShapeKey key;
-    if (fit.Key(t->count, t->memory, tie, slot, &key)) t->keys.insert(key);
   }
 }
 

@@ -88,7 +88,9 @@ class PlacementIndex {
 
   // Remove / insert the entries of node `slot` as it is now. `gpus` names the
   // GPUs whose counters change (a placement's GPUs); nullptr means all of
-  // them and any node-wide change (health, cordon, a new node).
+  // them and any node-wide change (health, cordon, a new node). Every
+  // Unlink() must be followed by the Link() of the same slot, with nothing
+  // in between but the change itself.
   void Unlink(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
   void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
 
@@ -238,6 +240,11 @@ class PlacementIndex {
   // all slots are taken.
   const PlacementIndex* ViewFor(const Request& request) const;
   bool Admits(const NodeStatus& node) const { return filter_ == nullptr || filter_->Admits(node); }
+  // Inserts the node's shape keys as they are now and removes those that
+  // Unlink() noted (`after_unlink`) and that changed. `in_trees`: the node
+  // belongs in the shape trees now.
+  void LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t tie, bool in_trees,
+                  bool after_unlink);
   void CopyFrom(const PlacementIndex& other);
   void Clear();
   void ClearTrees();  // Empties every tree, keeping which ones exist.
@@ -264,6 +271,16 @@ class PlacementIndex {
   mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
   mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
   mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_ and pack_.
+  // The shape keys of node `slot` as Unlink() found them, for the Link()
+  // that follows: a place or release changes one or a few GPUs, and the
+  // shape keys that do not involve them stay in their trees untouched.
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  struct PendingShapes {
+    uint32_t slot = kNoSlot;
+    std::array<ShapeKey, kShapeSlots> keys;
+    std::array<bool, kShapeSlots> valid{};  // keys[i] is in shape tree i.
+  };
+  PendingShapes pending_;
   // Null for the index of the whole cluster; a view's restriction otherwise.
   std::unique_ptr<const Filter> filter_;
   mutable std::array<std::atomic<PlacementIndex*>, kViewSlots> views_{};  // Filled in order.
