@@ -25,10 +25,10 @@ def _bar(used: int, total: int, healthy: bool) -> str:
     )
 
 
-def cluster_html(cluster: "Cluster") -> str:
+def cluster_html(self: "Cluster") -> str:
     """Cluster._repr_html_: per node, each GPU's allocated/total memory as a bar."""
-    unit = html.escape(cluster.memory_unit)
-    nodes = cluster.nodes()
+    unit = html.escape(self.memory_unit)
+    nodes = self.nodes()
     max_gpus = max((len(n.gpus) for n in nodes), default=0)
     head = "".join(f"<th>GPU{i}</th>" for i in range(max_gpus))
     rows = []
@@ -48,7 +48,7 @@ def cluster_html(cluster: "Cluster") -> str:
             f"<td>{node.gpu_memory_used}/{node.gpu_memory}</td>"
             f"<td>{len(node.requests)}</td></tr>"
         )
-    usage = cluster.usage()
+    usage = self.usage()
     pct = usage.gpu_memory_used * 100 // usage.gpu_memory if usage.gpu_memory else 0
     return (
         '<table class="gpushare-cluster">'

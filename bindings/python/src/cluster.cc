@@ -545,7 +545,8 @@ void RegisterCluster(py::module_& m) {
                             "' nodes=", self.cluster.num_nodes(), " gpus=", u.gpus,
                             " gpu_memory_used=", u.gpu_memory_used, "/", u.gpu_memory,
                             " placements=", u.placements, ">");
-      });
+      }, "A summary in angle brackets: a cluster's state is no constructor call "
+         "(Cluster.from_json(c.to_json()) rebuilds it).");
 }
 
 }  // namespace gpushare::python

@@ -34,6 +34,13 @@ void RegisterInspect(py::module_& m) {
   py::class_<DeviceView>(m, "DeviceView",
                          "The pod annotations and container environment of a placement, "
                          "with the names of the GPU-sharing device plugin.")
+      .def(py::init([](std::map<std::string, std::string> annotations,
+                       std::map<std::string, std::string> env) {
+             return DeviceView{std::move(annotations), std::move(env)};
+           }),
+           py::arg("annotations") = std::map<std::string, std::string>{},
+           py::arg("env") = std::map<std::string, std::string>{},
+           "A view by hand (normally made by Cluster.device_view()).")
       .def_readonly("annotations", &DeviceView::annotations,
                     "Pod annotations (dict of str): ALIYUN_COM_GPU_MEM_IDX, _POD, _DEV, "
                     "_ASSIGNED, _ASSUME_TIME and scheduler.framework.gpushare.allocation.")
@@ -43,7 +50,10 @@ void RegisterInspect(py::module_& m) {
       .def("__repr__", [](const DeviceView& v) {
         return absl::StrCat("DeviceView(annotations=", std::string(py::repr(py::cast(v.annotations))),
                             ", env=", std::string(py::repr(py::cast(v.env))), ")");
-      });
+      }, "A constructor call that makes an equal value.")
+      .def("__eq__", [](const DeviceView& a, const DeviceView& b) {
+        return a.annotations == b.annotations && a.env == b.env;
+      }, py::arg("other"), py::is_operator(), "Equal when both dicts are equal.");
 
   py::object cluster = m.attr("Cluster");
   py::reinterpret_borrow<py::class_<ClusterBox, std::shared_ptr<ClusterBox>>>(cluster).def(

@@ -22,6 +22,16 @@ const char* KindName(Demand::Kind kind) {
   return "cpu_only";
 }
 
+Demand::Kind KindOf(const std::string& name) {
+  if (name == "shared") return Demand::Kind::kShared;
+  if (name == "exclusive") return Demand::Kind::kExclusive;
+  if (name != "cpu_only") {
+    ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+        "unknown demand kind '", name, "'; known kinds: cpu_only, exclusive, shared")));
+  }
+  return Demand::Kind::kCpuOnly;
+}
+
 Score ToScore(py::handle h) {
   if (py::isinstance<Score>(h)) return h.cast<Score>();
   if (py::isinstance<py::int_>(h) || py::isinstance<py::float_>(h)) {
@@ -120,14 +130,30 @@ void RegisterPolicy(py::module_& m) {
       .def_readwrite("secondary", &Score::secondary, "The second key.")
       .def_readwrite("tertiary", &Score::tertiary, "The third key.")
       .def("__eq__", [](const Score& a, const Score& b) { return a == b; }, py::arg("other"),
-           py::is_operator())
+           py::is_operator(), "Equal when all three keys are equal.")
       .def("__lt__", [](const Score& a, const Score& b) { return a < b; }, py::arg("other"),
-           py::is_operator())
-      .def("__repr__", &Repr<Score>);
+           py::is_operator(), "Lexicographic: primary, then secondary, then tertiary.")
+      .def("__repr__", &Repr<Score>, "A constructor call that makes an equal value.");
 
   py::class_<Demand>(m, "Demand",
                      "What a validated request needs from one node: the per-GPU shape "
                      "(made by Cluster.validate(), passed to Policy.evaluate()).")
+      .def(py::init([](const std::string& kind, int gpu_count, int64_t memory_per_gpu,
+                       int64_t compute_per_gpu, int64_t cpu, int64_t host_memory) {
+             Demand d;
+             d.kind = KindOf(kind);
+             d.gpu_count = gpu_count;
+             d.memory_per_gpu = memory_per_gpu;
+             d.compute_per_gpu = compute_per_gpu;
+             d.cpu = cpu;
+             d.host_memory = host_memory;
+             return d;
+           }),
+           py::kw_only(), py::arg("kind") = "cpu_only", py::arg("gpu_count") = 0,
+           py::arg("memory_per_gpu") = 0, py::arg("compute_per_gpu") = 0, py::arg("cpu") = 0,
+           py::arg("host_memory") = 0,
+           "A demand by hand, e.g. to test a Policy's evaluate(); `kind` is 'shared', "
+           "'exclusive' or 'cpu_only' (else InvalidArgumentError).")
       .def_property_readonly("kind", [](const Demand& d) { return KindName(d.kind); },
                              "'shared', 'exclusive' or 'cpu_only'.")
       .def_readonly("gpu_count", &Demand::gpu_count, "GPUs on one node; 0 for CPU-only.")
@@ -140,7 +166,12 @@ void RegisterPolicy(py::module_& m) {
                             ", memory_per_gpu=", d.memory_per_gpu, ", compute_per_gpu=",
                             d.compute_per_gpu, ", cpu=", d.cpu, ", host_memory=",
                             d.host_memory, ")");
-      });
+      }, "A constructor call that makes an equal value.")
+      .def("__eq__", [](const Demand& a, const Demand& b) {
+        return a.kind == b.kind && a.gpu_count == b.gpu_count &&
+               a.memory_per_gpu == b.memory_per_gpu && a.compute_per_gpu == b.compute_per_gpu &&
+               a.cpu == b.cpu && a.host_memory == b.host_memory;
+      }, py::arg("other"), py::is_operator(), "Equal when every field is equal.");
 
   py::class_<Policy, PyPolicy>(
       m, "Policy",
@@ -151,9 +182,16 @@ void RegisterPolicy(py::module_& m) {
       "name() and on_committed(placement). Policies must not change the cluster.")
       .def(py::init<>(), "For subclasses written in Python.")
       .def("name", &Policy::Name, "The stable lower_snake_case name, e.g. 'binpack'.")
-      .def("__repr__", [](Policy& p) {
+      .def("__repr__", [](py::object self) -> std::string {
+        // A built-in policy is remade by make_policy(name); one written in
+        // Python by its class.
+        Policy& p = self.cast<Policy&>();
+        if (dynamic_cast<PyPolicy*>(&p) != nullptr) {
+          return absl::StrCat(std::string(py::str(py::type::handle_of(self).attr("__name__"))),
+                              "()");
+        }
         return absl::StrCat("make_policy(", PyQuote(p.Name()), ")");
-      });
+      }, "make_policy('<name>') for a built-in policy, '<Class>()' for one written in Python.");
 
   m.def("policy_names", &PolicyNames, "The names of the built-in policies, sorted.");
   m.def(

@@ -170,7 +170,8 @@ void RegisterSimulate(py::module_& m) {
         return absl::StrCat("SimulationResult(policy=", PyQuote(r.policy), ", seed=", r.seed,
                             ", requests=", r.requests, ", placed=", r.placed,
                             ", unallocated_at_100=", r.UnallocatedAt(100), ")");
-      });
+      }, "The run's headline: policy, seed, tasks attempted and placed, unallocated GPU % "
+         "at 100 % arrived.");
 
   m.def(
       "simulate",

@@ -17,7 +17,43 @@ namespace {
 
 using StrMap = std::map<std::string, std::string>;
 
-std::string Bool(bool b) { return b ? "True" : "False"; }
+// Snapshot types compare field by field (requests of a node as a set).
+bool SameGpu(const Gpu& a, const Gpu& b) {
+  return a.memory == b.memory && a.model == b.model && a.uuid == b.uuid &&
+         a.healthy == b.healthy;
+}
+
+bool SameGpuStatus(const GpuStatus& a, const GpuStatus& b) {
+  return a.index == b.index && a.memory == b.memory && a.memory_used == b.memory_used &&
+         a.compute_used == b.compute_used && a.holders == b.holders &&
+         a.healthy == b.healthy && a.model == b.model && a.uuid == b.uuid;
+}
+
+std::vector<std::string> SortedRequests(const NodeStatus& n) {
+  std::vector<std::string> ids = n.requests;
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+bool SameNodeStatus(const NodeStatus& a, const NodeStatus& b) {
+  return a.name == b.name && a.address == b.address && a.labels == b.labels &&
+         a.schedulable == b.schedulable && a.gpu_sharing == b.gpu_sharing &&
+         a.cpu == b.cpu && a.cpu_used == b.cpu_used && a.host_memory == b.host_memory &&
+         a.host_memory_used == b.host_memory_used && a.version == b.version &&
+         std::equal(a.gpus.begin(), a.gpus.end(), b.gpus.begin(), b.gpus.end(),
+                    SameGpuStatus) &&
+         SortedRequests(a) == SortedRequests(b);
+}
+
+bool SameUsage(const Usage& a, const Usage& b) {
+  return a.gpu_memory == b.gpu_memory && a.gpu_memory_used == b.gpu_memory_used &&
+         a.gpus == b.gpus && a.idle_gpus == b.idle_gpus && a.compute_used == b.compute_used &&
+         a.cpu == b.cpu && a.cpu_used == b.cpu_used && a.host_memory == b.host_memory &&
+         a.host_memory_used == b.host_memory_used && a.placements == b.placements;
+}
+
+constexpr const char* kReprDoc = "A constructor call that makes an equal value.";
+constexpr const char* kEqDoc = "Equal when every field is equal.";
 
 std::string GpuStatusRepr(const GpuStatus& g) {
   std::string out = absl::StrCat("GpuStatus(index=", g.index, ", memory=", g.memory,
@@ -26,6 +62,32 @@ std::string GpuStatusRepr(const GpuStatus& g) {
   if (!g.healthy) absl::StrAppend(&out, ", healthy=False");
   if (!g.model.empty()) absl::StrAppend(&out, ", model=", PyQuote(g.model));
   if (!g.uuid.empty()) absl::StrAppend(&out, ", uuid=", PyQuote(g.uuid));
+  return out + ")";
+}
+
+std::string NodeStatusRepr(const NodeStatus& n) {
+  std::string out = absl::StrCat("NodeStatus(name=", PyQuote(n.name), ", gpus=[");
+  for (size_t i = 0; i < n.gpus.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", GpuStatusRepr(n.gpus[i]));
+  }
+  out += "]";
+  if (!n.address.empty()) absl::StrAppend(&out, ", address=", PyQuote(n.address));
+  if (!n.labels.empty()) {
+    absl::StrAppend(&out, ", labels=", std::string(py::repr(py::cast(n.labels))));
+  }
+  if (!n.schedulable) out += ", schedulable=False";
+  if (n.gpu_sharing) out += ", gpu_sharing=True";
+  if (n.cpu != 0 || n.cpu_used != 0) {
+    absl::StrAppend(&out, ", cpu=", n.cpu, ", cpu_used=", n.cpu_used);
+  }
+  if (n.host_memory != 0 || n.host_memory_used != 0) {
+    absl::StrAppend(&out, ", host_memory=", n.host_memory,
+                    ", host_memory_used=", n.host_memory_used);
+  }
+  if (!n.requests.empty()) {
+    absl::StrAppend(&out, ", requests=", std::string(py::repr(py::cast(SortedRequests(n)))));
+  }
+  if (n.version != 0) absl::StrAppend(&out, ", version=", n.version);
   return out + ")";
 }
 
@@ -58,11 +120,8 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("model", &Gpu::model, "Model name, e.g. 'T4'; may be empty.")
       .def_readwrite("uuid", &Gpu::uuid, "UUID, e.g. 'GPU-0b3c...'; empty when unknown.")
       .def_readwrite("healthy", &Gpu::healthy, "Unhealthy GPUs take no new work.")
-      .def("__repr__", &Repr<Gpu>)
-      .def("__eq__", [](const Gpu& a, const Gpu& b) {
-        return a.memory == b.memory && a.model == b.model && a.uuid == b.uuid &&
-               a.healthy == b.healthy;
-      }, py::arg("other"), py::is_operator())
+      .def("__repr__", &Repr<Gpu>, kReprDoc)
+      .def("__eq__", &SameGpu, py::arg("other"), py::is_operator(), kEqDoc)
       .def(py::pickle([](const Gpu& g) { return py::make_tuple(g.memory, g.model, g.uuid, g.healthy); },
                       [](py::tuple t) {
                         return Gpu{t[0].cast<int64_t>(), t[1].cast<std::string>(),
@@ -104,7 +163,13 @@ void RegisterTypes(py::module_& m) {
                      "Whether the node takes shared GPU work; None: decided by the labels.")
       .def_property_readonly("takes_shared_gpu_work", &TakesSharedGpuWork,
                              "gpu_sharing if set, else whether a sharing label is present.")
-      .def("__repr__", &Repr<Node>);
+      .def("__repr__", &Repr<Node>, kReprDoc)
+      .def("__eq__", [](const Node& a, const Node& b) {
+        return a.name == b.name && a.address == b.address && a.labels == b.labels &&
+               a.cpu == b.cpu && a.host_memory == b.host_memory &&
+               a.schedulable == b.schedulable && a.gpu_sharing == b.gpu_sharing &&
+               std::equal(a.gpus.begin(), a.gpus.end(), b.gpus.begin(), b.gpus.end(), SameGpu);
+      }, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<Request>(m, "Request",
                       "A request for resources: one pod. Shared when gpu_memory or compute "
@@ -142,13 +207,13 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("host_memory", &Request::host_memory, "Host memory, MiB.")
       .def_readwrite("gpu_models", &Request::gpu_models, "Allowed GPU models; empty = any.")
       .def_readwrite("node_selector", &Request::node_selector, "Required node labels.")
-      .def("__repr__", &Repr<Request>)
+      .def("__repr__", &Repr<Request>, kReprDoc)
       .def("__eq__", [](const Request& a, const Request& b) {
         return a.id == b.id && a.gpu_memory == b.gpu_memory && a.gpu_count == b.gpu_count &&
                a.compute == b.compute && a.whole_gpus == b.whole_gpus && a.cpu == b.cpu &&
                a.host_memory == b.host_memory && a.gpu_models == b.gpu_models &&
                a.node_selector == b.node_selector;
-      }, py::arg("other"), py::is_operator());
+      }, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<BoundPlacement>(
       m, "Placement",
@@ -193,10 +258,11 @@ void RegisterTypes(py::module_& m) {
           "annotations", [](const BoundPlacement& p) { return DeviceViewOf(p, 0).annotations; },
           "The pod annotations written at bind time (a dict of str): ALIYUN_COM_GPU_MEM_IDX, "
           "ALIYUN_COM_GPU_MEM_POD, ..., with ALIYUN_COM_GPU_MEM_ASSUME_TIME = now.")
-      .def("__repr__", [](const BoundPlacement& p) { return Repr<Placement>(p); })
+      .def("__repr__", [](const BoundPlacement& p) { return Repr<Placement>(p); }, kReprDoc)
       .def("__eq__", [](const BoundPlacement& a, const BoundPlacement& b) {
         return static_cast<const Placement&>(a) == static_cast<const Placement&>(b);
-      }, py::arg("other"), py::is_operator());
+      }, py::arg("other"), py::is_operator(),
+      "Equal when every field is equal (the cluster it came from does not count).");
 
   py::class_<FitResult>(m, "FitResult", "One node's answer to 'can this request go here?'.")
       .def(py::init([](std::string node, bool feasible, std::string reason) {
@@ -209,9 +275,30 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("reason", &FitResult::reason,
                     "Why not, in kube-scheduler's style; empty if feasible.")
       .def("__bool__", [](const FitResult& f) { return f.feasible; }, "feasible.")
-      .def("__repr__", &Repr<FitResult>);
+      .def("__repr__", &Repr<FitResult>, kReprDoc)
+      .def("__eq__", [](const FitResult& a, const FitResult& b) {
+        return a.node == b.node && a.feasible == b.feasible && a.reason == b.reason;
+      }, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<GpuStatus>(m, "GpuStatus", "A GPU as the cluster sees it now (a snapshot).")
+      .def(py::init([](int index, int64_t memory, int64_t memory_used, int64_t compute_used,
+                       int holders, bool healthy, std::string model, std::string uuid) {
+             GpuStatus g;
+             g.index = index;
+             g.memory = memory;
+             g.memory_used = memory_used;
+             g.compute_used = compute_used;
+             g.holders = holders;
+             g.healthy = healthy;
+             g.model = std::move(model);
+             g.uuid = std::move(uuid);
+             return g;
+           }),
+           py::kw_only(), py::arg("index") = 0, py::arg("memory") = 0,
+           py::arg("memory_used") = 0, py::arg("compute_used") = 0, py::arg("holders") = 0,
+           py::arg("healthy") = true, py::arg("model") = "", py::arg("uuid") = "",
+           "A GPU status by hand (normally made by Cluster.get_node()), e.g. to test a "
+           "Policy's evaluate().")
       .def_readonly("index", &GpuStatus::index, "Index on its node.")
       .def_readonly("memory", &GpuStatus::memory, "Capacity, memory units.")
       .def_readonly("memory_used", &GpuStatus::memory_used, "Allocated, memory units.")
@@ -223,9 +310,36 @@ void RegisterTypes(py::module_& m) {
       .def_property_readonly("memory_free", &GpuStatus::memory_free, "Free memory units.")
       .def_property_readonly("compute_free", &GpuStatus::compute_free, "Free thousandths.")
       .def_property_readonly("idle", &GpuStatus::idle, "Nothing allocated on it.")
-      .def("__repr__", &GpuStatusRepr);
+      .def("__repr__", &GpuStatusRepr, kReprDoc)
+      .def("__eq__", &SameGpuStatus, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<NodeStatus>(m, "NodeStatus", "A node as the cluster sees it now (a snapshot).")
+      .def(py::init([](std::string name, std::vector<GpuStatus> gpus, std::string address,
+                       StrMap labels, bool schedulable, bool gpu_sharing, int64_t cpu,
+                       int64_t cpu_used, int64_t host_memory, int64_t host_memory_used,
+                       std::vector<std::string> requests, uint64_t version) {
+             NodeStatus n;
+             n.name = std::move(name);
+             n.gpus = std::move(gpus);
+             n.address = std::move(address);
+             n.labels = std::move(labels);
+             n.schedulable = schedulable;
+             n.gpu_sharing = gpu_sharing;
+             n.cpu = cpu;
+             n.cpu_used = cpu_used;
+             n.host_memory = host_memory;
+             n.host_memory_used = host_memory_used;
+             n.requests = std::move(requests);
+             n.version = version;
+             return n;
+           }),
+           py::arg("name"), py::arg("gpus") = std::vector<GpuStatus>{}, py::kw_only(),
+           py::arg("address") = "", py::arg("labels") = StrMap{}, py::arg("schedulable") = true,
+           py::arg("gpu_sharing") = false, py::arg("cpu") = 0, py::arg("cpu_used") = 0,
+           py::arg("host_memory") = 0, py::arg("host_memory_used") = 0,
+           py::arg("requests") = std::vector<std::string>{}, py::arg("version") = 0,
+           "A node status by hand (normally made by Cluster.get_node()), e.g. to test a "
+           "Policy's evaluate().")
       .def_readonly("name", &NodeStatus::name, "The node's name.")
       .def_readonly("address", &NodeStatus::address, "Its address; may be empty.")
       .def_readonly("labels", &NodeStatus::labels, "Its labels.")
@@ -236,24 +350,38 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("host_memory", &NodeStatus::host_memory, "Capacity, MiB; 0 = untracked.")
       .def_readonly("host_memory_used", &NodeStatus::host_memory_used, "Allocated, MiB.")
       .def_readonly("gpus", &NodeStatus::gpus, "GpuStatus of each GPU.")
-      .def_property_readonly("requests", [](const NodeStatus& n) {
-        std::vector<std::string> ids = n.requests;
-        std::sort(ids.begin(), ids.end());
-        return ids;
-      }, "Ids of the requests placed here, sorted.")
+      .def_property_readonly("requests", &SortedRequests,
+                             "Ids of the requests placed here, sorted.")
       .def_readonly("version", &NodeStatus::version, "Incremented by every change to the node.")
       .def_property_readonly("gpu_memory", &NodeStatus::gpu_memory,
                              "Sum of GPU capacities, memory units.")
       .def_property_readonly("gpu_memory_used", &NodeStatus::gpu_memory_used,
                              "Sum of allocated GPU memory, memory units.")
-      .def("__repr__", [](const NodeStatus& n) {
-        return absl::StrCat("NodeStatus(name=", PyQuote(n.name), ", gpus=", n.gpus.size(),
-                            ", gpu_memory_used=", n.gpu_memory_used(), ", gpu_memory=",
-                            n.gpu_memory(), ", requests=", n.requests.size(),
-                            ", schedulable=", Bool(n.schedulable), ")");
-      });
+      .def("__repr__", &NodeStatusRepr, kReprDoc)
+      .def("__eq__", &SameNodeStatus, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<Usage>(m, "Usage", "Totals over the cluster (a snapshot).")
+      .def(py::init([](int64_t gpu_memory, int64_t gpu_memory_used, int64_t gpus,
+                       int64_t idle_gpus, int64_t compute_used, int64_t cpu, int64_t cpu_used,
+                       int64_t host_memory, int64_t host_memory_used, int64_t placements) {
+             Usage u;
+             u.gpu_memory = gpu_memory;
+             u.gpu_memory_used = gpu_memory_used;
+             u.gpus = gpus;
+             u.idle_gpus = idle_gpus;
+             u.compute_used = compute_used;
+             u.cpu = cpu;
+             u.cpu_used = cpu_used;
+             u.host_memory = host_memory;
+             u.host_memory_used = host_memory_used;
+             u.placements = placements;
+             return u;
+           }),
+           py::kw_only(), py::arg("gpu_memory") = 0, py::arg("gpu_memory_used") = 0,
+           py::arg("gpus") = 0, py::arg("idle_gpus") = 0, py::arg("compute_used") = 0,
+           py::arg("cpu") = 0, py::arg("cpu_used") = 0, py::arg("host_memory") = 0,
+           py::arg("host_memory_used") = 0, py::arg("placements") = 0,
+           "Totals by hand (normally made by Cluster.usage()).")
       .def_readonly("gpu_memory", &Usage::gpu_memory, "Capacity, memory units (all GPUs).")
       .def_readonly("gpu_memory_used", &Usage::gpu_memory_used, "Allocated, memory units.")
       .def_readonly("gpus", &Usage::gpus, "Number of GPUs.")
@@ -264,7 +392,8 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("host_memory", &Usage::host_memory, "Host memory capacity, MiB.")
       .def_readonly("host_memory_used", &Usage::host_memory_used, "Host memory allocated, MiB.")
       .def_readonly("placements", &Usage::placements, "Requests placed.")
-      .def("__repr__", &UsageRepr);
+      .def("__repr__", &UsageRepr, kReprDoc)
+      .def("__eq__", &SameUsage, py::arg("other"), py::is_operator(), kEqDoc);
 }
 
 }  // namespace gpushare::python

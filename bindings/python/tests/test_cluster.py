@@ -136,6 +136,20 @@ def test_to_records_feed_a_dataframe_shape(s1: gs.Cluster) -> None:
     assert columns["node"] == ["sd-cluster-04", "sd-cluster-05"]
 
 
+def test_to_records_make_a_pandas_dataframe_directly(s1: gs.Cluster) -> None:
+    pd = pytest.importorskip("pandas", reason="pandas is not installed")
+    s1.place(gs.Request("a", gpu_memory=3))
+    s1.add_node("v100", gpus=[gs.Gpu(memory=15, model="V100")] * 2, labels={"gpushare": "true"})
+    df = pd.DataFrame(s1.to_records())
+    assert df.shape == (4, 13)
+    assert list(df["node"]) == ["sd-cluster-04", "sd-cluster-05", "v100", "v100"]
+    assert list(df["gpu"]) == [0, 0, 0, 1]
+    assert df["memory"].sum() == s1.usage().gpu_memory
+    assert df["memory_used"].sum() == 3
+    assert str(df["memory_free"].dtype) == "int64" and str(df["healthy"].dtype) == "bool"
+    assert df.groupby("model")["memory"].sum().to_dict() == {"T4": 28, "V100": 30}
+
+
 def test_repr_html_draws_one_bar_per_gpu(s1: gs.Cluster) -> None:
     s1.place(gs.Request("a", gpu_memory=7))
     s1.add_node("big", gpus=[16, 16, 16], labels={"gpushare": "true"})
@@ -145,6 +159,7 @@ def test_repr_html_draws_one_bar_per_gpu(s1: gs.Cluster) -> None:
     assert "7/14" in page and "GPU2" in page and "(cordoned)" in page
     assert "GPU Memory(GiB)" in page
     assert page.count('<div style="width:') == 5
+    assert "width:45px" in page  # 7 of 14 units: half of the 90 px bar.
 
 
 def test_cluster_options_and_mib(s1: gs.Cluster) -> None:
@@ -205,7 +220,7 @@ def test_python_policies_choose_and_see_commits() -> None:
     assert c.place(gs.Request("x", gpu_memory=2), policy=policy).node == "a"
     assert [p.node for p in c.place_many([gs.Request("y", gpu_memory=2)], policy=policy)] == ["a"]
     assert policy.committed == ["x", "y"]
-    assert policy.name() == "first_fit" and "first_fit" in repr(policy)
+    assert policy.name() == "first_fit" and repr(policy) == "FirstFit()"
 
 
 def test_python_policy_errors_propagate_and_roll_back() -> None:
