@@ -95,6 +95,23 @@ void RegisterErrors(py::module_& m) {
       m, "InsufficientCapacityError",
       "Nothing fits now: no node can host the request (the message gives reasons).",
       py::make_tuple(f.error));
+
+  // For the tests of the mapping: raises what a C++ call failing with the
+  // status code named `code` (e.g. 'NOT_FOUND') raises; nothing for 'OK'.
+  m.def(
+      "_raise_status",
+      [](const std::string& code, const std::string& message) {
+        for (int c = 0; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+          const auto status_code = static_cast<absl::StatusCode>(c);
+          if (absl::StatusCodeToString(status_code) == code) {
+            ThrowIfError(absl::Status(status_code, message));
+            return;
+          }
+        }
+        ThrowIfError(absl::InvalidArgumentError("unknown status code '" + code + "'"));
+      },
+      py::arg("code"), py::arg("message") = "",
+      "Raises the exception of a failed call with status `code` (testing aid).");
 }
 
 }  // namespace gpushare::python

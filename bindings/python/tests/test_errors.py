@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gpushare as gs
 import pytest
+from gpushare._core import _raise_status
 
 
 def test_the_family_tree() -> None:
@@ -97,3 +98,55 @@ def test_wrong_types_are_type_errors(s1: gs.Cluster) -> None:
         s1.place("not a request")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="policy must be"):
         s1.place(gs.Request("a", gpu_memory=1), policy=3)  # type: ignore[arg-type]
+
+
+# Every absl status code and what a failing call with it raises: the whole
+# table of ThrowIfError(), checked through the module's own mapping.
+EXPECTED = {
+    "CANCELLED": gs.Error,
+    "UNKNOWN": gs.Error,
+    "INVALID_ARGUMENT": gs.InvalidArgumentError,
+    "DEADLINE_EXCEEDED": gs.Error,
+    "NOT_FOUND": gs.NotFoundError,
+    "ALREADY_EXISTS": gs.AlreadyExistsError,
+    "PERMISSION_DENIED": gs.Error,
+    "RESOURCE_EXHAUSTED": gs.InsufficientCapacityError,
+    "FAILED_PRECONDITION": gs.ConflictError,
+    "ABORTED": gs.ConflictError,
+    "OUT_OF_RANGE": gs.InvalidArgumentError,
+    "UNIMPLEMENTED": gs.Error,
+    "INTERNAL": gs.Error,
+    "UNAVAILABLE": gs.Error,
+    "DATA_LOSS": gs.Error,
+    "UNAUTHENTICATED": gs.Error,
+}
+
+
+@pytest.mark.parametrize("code", sorted(EXPECTED))
+def test_each_status_code_maps_to_one_exception_class(code: str) -> None:
+    with pytest.raises(gs.Error) as info:
+        _raise_status(code, f"message of {code}")
+    assert type(info.value) is EXPECTED[code]
+    assert info.value.code == code
+    assert str(info.value) == f"message of {code}"
+    assert isinstance(info.value, ValueError) == (EXPECTED[code] is gs.InvalidArgumentError)
+    assert isinstance(info.value, KeyError) == (EXPECTED[code] is gs.NotFoundError)
+
+
+def test_ok_raises_nothing_and_the_table_covers_every_code() -> None:
+    assert _raise_status("OK") is None
+    assert len(EXPECTED) == 16  # absl's canonical codes besides OK.
+    with pytest.raises(ValueError, match="unknown status code 'SOMETIMES'"):
+        _raise_status("SOMETIMES")
+
+
+def test_internal_from_a_policy_that_breaks_its_contract_is_a_plain_error(s1: gs.Cluster) -> None:
+    class OutOfRange(gs.Policy):
+        def evaluate(self, demand, node, fitting):
+            return 0, [7]  # Not a fitting GPU.
+
+    with pytest.raises(gs.Error) as info:
+        s1.place(gs.Request("x", gpu_memory=1), policy=OutOfRange())
+    assert type(info.value) is gs.Error and info.value.code == "INTERNAL"
+    assert "not 1 distinct fitting GPUs" in str(info.value)
+    assert s1.num_placements == 0
