@@ -23,8 +23,10 @@ if ! python3 -m venv "$venv"; then
   exit 1
 fi
 py="$venv/bin/python"
-# mypy for the check of the .pyi stubs against the compiled module (stubtest).
-"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel mypy
+# mypy checks the .pyi stubs against the compiled module (stubtest); pandas
+# shows that to_records() makes a DataFrame; matplotlib lets the FGD example
+# draw its curves. The package itself needs none of them.
+"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel mypy pandas matplotlib
 
 # Quiet unless it fails; the CMake build tree is kept for faster rebuilds.
 echo "pip install . (log: $log)"
