@@ -269,11 +269,6 @@ absl::Status Cluster::Commit(const Placement& placement) {
   internal::ApplyToNode(node, placement);
   state_->index.Link(*state_, it->second, &placement.gpus);
   state_->placements.emplace(placement.request_id, placement);
-  if (state_->released.erase(placement.request_id) > 0) {
-    auto& order = state_->released_order;
-    // Recently released ids sit at the back: search from there.
-    order.erase(std::prev(std::find(order.rbegin(), order.rend(), placement.request_id).base()));
-  }
   return absl::OkStatus();
 }
 
@@ -289,10 +284,39 @@ absl::StatusOr<Placement> Cluster::Place(const Request& request, std::string_vie
   return Place(request, *p);
 }
 
+namespace internal {
+
+void ClusterState::RememberRelease(std::string id) {
+  if (options.remembered_releases <= 0) return;
+  released.push_back(std::move(id));
+  if (static_cast<int64_t>(released.size()) > options.remembered_releases) {
+    released.pop_front();
+    ++released_base;
+  }
+}
+
+bool ClusterState::WasReleased(std::string_view id) {
+  const uint64_t end = released_base + released.size();
+  // Forgotten entries pile up in the lookup; start afresh when they outnumber
+  // the remembered ones, so that it stays within twice the limit.
+  if (released_lookup.size() > 2 * released.size() + 64) {
+    released_lookup.clear();
+    released_synced = released_base;
+  }
+  for (uint64_t n = std::max(released_synced, released_base); n < end; ++n) {
+    released_lookup.insert_or_assign(released[n - released_base], n);
+  }
+  released_synced = end;
+  auto it = released_lookup.find(Sv(id));
+  return it != released_lookup.end() && it->second >= released_base;
+}
+
+}  // namespace internal
+
 absl::Status Cluster::Release(std::string_view id) {
   auto it = state_->placements.find(internal::Sv(id));
   if (it == state_->placements.end()) {
-    if (state_->released.contains(internal::Sv(id))) {
+    if (state_->WasReleased(id)) {
       return absl::FailedPreconditionError(
           absl::StrCat("request '", internal::Sv(id), "' was already released"));
     }
@@ -302,17 +326,9 @@ absl::Status Cluster::Release(std::string_view id) {
   state_->index.Unlink(*state_, slot, &it->second.gpus);
   internal::UndoOnNode(state_->nodes[slot], it->second);
   state_->index.Link(*state_, slot, &it->second.gpus);
-  std::string key = it->second.request_id;
+  std::string key = std::move(it->second.request_id);
   state_->placements.erase(it);
-  if (state_->options.remembered_releases > 0) {
-    state_->released.insert(key);
-    state_->released_order.push_back(std::move(key));
-    while (static_cast<int>(state_->released_order.size()) >
-           state_->options.remembered_releases) {
-      state_->released.erase(state_->released_order.front());
-      state_->released_order.pop_front();
-    }
-  }
+  state_->RememberRelease(std::move(key));
   return absl::OkStatus();
 }
 
@@ -387,12 +403,6 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
     state_->placements.emplace(p->request_id, *p);
     policy.OnCommitted(*p);
     placed.push_back(*std::move(p));
-  }
-  for (const Placement& p : placed) {
-    if (state_->released.erase(p.request_id) > 0) {
-      auto& order = state_->released_order;
-      order.erase(std::prev(std::find(order.rbegin(), order.rend(), p.request_id).base()));
-    }
   }
   return placed;
 }

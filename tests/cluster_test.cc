@@ -2,9 +2,14 @@
 
 #include "gpushare/cluster.h"
 
+#include <algorithm>
+#include <deque>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
@@ -153,6 +158,46 @@ TEST(ClusterTest, OldReleasesAreForgottenAfterTheConfiguredCount) {
   }
   EXPECT_THAT(c.Release("a"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(c.Release("c"), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(ClusterTest, ReleaseMemoryAgreesWithALastNListUnderInterleavedCalls) {
+  // The memory of releases is a queue with a lookup brought up to date by
+  // failing calls; compare it with a plain list of the last N released ids
+  // while releases, re-placements and failing releases interleave.
+  constexpr int kRemembered = 5;
+  ClusterOptions options;
+  options.remembered_releases = kRemembered;
+  Cluster c(options);
+  ASSERT_OK(c.AddNode(SharedNode("n", {1000})));
+  std::mt19937 rng(7);
+  std::deque<std::string> last;  // The model: ids of the last releases.
+  std::set<std::string> placed;
+  for (int step = 0; step < 5000; ++step) {
+    const std::string id = absl::StrCat("r", rng() % 12);
+    switch (rng() % 3) {
+      case 0:
+        if (!placed.count(id)) {
+          ASSERT_OK(c.Place(Shared(id, 1)).status());
+          placed.insert(id);
+        }
+        break;
+      case 1:
+        if (placed.count(id)) {
+          ASSERT_OK(c.Release(id));
+          placed.erase(id);
+          last.push_back(id);
+          if (last.size() > kRemembered) last.pop_front();
+        }
+        break;
+      default:
+        if (!placed.count(id)) {
+          const bool remembered = std::find(last.begin(), last.end(), id) != last.end();
+          ASSERT_THAT(c.Release(id), StatusIs(remembered ? absl::StatusCode::kFailedPrecondition
+                                                         : absl::StatusCode::kNotFound))
+              << "step " << step << " id " << id;
+        }
+    }
+  }
 }
 
 // ---- Placement rules ---------------------------------------------------------

@@ -62,9 +62,12 @@ struct ClusterOptions {
   // order in the input). Saved in the JSON snapshot.
   uint64_t tie_break_seed = 0;
 
-  // How many released request ids are remembered, so that releasing one of
-  // them again is FailedPrecondition ("already released") rather than
-  // NotFound. The oldest are forgotten first.
+  // How many of the latest releases are remembered, so that releasing one of
+  // their ids again (while it is not placed) is FailedPrecondition ("already
+  // released") rather than NotFound. The oldest are forgotten first; an id
+  // released twice takes two entries; 0 remembers none. A successful
+  // Release() only appends the id to a queue: the lookup is built, amortized,
+  // by the failing calls that need it.
   int remembered_releases = 65536;
 };
 

@@ -8,10 +8,10 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "gpushare/cluster.h"
 #include "gpushare/types.h"
 #include "src/internal/placement_index.h"
@@ -26,8 +26,22 @@ struct ClusterState {
   absl::flat_hash_map<std::string, Placement> placements;  // id -> placement.
   uint64_t next_sequence = 0;                // Insertion counter for tie keys.
   int max_gpus_per_node = 0;
-  std::deque<std::string> released_order;    // Oldest first.
-  absl::flat_hash_set<std::string> released;
+  // The ids of the latest options.remembered_releases releases, oldest
+  // first; released[k] is release number released_base + k. Release() only
+  // appends here; the lookup below is brought up to date when a Release()
+  // of an id that is not placed asks whether it was released (the rare error
+  // path), so that successful calls pay no hashing for it.
+  std::deque<std::string> released;
+  uint64_t released_base = 0;
+  // id -> number of its latest release, covering releases below
+  // released_synced; entries below released_base are forgotten ones.
+  absl::flat_hash_map<std::string, uint64_t> released_lookup;
+  uint64_t released_synced = 0;
+
+  // Records the release of `id`, forgetting the oldest beyond the limit.
+  void RememberRelease(std::string id);
+  // Whether `id` is among the remembered releases.
+  bool WasReleased(std::string_view id);
   // Ordered views of `nodes` for the built-in policies; every change to a
   // node goes through index.Unlink() before and index.Link() after.
   PlacementIndex index;
