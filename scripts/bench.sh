@@ -40,11 +40,16 @@ out, parts = sys.argv[1], sys.argv[2:]
 merged = None
 for path in parts:
     with open(path) as f:
-        data = json.load(f)
+        text = f.read()
+    if not text.strip():
+        continue  # BENCH_FILTER matched nothing in this program.
+    data = json.loads(text)
     if merged is None:
         merged = data
     else:
         merged["benchmarks"].extend(data["benchmarks"])
+if merged is None:
+    sys.exit("bench.sh: no benchmark matched BENCH_FILTER")
 with open(out, "w") as f:
     json.dump(merged, f, indent=1)
 print(f"\nmedians ({out}):")
