@@ -324,29 +324,7 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
     t->erase(MakeExclusiveKey(node, tie, slot));
   }
   if (!node.gpu_sharing) return;
-  if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
-    auto drop = [&](const GpuStatus& g) {
-      if (g.healthy) trees->trees[trees->ids.at(g.model)].erase(MakeGpuKey(g, tie, slot));
-    };
-    if (gpus == nullptr) {
-      for (const GpuStatus& g : node.gpus) drop(g);
-    } else {
-      for (int i : *gpus) drop(node.gpus[i]);
-    }
-  }
-  if (const int trees = node_trees_.load(std::memory_order_acquire); trees > 0) {
-    const bool only_first =
-        trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
-    const SpreadBase base = MakeSpreadBase(node, !only_first);
-    for (int m = 1; m <= base.healthy; ++m) {
-      if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
-        t->erase(MakeSpreadKey(base, m, tie, slot));
-      }
-      if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
-        t->erase(MakePackKey(base, m, tie, slot));
-      }
-    }
-  }
+  UpdateKeys(node, slot, tie, gpus, /*insert=*/false);
   // The shape keys are only noted: Link() replaces those that change.
   if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
   const ShapeGpus fit(node);
@@ -394,26 +372,47 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
     t->insert(MakeExclusiveKey(node, tie, slot));
   }
   if (!node.gpu_sharing) return;
+  UpdateKeys(node, slot, tie, gpus, /*insert=*/true);
+}
+
+void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t tie,
+                                const std::vector<int>* gpus, bool insert) {
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
-    auto add = [&](const GpuStatus& g) {
-      if (g.healthy) trees->For(g.model).insert(MakeGpuKey(g, tie, slot));
+    auto update = [&](const GpuStatus& g) {
+      if (!g.healthy) return;
+      const GpuKey key = MakeGpuKey(g, tie, slot);
+      if (insert) {
+        trees->For(g.model).insert(key);
+      } else {
+        trees->trees[trees->ids.at(g.model)].erase(key);
+      }
     };
     if (gpus == nullptr) {
-      for (const GpuStatus& g : node.gpus) add(g);
+      for (const GpuStatus& g : node.gpus) update(g);
     } else {
-      for (int i : *gpus) add(node.gpus[i]);
+      for (int i : *gpus) update(node.gpus[i]);
     }
   }
-  if (const int trees = node_trees_.load(std::memory_order_acquire); trees > 0) {
-    const bool only_first =
-        trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
-    const SpreadBase base = MakeSpreadBase(node, !only_first);
-    for (int m = 1; m <= base.healthy; ++m) {
-      if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
-        t->insert(MakeSpreadKey(base, m, tie, slot));
+  const int node_trees = node_trees_.load(std::memory_order_acquire);
+  if (node_trees == 0) return;
+  const bool only_first =
+      node_trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+  const SpreadBase base = MakeSpreadBase(node, !only_first);
+  for (int m = 1; m <= base.healthy; ++m) {
+    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+      const SpreadKey key = MakeSpreadKey(base, m, tie, slot);
+      if (insert) {
+        t->insert(key);
+      } else {
+        t->erase(key);
       }
-      if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
-        t->insert(MakePackKey(base, m, tie, slot));
+    }
+    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
+      const PackKey key = MakePackKey(base, m, tie, slot);
+      if (insert) {
+        t->insert(key);
+      } else {
+        t->erase(key);
       }
     }
   }

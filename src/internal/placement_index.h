@@ -245,6 +245,10 @@ class PlacementIndex {
   // belongs in the shape trees now.
   void LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t tie, bool in_trees,
                   bool after_unlink);
+  // Inserts (`insert`) or erases the node's keys as they are now in the GPU
+  // trees (only `gpus` when not null) and in the spread and pack trees.
+  void UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t tie,
+                  const std::vector<int>* gpus, bool insert);
   void CopyFrom(const PlacementIndex& other);
   void Clear();
   void ClearTrees();  // Empties every tree, keeping which ones exist.
