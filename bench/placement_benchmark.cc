@@ -27,6 +27,7 @@
 #include "benchmark/benchmark.h"
 #include "gpushare/gpushare.h"
 #include "tests/testing/reference.h"
+#include "tests/testing/scanned_policy.h"
 
 namespace gpushare::bench {
 namespace {
@@ -36,20 +37,6 @@ constexpr size_t kInFlight = 256;
 constexpr size_t kMinorityInFlight = 64;
 
 constexpr const char* kPolicies[] = {"binpack", "spread"};
-
-// Forwards to a built-in policy; its own type sends Plan() down the scan.
-class ScannedPolicy : public Policy {
- public:
-  explicit ScannedPolicy(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
-  std::string Name() const override { return inner_->Name(); }
-  NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
-                      const std::vector<int>& fitting, const Cluster& cluster) override {
-    return inner_->Evaluate(demand, node, fitting, cluster);
-  }
-
- private:
-  std::unique_ptr<Policy> inner_;
-};
 
 // What the timed requests look like.
 struct Workload {
@@ -116,7 +103,7 @@ void PlaceRelease(benchmark::State& state, const std::string& name, const char* 
                   bool scanned, int nodes, const Workload& w) {
   std::unique_ptr<Policy> builtin = *MakePolicy(policy);
   std::unique_ptr<Policy> run =
-      scanned ? std::make_unique<ScannedPolicy>(std::move(builtin)) : std::move(builtin);
+      scanned ? std::make_unique<testing::ScannedPolicy>(std::move(builtin)) : std::move(builtin);
   Fixture& fx = GetFixture(absl::StrCat(name, "/", nodes), nodes, w);
   RunPlaceRelease(state, *run, fx, w);
 }

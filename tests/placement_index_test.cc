@@ -18,26 +18,15 @@
 #include "nlohmann/json.hpp"
 #include "src/internal/cluster_state.h"
 #include "src/internal/placement_index.h"
+#include "tests/testing/scanned_policy.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
 namespace {
 
 using ::gpushare::testing::IsOk;
+using ::gpushare::testing::ScannedPolicy;
 
-// Forwards to a built-in policy; its own type sends Plan() down the scan.
-class ScannedPolicy : public Policy {
- public:
-  explicit ScannedPolicy(std::unique_ptr<Policy> inner) : inner_(std::move(inner)) {}
-  std::string Name() const override { return inner_->Name(); }
-  NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
-                      const std::vector<int>& fitting, const Cluster& cluster) override {
-    return inner_->Evaluate(demand, node, fitting, cluster);
-  }
-
- private:
-  std::unique_ptr<Policy> inner_;
-};
 
 int Operations() { return std::getenv("GPUSHARE_QUICK") != nullptr ? 2000 : 8000; }
 
