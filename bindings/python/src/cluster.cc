@@ -186,8 +186,9 @@ void RegisterCluster(py::module_& m) {
           py::arg("remembered_releases") = 65536,
           "An empty cluster. `memory_unit` ('GiB' or 'MiB') is the display name of GPU "
           "memory units. `tie_break_seed` 0 lets the most recently added node win ties; "
-          "any other value a fixed pseudo-random order. The last `remembered_releases` "
-          "released ids are remembered, so releasing one again is a ConflictError.");
+          "any other value a fixed pseudo-random order. The ids of the last "
+          "`remembered_releases` releases are remembered, so releasing one again (while it "
+          "is not placed) is a ConflictError rather than a KeyError.");
 
   cls.def_property_readonly(
          "memory_unit",
@@ -199,7 +200,7 @@ void RegisterCluster(py::module_& m) {
       .def_property_readonly(
           "remembered_releases",
           [](ClusterBox& self) { return self.cluster.options().remembered_releases; },
-          "How many released ids are remembered.")
+          "How many of the latest releases are remembered (their ids).")
       .def_property_readonly(
           "num_nodes", [](ClusterBox& self) { auto l = self.Lock(); return self.cluster.num_nodes(); },
           "Number of nodes.")
