@@ -1,4 +1,4 @@
-"""End-to-end tests of gpushare_extender over loopback HTTP.
+"""End-to-end tests of gpushare-extender over loopback HTTP.
 
 Speaks to a running extender exactly as kube-scheduler does (JSON with the Go
 field names of k8s.io/kube-scheduler/extender/v1) using only the standard
@@ -8,7 +8,7 @@ library. Environment:
   GPUSHARE_EXTENDER      path of the binary (for the restart test, which
                          starts and stops servers of its own)
 
-Run: python3 examples/extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
+Run: python3 extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
 the order of the tests, which must not matter).
 """
 
@@ -266,7 +266,7 @@ class ExtenderE2ETest(unittest.TestCase):
 
 
 def start_server(binary, nodes, pods, workdir, ttl_ms=60000, extra=()):
-    """Starts gpushare_extender on a free loopback port; returns (proc, url)."""
+    """Starts gpushare-extender on a free loopback port; returns (proc, url)."""
     port_file = os.path.join(workdir, "port-%d" % time.monotonic_ns())
     state = ["--nodes", nodes, "--pods", pods] if nodes else []
     proc = subprocess.Popen(
