@@ -540,7 +540,7 @@ class ControlPlane:
 
     # -- kube-scheduler -------------------------------------------------------
 
-    def start_scheduler(self, with_extender=True):
+    def start_scheduler(self, with_extender=True, node_cache_capable=False):
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
@@ -556,7 +556,9 @@ class ControlPlane:
                 # plugins' 0..100: weight 10 lets binpack decide among nodes
                 # that kube-scheduler's own scores leave close.
                 "weight": 10,
-                "nodeCacheCapable": False,
+                # False: every call carries the full Node objects, so the
+                # extender needs no node cache of its own.
+                "nodeCacheCapable": node_cache_capable,
                 "httpTimeout": "10s",
                 "ignorable": False,
                 "managedResources": [
