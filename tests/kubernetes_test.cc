@@ -185,6 +185,28 @@ TEST(PodTest, RejectsMalformedPodsNamingTheValue) {
               StatusIs(absl::StatusCode::kInvalidArgument, "metadata.name"));
 }
 
+TEST(NodeTest, GpuMemCapacityTakesSharedWorkUnlessALabelOptsOut) {
+  // As gpushare-scheduler-extender: the device plugin's capacity is enough.
+  ASSERT_OK_AND_ASSIGN(Node plain, ParseNode(GpuNode("a", "10.0.0.1", 1, 14, {}).dump()));
+  EXPECT_TRUE(TakesSharedGpuWork(plain));
+  for (const char* key : {"gpushare", "cgpu"}) {
+    ASSERT_OK_AND_ASSIGN(Node out,
+                         ParseNode(GpuNode("b", "10.0.0.2", 1, 14, {{key, "false"}}).dump()));
+    EXPECT_FALSE(TakesSharedGpuWork(out)) << key;
+  }
+  // Whole GPUs only (nvidia.com/gpu): the labels decide, as before.
+  json whole = GpuNode("c", "10.0.0.3", 2, 1, {});
+  whole["status"]["capacity"].erase("aliyun.com/gpu-mem");
+  whole["status"]["capacity"].erase("aliyun.com/gpu-count");
+  whole["status"]["capacity"]["nvidia.com/gpu"] = "2";
+  ASSERT_OK_AND_ASSIGN(Node w, ParseNode(whole.dump()));
+  EXPECT_EQ(w.gpus.size(), 2u);
+  EXPECT_FALSE(TakesSharedGpuWork(w));
+  whole["metadata"]["labels"]["gpushare"] = "true";
+  ASSERT_OK_AND_ASSIGN(Node labelled, ParseNode(whole.dump()));
+  EXPECT_TRUE(TakesSharedGpuWork(labelled));
+}
+
 TEST(NodeTest, SplitsGpuMemoryOverTheGpuCount) {
   json node = GpuNode("v100", "10.0.0.7", 4, 15, {{"gpushare", "true"},
                                                  {"nvidia.com/gpu.product", "V100"}});
@@ -352,7 +374,7 @@ TEST(ExtenderTest, FilterWithNodeObjectsLearnsNodesAndHonoursAffinity) {
              {{"items",
                {GpuNode("n1", "10.0.0.1", 1, 14, {{"gpushare", "true"}, {"pool", "a"}}),
                 GpuNode("n2", "10.0.0.2", 1, 14, {{"gpushare", "true"}, {"pool", "b"}}),
-                GpuNode("n3", "10.0.0.3", 1, 14, {{"pool", "a"}})}}}},
+                GpuNode("n3", "10.0.0.3", 1, 14, {{"gpushare", "false"}, {"pool", "a"}})}}}},
             {"NodeNames", nullptr}};
   json f = json::parse(*ext.Filter(args.dump()));
   ASSERT_EQ(f["Nodes"]["items"].size(), 1u);

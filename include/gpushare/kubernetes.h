@@ -114,7 +114,10 @@ absl::StatusOr<Pod> ParsePod(std::string_view json);
 // each, rounded down), or nvidia.com/gpu GPUs of 1 unit each when no gpu-mem
 // is offered; GPU model from the label nvidia.com/gpu.product or
 // aliyun.accelerator/nvidia_name; labels; spec.unschedulable; the first
-// InternalIP (else the first) address.
+// InternalIP (else the first) address. A node offering aliyun.com/gpu-mem
+// takes shared GPU work (Node::gpu_sharing set) unless labelled
+// gpushare=false or cgpu=false, as with gpushare-scheduler-extender; other
+// nodes take it only when labelled for it (see TakesSharedGpuWork()).
 // Errors: InvalidArgument for malformed JSON, a missing metadata.name or a
 // malformed quantity.
 absl::StatusOr<Node> ParseNode(std::string_view json);

@@ -347,6 +347,16 @@ absl::StatusOr<Node> NodeFromJson(const json& j) {
                                                    kGpuMemResource, " over ", count, " GPUs"));
   }
   for (int64_t i = 0; i < count; ++i) node.gpus.push_back(Gpu{per_gpu, model, "", true});
+  // As gpushare-scheduler-extender does, a node whose capacity offers
+  // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless
+  // a label opts it out; without that capacity the labels decide.
+  if (memory > 0) {
+    auto opted_out = [&](const char* key) {
+      auto it = node.labels.find(key);
+      return it != node.labels.end() && it->second == "false";
+    };
+    node.gpu_sharing = !opted_out("gpushare") && !opted_out("cgpu");
+  }
   return node;
 }
 
