@@ -46,4 +46,4 @@ if ! python3 -c 'import pytest' 2>/dev/null; then
 fi
 # shellcheck disable=SC2086
 GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_EXTENDER="$extender" \
-  "$py" -m pytest tests/kube -v -p no:cacheprovider ${PYTEST_ARGS:-}
+  timeout 1800 "$py" -m pytest tests/kube -v -p no:cacheprovider ${PYTEST_ARGS:-}

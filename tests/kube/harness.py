@@ -489,7 +489,9 @@ class ControlPlane:
         port_file = os.path.join(self.workdir, "extender.port")
         if os.path.exists(port_file):
             os.remove(port_file)
-        port = self.extender_port or free_port()  # Keep the port across restarts.
+        # The first start picks a free port; a restart keeps it, as kube-scheduler's
+        # configuration names it.
+        port = self.extender_port or 0
         if self.legacy_extender is None:
             self.legacy_extender = not extender_has_api_client(self.extender_bin)
         if self.legacy_extender:
@@ -627,6 +629,7 @@ class ControlPlane:
             p = self.procs.pop(name, None)
             if p:
                 p.stop()
+        self.extender_port = None
         for pod in self.api.pods():
             self.api.delete_pod(pod["metadata"]["name"])
         for node in self.api.nodes():
