@@ -124,15 +124,17 @@ def test_fits_by_node_total_but_on_no_gpu_stays_pending(gpushare):
     assert_no_oversubscription(api)
 
 
-def xfail_if_polling(cp):
+def xfail_if_polling(cp, request):
+    """Runs the test anyway: XFAIL shows the bug of the polling extender."""
     if cp.legacy_extender:
-        pytest.xfail("the polling extender (no --kubeconfig) sees a delete only at its next "
-                     "resync, after kube-scheduler's retry: the pod waits for the 5-minute flush")
+        request.applymarker(pytest.mark.xfail(
+            strict=False, reason="the polling extender (no --kubeconfig) sees a delete only at "
+            "its next resync, after kube-scheduler's retry: the pod waits for the 5-minute flush"))
 
 
-def test_delete_frees_units(gpushare):
+def test_delete_frees_units(gpushare, request):
     api = gpushare.api
-    xfail_if_polling(gpushare)
+    xfail_if_polling(gpushare, request)
     api.create_node("t4-a", gpus=1, gpu_memory=T4)
     for name, units in (("eight", 8), ("six", 6)):
         api.create_pod(name, gpu_memory=units)
@@ -140,7 +142,7 @@ def test_delete_frees_units(gpushare):
     api.create_pod("five", gpu_memory=5)
     failed_scheduling_messages(api, "five")
     api.delete_pod("six")
-    assert bound_node(api, "five", timeout=60) == "t4-a"
+    assert bound_node(api, "five", timeout=30) == "t4-a"
     assert used_per_gpu(api) == {"t4-a": {0: 13}}
     assert_no_oversubscription(api)
 
@@ -158,12 +160,12 @@ def test_a_node_added_later_is_used(gpushare):
     assert_no_oversubscription(api)
 
 
-def test_pending_pods_bound_within_seconds_after_a_delete(gpushare):
+def test_pending_pods_bound_within_seconds_after_a_delete(gpushare, request):
     """kube-scheduler re-queues pending pods at once on a pod delete; an
     extender that has not yet seen the delete rejects them again, and with no
     further event they wait for the 5-minute flush of the unschedulable pool."""
     api = gpushare.api
-    xfail_if_polling(gpushare)
+    xfail_if_polling(gpushare, request)
     api.create_node("t4-a", gpus=1, gpu_memory=T4)
     api.create_pod("big", gpu_memory=12)
     bound_node(api, "big")
