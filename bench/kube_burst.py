@@ -68,19 +68,27 @@ def quantile(buckets, q):
     return float("inf")
 
 
+UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
+
+
 def access_log_latencies(path):
-    """Filter latencies (ms) from the extender's access log, if it has any.
-    Accepts lines naming the filter route and a duration with a unit."""
+    """Filter latencies (ms) from the extender's access log, if it has any:
+    lines naming the filter route with a duration either as a number with a
+    unit ("412us", "0.4 ms") or as a field named with its unit
+    ("latency_us": 412, duration_ms=0.4)."""
     out = []
     try:
         with open(path) as f:
             for line in f:
                 if "/filter" not in line:
                     continue
-                m = re.search(r'([0-9.]+)\s*(us|µs|ms|s)\b', line)
+                m = re.search(r'_(ns|us|ms|s)"?\s*[:=]\s*"?([0-9.]+)', line)
                 if m:
-                    v = float(m.group(1))
-                    out.append({"us": v / 1e3, "µs": v / 1e3, "ms": v, "s": v * 1e3}[m.group(2)])
+                    out.append(float(m.group(2)) * UNIT_MS[m.group(1)])
+                    continue
+                m = re.search(r'\b([0-9]+(?:\.[0-9]+)?)\s*(ns|us|µs|ms|s)\b', line)
+                if m:
+                    out.append(float(m.group(1)) * UNIT_MS[m.group(2)])
     except OSError:
         pass
     return sorted(out)
