@@ -36,15 +36,15 @@ json Node1(const std::string& name, int gpus, int per_gpu) {
 }
 
 json Pod1(const std::string& name, int units, const std::string& uid = "") {
+  const json limits{{"aliyun.com/gpu-mem", std::to_string(units)}};
+  const json container{{"name", "main"}, {"resources", {{"limits", limits}}}};
   return json{{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata",
-               {{"name", name}, {"namespace", "default"}, {"uid", uid.empty() ? "uid-" + name : uid}}},
-              {"spec",
-               {{"containers",
-                 json::array({{{"name", "main"},
-                               {"resources",
-                                {{"limits", {{"aliyun.com/gpu-mem", std::to_string(units)}}}}}}})}}},
+               {{"name", name},
+                {"namespace", "default"},
+                {"uid", uid.empty() ? "uid-" + name : uid}}},
+              {"spec", {{"containers", json::array({container})}}},
               {"status", {{"phase", "Pending"}}}};
 }
 
@@ -163,7 +163,9 @@ std::string ApiPod(const std::string& name, int units, const std::string& node,
     pod["spec"]["nodeName"] = node;
     pod["status"]["phase"] = "Running";
   }
-  if (!patch.empty()) pod["metadata"]["annotations"] = json::parse(patch)["metadata"]["annotations"];
+  if (!patch.empty()) {
+    pod["metadata"]["annotations"] = json::parse(patch)["metadata"]["annotations"];
+  }
   return pod.dump();
 }
 
@@ -336,8 +338,8 @@ TEST(RecreatedPodTest, ThePlacementBelongsToTheUidItWasBoundFor) {
       R"({"PodNamespace":"default","PodName":"sts-0","PodUID":"uid-old"})"));
   EXPECT_THAT(reply["Error"].get<std::string>(), HasSubstr("uid-new"));
   EXPECT_TRUE(scheduler->IsReserved("default/sts-0"));
-  // ... and neither does a list still showing the old pod, completed: the
-  // new pod is not in it, but was bound after the mark ...
+  // ... and neither does a list fetched before the new bind (its mark), still
+  // showing the old pod bound ...
   const uint64_t before_new = 0;
   ASSERT_OK_AND_ASSIGN(
       r, ext.Sync(nodes, "[" + ApiPod("sts-0", 10, "n1", old_bind.patch, "uid-old") + "]",
