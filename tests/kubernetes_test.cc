@@ -491,7 +491,7 @@ TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {
     calls.push_back(t.pod_name + "@" + t.node + ":" +
                     json::parse(r.patch)["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
                         .get<std::string>());
-    if (t.pod_name == "refused") return absl::UnavailableError("apiserver said 409");
+    if (t.pod_name == "refused") return absl::PermissionDeniedError("apiserver said 403");
     return absl::OkStatus();
   };
   Extender ext(scheduler.get(), options);
@@ -500,7 +500,7 @@ TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {
   EXPECT_FALSE(scheduler->IsReserved("default/ok"));  // Confirmed: no TTL.
   ASSERT_OK(ext.Filter(Args(GpuPod("refused", 8), {"n1"})).status());
   EXPECT_THAT(json::parse(*ext.Bind(Binding("refused", "n1")))["Error"].get<std::string>(),
-              HasSubstr("409"));
+              HasSubstr("403"));
   EXPECT_THAT(calls, ElementsAre("ok@n1:0", "refused@n1:0"));
   // The refused pod's units are free again; the bound one keeps its six.
   EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["usedGPU"], 6);
