@@ -526,6 +526,38 @@ TEST(ClusterTest, MalformedJsonIsInvalidArgumentNamingTheProblem) {
               StatusIs(absl::StatusCode::kInvalidArgument, "placements[0]"));
 }
 
+TEST(ClusterTest, FromJsonNeverThrows) {
+  // Numbers beyond double's range: nlohmann reports them as out_of_range.
+  for (const char* text : {R"({"a":1e3001})", "1e3001", R"({"format":-1e999})", "[1e400]"}) {
+    EXPECT_THAT(Cluster::FromJson(text),
+                StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"))
+        << text;
+  }
+  EXPECT_THAT(Cluster::FromJson(R"({"a":1e3001})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "1e3001"));
+  EXPECT_THAT(Cluster::FromJson("{\"a\":\"\xff\xfe\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"));
+  EXPECT_THAT(Cluster::FromJson("{\"a\": tru"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "at byte"));
+  // A 10 MB unterminated string is not repeated in the message.
+  const std::string huge = "{\"" + std::string(10 << 20, 'x');
+  absl::StatusOr<Cluster> r = Cluster::FromJson(huge);
+  ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"));
+  EXPECT_LT(r.status().message().size(), 400u) << r.status().message().substr(0, 400);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("bytes)"));
+}
+
+TEST(ClusterTest, ToJsonOfTextThatIsNotUtf8DoesNotThrow) {
+  Cluster c;
+  Node n = SharedNode("bad-\xff-name", {8});
+  n.labels["k"] = "v\xc3";
+  ASSERT_OK(c.AddNode(n));
+  const std::string text = c.ToJson();
+  EXPECT_THAT(text, ::testing::HasSubstr("bad-\xef\xbf\xbd-name"));  // U+FFFD.
+  ASSERT_OK_AND_ASSIGN(Cluster back, Cluster::FromJson(text));
+  EXPECT_EQ(back.num_nodes(), 1);
+}
+
 // ---- Overflow and invariants ----------------------------------------------------------------
 
 TEST(ClusterTest, LargeSizesDoNotOverflow) {

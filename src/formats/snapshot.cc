@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpushare/cluster.h"
 #include "nlohmann/json.hpp"
+#include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
 
 namespace gpushare {
@@ -135,13 +136,14 @@ class JsonWriter {
     out_.push_back('\n');
     out_.append(static_cast<size_t>(indent_) * empty_.size(), ' ');
   }
-  // Plain printable ASCII is copied; anything else (escapes, UTF-8, which
-  // nlohmann validates) is left to nlohmann so that the text stays the same.
+  // Plain printable ASCII is copied; anything else (escapes, UTF-8) is left
+  // to nlohmann so that the text stays the same; bytes that are not UTF-8
+  // become U+FFFD rather than an exception.
   void AppendString(std::string_view s) {
     for (char c : s) {
       const auto u = static_cast<unsigned char>(c);
       if (u < 0x20 || u >= 0x80 || c == '"' || c == '\\') {
-        out_.append(json(std::string(s)).dump());
+        out_.append(internal::DumpJson(json(std::string(s))));
         return;
       }
     }
@@ -215,16 +217,8 @@ std::string Cluster::ToJson(int indent) const {
 }
 
 absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
-  json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Parse again with exceptions for the position of the error.
-    try {
-      json again = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("malformed cluster JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError("malformed cluster JSON");
-  }
+  GPUSHARE_ASSIGN_OR_RETURN(const json root,
+                            internal::ParseJsonText(text, "malformed cluster JSON"));
   GPUSHARE_RETURN_IF_ERROR(RequireObject(root, "cluster JSON"));
   std::string format;
   int version = 0;

@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/kubernetes.h"
+#include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 #include "src/k8s/json_util.h"
 
 namespace gpushare::k8s {
@@ -24,11 +26,7 @@ namespace internal {
 using ::gpushare::internal::Sv;
 
 absl::StatusOr<json> ParseJson(std::string_view text, const char* what) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON"));
-  }
-  return j;
+  return ::gpushare::internal::ParseJsonText(text, absl::StrCat(what, " is not valid JSON"));
 }
 
 const json* Member(const json& obj, std::string_view key) {

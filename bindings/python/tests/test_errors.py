@@ -150,3 +150,9 @@ def test_internal_from_a_policy_that_breaks_its_contract_is_a_plain_error(s1: gs
     assert type(info.value) is gs.Error and info.value.code == "INTERNAL"
     assert "not 1 distinct fitting GPUs" in str(info.value)
     assert s1.num_placements == 0
+
+
+def test_json_with_a_number_beyond_double_is_invalid_argument_not_a_crash() -> None:
+    for text in ('{"a":1e3001}', "[1e400]", '{"format": -1e999}'):
+        with pytest.raises(gs.InvalidArgumentError, match="malformed cluster JSON"):
+            gs.Cluster.from_json(text)
