@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace gpushare::internal {
 
@@ -29,6 +30,14 @@ inline std::string Echo(std::string_view text) {
   }
   return absl::StrCat(absl::string_view(text.data(), cut), "... (", text.size(), " bytes)");
 }
+
+// The same for the other string types (Debian's absl::string_view is not
+// std::string_view).
+inline std::string Echo(absl::string_view text) {
+  return Echo(std::string_view(text.data(), text.size()));
+}
+inline std::string Echo(const std::string& text) { return Echo(std::string_view(text)); }
+inline std::string Echo(const char* text) { return Echo(std::string_view(text)); }
 
 }  // namespace gpushare::internal
 
