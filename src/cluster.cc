@@ -170,8 +170,10 @@ const NodeStatus* Cluster::FindNode(std::string_view name) const {
 
 // ---- Requests ------------------------------------------------------------------
 
+// Only the request's own rules: whether any node is large enough depends on
+// the cluster's state and is ResourceExhausted in Plan().
 absl::StatusOr<Demand> Cluster::Validate(const Request& request) const {
-  return internal::ValidateRequest(request, state_->max_gpus_per_node);
+  return internal::ValidateRequest(request, kMaxGpusPerNode);
 }
 
 absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) const {
@@ -194,6 +196,12 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
   if (state_->placements.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request '", request.id, "' is already placed"));
+  }
+  if (demand.gpu_count > state_->max_gpus_per_node) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no node can host request '", request.id, "' (", state_->nodes.size(),
+        " nodes): it needs ", demand.gpu_count, " GPUs on one node but the largest node has ",
+        state_->max_gpus_per_node));
   }
   std::vector<int> fitting;
   int best = -1;
@@ -438,8 +446,7 @@ absl::StatusOr<int64_t> Cluster::NodesNeeded(const Request& request, int64_t cou
   GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(shape));
   GPUSHARE_ASSIGN_OR_RETURN(
       const Demand demand,
-      internal::ValidateRequest(request, std::max(state_->max_gpus_per_node,
-                                                  static_cast<int>(shape.gpus.size()))));
+      internal::ValidateRequest(request, kMaxGpusPerNode));
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
   int64_t now = 0;
   for (const NodeStatus& node : state_->nodes) {

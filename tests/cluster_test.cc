@@ -87,8 +87,8 @@ TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
       {Shared("r", -1), "gpu memory -1"},
       {huge, "gpu memory 4611686018427387904 is out of range"},
       {count_zero, "gpu count 0 is out of range"},
-      {Shared("r", 4, 2), "needs 2 GPUs on one node but the largest node has 1"},
-      {Exclusive("r", 2), "needs 2 GPUs on one node but the largest node has 1"},
+      {Shared("r", 65, 65), "gpu count 65 is out of range [1, 64]"},
+      {Exclusive("r", 65), "whole gpus 65 is out of range [0, 64]"},
       {compute, "compute 1001"},
       {both, "exclusive"},
       {negative_cpu, "cpu -5"},
@@ -100,6 +100,45 @@ TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
     EXPECT_THAT(c.Fit(k.request), StatusIs(absl::StatusCode::kInvalidArgument, k.message));
     ExpectFailsUnchanged(c, absl::StatusCode::kInvalidArgument, k.message,
                          [&] { return c.Place(k.request, "binpack").status(); });
+  }
+}
+
+// Whether a request fits depends on the nodes there are: more GPUs than the
+// largest node has, or an empty cluster, is "nothing fits now"
+// (ResourceExhausted) in every call, not malformed input.
+TEST(ClusterTest, MoreGpusThanAnyNodeIsResourceExhaustedEverywhere) {
+  for (const Request& r : {Shared("r", 4, 2), Exclusive("r", 2)}) {
+    Cluster c = S1Cluster();  // Two nodes of one GPU.
+    EXPECT_OK(c.Validate(r).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<FitResult> fit, c.Fit(r));
+    ASSERT_EQ(fit.size(), 2u);
+    for (const FitResult& f : fit) {
+      EXPECT_FALSE(f.feasible);
+      EXPECT_THAT(f.reason, HasSubstr("needs 2"));
+    }
+    EXPECT_THAT(c.Plan(r), StatusIs(absl::StatusCode::kResourceExhausted,
+                                    "needs 2 GPUs on one node but the largest node has 1"));
+    ExpectFailsUnchanged(c, absl::StatusCode::kResourceExhausted, "largest node has 1",
+                         [&] { return c.Place(r).status(); });
+    ExpectFailsUnchanged(c, absl::StatusCode::kResourceExhausted, "largest node has 1",
+                         [&] { return c.PlaceReplicas(r, 2).status(); });
+    ASSERT_OK_AND_ASSIGN(std::vector<Placement> some,
+                         c.PlaceReplicas(r, 2, "binpack", ReplicaMode::kAsManyAsFit));
+    EXPECT_TRUE(some.empty());
+    EXPECT_EQ(*c.Capacity(r), 0);
+    // Once a node is big enough, the same request fits.
+    ASSERT_OK(c.AddNode(SharedNode("two", {16, 16})));
+    EXPECT_OK(c.Place(r).status());
+  }
+  Cluster empty;
+  for (const Request& r : {Shared("r", 1), Exclusive("r", 1)}) {
+    EXPECT_OK(empty.Validate(r).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<FitResult> none, empty.Fit(r));
+    EXPECT_TRUE(none.empty());
+    EXPECT_THAT(empty.Plan(r), StatusIs(absl::StatusCode::kResourceExhausted, "0 nodes"));
+    EXPECT_THAT(empty.Place(r), StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(empty.PlaceReplicas(r, 1), StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_EQ(*empty.Capacity(r), 0);
   }
 }
 

@@ -156,3 +156,12 @@ def test_json_with_a_number_beyond_double_is_invalid_argument_not_a_crash() -> N
     for text in ('{"a":1e3001}', "[1e400]", '{"format": -1e999}'):
         with pytest.raises(gs.InvalidArgumentError, match="malformed cluster JSON"):
             gs.Cluster.from_json(text)
+
+
+def test_more_gpus_than_any_node_or_no_nodes_is_insufficient_capacity(s1: gs.Cluster) -> None:
+    # Depends on the cluster's state, so not a ValueError.
+    with pytest.raises(gs.InsufficientCapacityError, match="largest node has 1"):
+        s1.place(gs.Request("wide", gpu_memory=4, gpu_count=2))
+    assert s1.capacity(gs.Request("wide", gpu_memory=4, gpu_count=2)) == 0
+    with pytest.raises(gs.InsufficientCapacityError, match="0 nodes"):
+        gs.Cluster().place(gs.Request("r", gpu_memory=1))
