@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare {
 namespace {
@@ -75,7 +76,20 @@ const ClusterOptions& Cluster::options() const { return state_->options; }
 absl::Status Cluster::AddNode(const Node& node) {
   GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(node));
   if (state_->node_index.contains(node.name)) {
-    return absl::AlreadyExistsError(absl::StrCat("node '", node.name, "' already exists"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("node '", internal::Echo(node.name), "' already exists"));
+  }
+  for (const Gpu& gpu : node.gpus) {  // (Repeats within the node: ValidateNode.)
+    if (gpu.uuid.empty()) continue;
+    if (auto it = state_->gpu_uuids.find(gpu.uuid); it != state_->gpu_uuids.end()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("node '", internal::Echo(node.name), "': GPU UUID '",
+                       internal::Echo(gpu.uuid), "' already belongs to node '",
+                       internal::Echo(it->second), "'"));
+    }
+  }
+  for (const Gpu& gpu : node.gpus) {
+    if (!gpu.uuid.empty()) state_->gpu_uuids.emplace(gpu.uuid, node.name);
   }
   state_->node_index.emplace(node.name, static_cast<uint32_t>(state_->nodes.size()));
   state_->nodes.push_back(internal::MakeNodeStatus(node));
@@ -98,6 +112,9 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node '", internal::Sv(name), "' still holds ", node.requests.size(),
         " placed requests (e.g. '", node.requests.front(), "'); release them first"));
+  }
+  for (const GpuStatus& g : node.gpus) {
+    if (!g.uuid.empty()) state_->gpu_uuids.erase(g.uuid);
   }
   state_->node_index.erase(it);
   state_->nodes.erase(state_->nodes.begin() + index);

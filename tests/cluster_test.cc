@@ -66,6 +66,38 @@ TEST(ClusterTest, RejectsBadNodeSizes) {
   });
 }
 
+TEST(ClusterTest, GpuUuidsAreUniqueAcrossTheCluster) {
+  Cluster c;
+  Node a = SharedNode("a", {16, 16});
+  a.gpus[0].uuid = "GPU-SAME";
+  a.gpus[1].uuid = "GPU-SAME";
+  // Would have given NVIDIA_VISIBLE_DEVICES=GPU-SAME,GPU-SAME.
+  ExpectFailsUnchanged(c, absl::StatusCode::kInvalidArgument,
+                       "node 'a': GPUs 0 and 1 have the same UUID 'GPU-SAME'",
+                       [&] { return c.AddNode(a); });
+  a.gpus[1].uuid = "GPU-OTHER";
+  ASSERT_OK(c.AddNode(a));
+  Node b = SharedNode("b", {16, 16, 16});
+  b.gpus[2].uuid = "GPU-OTHER";
+  ExpectFailsUnchanged(c, absl::StatusCode::kAlreadyExists,
+                       "node 'b': GPU UUID 'GPU-OTHER' already belongs to node 'a'",
+                       [&] { return c.AddNode(b); });
+  b.gpus[2].uuid = "";  // Unknown UUIDs may repeat.
+  ASSERT_OK(c.AddNode(b));
+  ASSERT_OK(c.AddNode(SharedNode("c", {16, 16})));
+  // Removing a node frees its UUIDs.
+  ASSERT_OK(c.RemoveNode("a"));
+  Node again = SharedNode("again", {16});
+  again.gpus[0].uuid = "GPU-SAME";
+  EXPECT_OK(c.AddNode(again));
+  // A snapshot with a repeated UUID does not load.
+  std::string json = c.ToJson();
+  const size_t at = json.find("\"uuid\":\"\"");
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, 9, "\"uuid\":\"GPU-SAME\"");
+  EXPECT_THAT(Cluster::FromJson(json), StatusIs(absl::StatusCode::kInvalidArgument, "GPU-SAME"));
+}
+
 TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
   Cluster c = S1Cluster();
   struct Case {

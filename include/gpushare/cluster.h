@@ -105,7 +105,9 @@ class Cluster {
   // Adds a node with nothing allocated.
   // Errors: InvalidArgument for an empty name, a GPU memory outside
   // 1..kMaxQuantity, more than kMaxGpusPerNode GPUs, negative or too large
-  // cpu / host_memory; AlreadyExists for a name already in the cluster.
+  // cpu / host_memory, two GPUs with the same non-empty UUID; AlreadyExists
+  // for a name already in the cluster or a GPU UUID that a GPU of another
+  // node has (a UUID names one physical GPU; empty UUIDs may repeat).
   // Complexity: O(GPUs of the node x log GPUs of the cluster).
   [[nodiscard]] absl::Status AddNode(const Node& node);
 

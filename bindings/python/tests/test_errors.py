@@ -165,3 +165,12 @@ def test_more_gpus_than_any_node_or_no_nodes_is_insufficient_capacity(s1: gs.Clu
     assert s1.capacity(gs.Request("wide", gpu_memory=4, gpu_count=2)) == 0
     with pytest.raises(gs.InsufficientCapacityError, match="0 nodes"):
         gs.Cluster().place(gs.Request("r", gpu_memory=1))
+
+
+def test_gpu_uuids_are_unique() -> None:
+    c = gs.Cluster()
+    with pytest.raises(ValueError, match="same UUID 'GPU-SAME'"):
+        c.add_node("a", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME"), gs.Gpu(memory=16, uuid="GPU-SAME")])
+    c.add_node("a", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
+    with pytest.raises(gs.AlreadyExistsError, match="already belongs to node 'a'"):
+        c.add_node("b", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
