@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/gpushare.h"
 #include "src/internal/text.h"
@@ -160,6 +161,25 @@ int RunSimulate(int argc, char** argv) {
   if (nodes_path.empty() || tasks_path.empty()) {
     std::cerr << "gpushare simulate: --nodes and --tasks are required\n" << kUsage;
     return 2;
+  }
+  {
+    // Every name is checked before the traces are read; an empty list would
+    // run nothing and print an empty table.
+    const std::vector<std::string> known = PolicyNames();
+    std::vector<std::string> names = absl::StrSplit(policies, ',', absl::SkipEmpty());
+    std::string bad;
+    if (names.empty()) bad = absl::StrCat("--policies '", internal::Echo(policies),
+                                          "' names no policy");
+    for (const std::string& name : names) {
+      if (bad.empty() && std::find(known.begin(), known.end(), name) == known.end()) {
+        bad = absl::StrCat("--policies: unknown policy '", internal::Echo(name), "'");
+      }
+    }
+    if (!bad.empty()) {
+      std::cerr << "gpushare simulate: " << bad << "; known policies: "
+                << absl::StrJoin(known, ",") << "\n";
+      return 2;
+    }
   }
   if (std::string error = ParseSeeds(seeds_text, &seeds); !error.empty()) {
     std::cerr << "gpushare simulate: " << error << "\n";

@@ -408,6 +408,35 @@ TEST(SimulateCommandTest, SeedRangesAreBoundedAndSeedsUnique) {
   EXPECT_LT(out.size(), 400u);
 }
 
+TEST(SimulateCommandTest, PoliciesMustNameKnownPolicies) {
+  const std::string base = SmallTraceCommand("policies") + " --seeds 1";
+  for (const std::string list : {"''", "','"}) {
+    auto [code, out] = RunCommand(base + " --policies " + list + " 2>&1");
+    EXPECT_EQ(code, 2) << list << ": " << out;
+    EXPECT_THAT(out, ::testing::HasSubstr("names no policy; known policies: "));
+    EXPECT_THAT(out, ::testing::HasSubstr("fgd"));
+  }
+  auto [code, out] = RunCommand(base + " --policies fgd,best 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("unknown policy 'best'; known policies: "));
+  std::tie(code, out) = RunCommand(base + " --policies bestfit, 2>&1");
+  EXPECT_EQ(code, 0) << out;
+}
+
+TEST(SimulateCommandTest, ReadsATaskFileWithAByteOrderMarkAndCrLineEnds) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream tasks(dir + "/bom_cr_tasks.csv", std::ios::binary);
+    tasks << "\xEF\xBB\xBFname,cpu_milli,memory_mib,num_gpu,gpu_milli\rt0,1000,1024,1,500\r"
+             "t1,1000,1024,1,250\r";
+  }
+  // The second --tasks replaces the small trace's.
+  auto [code, out] = RunCommand(SmallTraceCommand("cr") + " --tasks " + dir +
+                                "/bom_cr_tasks.csv --seeds 1 --policies bestfit 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("1 nodes, 2 tasks"));
+}
+
 TEST(SimulateCommandTest, RunsTheDefaultTrace) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();

@@ -129,6 +129,28 @@ TEST(ParseOpenbNodesTest, EveryNumberIsCheckedForTypeAndRange) {
   EXPECT_LT(r.status().message().size(), 300u);
 }
 
+TEST(ParseOpenbTasksTest, AcceptsAByteOrderMarkAndEveryLineEnding) {
+  const std::string rows[] = {"name,cpu_milli,memory_mib,num_gpu,gpu_milli", "a,1000,10,1,500",
+                              "b,2000,20,0,0", "c,3000,30,2,1000"};
+  for (const std::string bom : {"", "\xEF\xBB\xBF"}) {
+    for (const std::string eol : {"\n", "\r\n", "\r"}) {
+      std::string text = bom;
+      for (const std::string& row : rows) text += row + eol;
+      ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks, ParseOpenbTasks(text));
+      ASSERT_EQ(tasks.size(), 3u) << (bom.empty() ? "" : "BOM, ") << "eol " << int(eol[0]);
+      EXPECT_EQ(tasks[0].name, "a");
+      EXPECT_EQ(tasks[2].num_gpu, 2);
+    }
+  }
+  // Line numbers in errors count every kind of line end.
+  EXPECT_THAT(ParseOpenbTasks(rows[0] + "\r" + rows[1] + "\r\n\rx,1,1,1,9999\r", "t.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "t.csv:4: column 'gpu_milli'"));
+  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
+                       ParseOpenbNodes("\xEF\xBB\xBFsn,cpu_milli,memory_mib,gpu,model\rn0,1,1,1,T4\r"));
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].name, "n0");
+}
+
 TEST(ParseOpenbNodesTest, MakesSharingNodesWithModelMemory) {
   ASSERT_OK_AND_ASSIGN(
       std::vector<Node> nodes,

@@ -11,7 +11,8 @@
 // Node CSV columns: sn,cpu_milli,memory_mib,gpu,model. Task CSV columns:
 // name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,qos,pod_phase,
 // creation_time,deletion_time,scheduled_time] (the multigpu files have only
-// the first five). Columns are found by their header names. Empty cells and
+// the first five). Columns are found by their header names. A UTF-8 byte
+// order mark is skipped; lines may end in \n, \r\n or \r. Empty cells and
 // "nan" mean "none" (0, or -1 for times). Numbers must be whole (a decimal
 // form such as "12.0" or "1e3" is read when it is one) and in range: sizes
 // 0..kMaxQuantity, times (seconds from the start of the trace) at least 0;

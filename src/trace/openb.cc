@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -34,7 +35,11 @@ bool IsNone(absl::string_view cell) { return cell.empty() || cell == "nan" || ce
 class CsvReader {
  public:
   CsvReader(std::string_view text, std::string_view source)
-      : text_(Sv(text)), source_(source) {}
+      : text_(Sv(text)), source_(source) {
+    // A UTF-8 byte order mark (as spreadsheet programs write) is not part of
+    // the first column's name.
+    if (absl::StartsWith(text_, "\xEF\xBB\xBF")) text_.remove_prefix(3);
+  }
 
   // Reads the header; every name in `required` must be present.
   absl::Status Header(const std::vector<std::string>& required) {
@@ -56,12 +61,13 @@ class CsvReader {
   // Advances to the next non-empty row; false at the end.
   bool NextLine() {
     while (pos_ < text_.size()) {
-      size_t end = text_.find('\n', pos_);
+      // Lines end with \n, \r\n or a lone \r (old Mac files).
+      size_t end = text_.find_first_of("\r\n", pos_);
       if (end == absl::string_view::npos) end = text_.size();
       absl::string_view line = text_.substr(pos_, end - pos_);
       pos_ = end + 1;
+      if (end + 1 < text_.size() && text_[end] == '\r' && text_[end + 1] == '\n') ++pos_;
       ++line_;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (absl::StripAsciiWhitespace(line).empty()) continue;
       cells_ = absl::StrSplit(line, ',');
       return true;
