@@ -174,6 +174,29 @@ TEST(ClusterTest, MoreGpusThanAnyNodeIsResourceExhaustedEverywhere) {
   }
 }
 
+// Error messages repeat a name, id or token only up to 100 bytes: a 10 MB id
+// must not make a 10 MB message.
+TEST(ClusterTest, ErrorsShortenLongNamesAndIds) {
+  Cluster c = S1Cluster();
+  const std::string huge(10 << 20, 'x');
+  const std::string shortened = std::string(100, 'x') + "... (10485760 bytes)";
+  const absl::Status errors[] = {
+      c.Release(huge),
+      c.GetNode(huge).status(),
+      c.SetGpuHealthy(huge, 0, false),
+      c.Place(Shared(huge, 1, 3)).status(),
+      c.Place(Shared(huge, 100)).status(),
+      c.Place(Shared("r", 1), huge).status(),
+      c.AddNode(SharedNode("sd-cluster-04", {1})).ok() ? absl::OkStatus()
+                                                      : c.AddNode(SharedNode(huge, {0})),
+  };
+  for (const absl::Status& s : errors) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(s.message().size(), 1000u) << s.message().substr(0, 300);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(shortened));
+  }
+}
+
 TEST(ClusterTest, UnknownPolicyListsTheKnownOnes) {
   Cluster c = S1Cluster();
   ExpectFailsUnchanged(c, absl::StatusCode::kInvalidArgument, "binpack", [&] {

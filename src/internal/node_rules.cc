@@ -276,7 +276,7 @@ void UndoOnNode(NodeStatus& node, const Placement& p) {
 absl::Status CheckCommit(const NodeStatus& node, const Placement& p) {
   // The prefix is built only on error: this runs on every commit.
   auto who = [&] {
-    return absl::StrCat("placement of '", p.request_id, "' on node '", p.node, "': ");
+    return absl::StrCat("placement of '", Echo(p.request_id), "' on node '", Echo(p.node), "': ");
   };
   auto invalid = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(who(), parts...));
