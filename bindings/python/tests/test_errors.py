@@ -174,3 +174,9 @@ def test_gpu_uuids_are_unique() -> None:
     c.add_node("a", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
     with pytest.raises(gs.AlreadyExistsError, match="already belongs to node 'a'"):
         c.add_node("b", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
+
+
+def test_negative_remembered_releases_is_rejected() -> None:
+    with pytest.raises(ValueError, match="remembered_releases -1 is negative"):
+        gs.Cluster(remembered_releases=-1)
+    assert gs.Cluster(remembered_releases=0).remembered_releases == 0
