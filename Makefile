@@ -3,7 +3,8 @@
 #   make demo    install what is missing, build, run the demo
 #   make test    install what is missing, build, run every test (C++ and Python)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
-#   make test-kube  the extender against a real kube-apiserver and kube-scheduler
+#   make test-kube         the extender against a real kube-apiserver and kube-scheduler
+#   make test-python-asan  the Python suite against an ASan + UBSan build
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
@@ -35,3 +36,7 @@ clean:
 .PHONY: test-kube
 test-kube: deps
 	@scripts/test.d/50-kube.sh
+
+.PHONY: test-python-asan
+test-python-asan: deps
+	@scripts/test-python-asan.sh

@@ -6,12 +6,16 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/gpushare.h"
+#include "src/internal/text.h"
 
 namespace gpushare::cli {
 namespace {
@@ -30,7 +34,7 @@ constexpr char kUsage[] =
     "  --tasks FILE       openb task CSV\n"
     "  --policies LIST    comma-separated policy names (default: the six FGD-paper\n"
     "                     policies fgd,bestfit,dotprod,gpupacking,gpuclustering,random)\n"
-    "  --seeds A-B|A,B,.. seeds (default 42-51)\n"
+    "  --seeds A-B|A,B,.. seeds, each at most once, at most 10000 (default 42-51)\n"
     "  --inflate X        total GPU request as a multiple of capacity (default 1.3)\n"
     "  --threads N        worker threads (default: all cores)\n"
     "  --curve FILE       write the per-bin curve as CSV (policy,seed,arrived_pct,\n"
@@ -57,20 +61,49 @@ Stats MeanSd(const std::vector<double>& xs) {
   return s;
 }
 
-bool ParseSeeds(const std::string& text, std::vector<uint64_t>* seeds) {
+// More seeds than this is a typing error (each seed is a whole experiment).
+constexpr uint64_t kMaxSeeds = 10000;
+
+// Parses "A-B" ranges and single seeds separated by commas into `seeds`.
+// Returns an error message, or "" on success. A seed listed twice is an
+// error: running it again would only repeat the same result and count it
+// twice in the mean.
+std::string ParseSeeds(const std::string& text, std::vector<uint64_t>* seeds) {
+  const std::string shown = absl::StrCat("--seeds '", internal::Echo(text), "'");
+  std::set<uint64_t> seen;
+  auto add = [&](uint64_t seed) -> std::string {
+    if (!seen.insert(seed).second) {
+      return absl::StrCat(shown, " lists seed ", seed, " twice");
+    }
+    if (seeds->size() >= kMaxSeeds) {
+      return absl::StrCat(shown, " gives more than ", kMaxSeeds, " seeds");
+    }
+    seeds->push_back(seed);
+    return "";
+  };
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     std::vector<absl::string_view> range = absl::StrSplit(part, '-');
     uint64_t a = 0, b = 0;
     if (range.size() == 1 && absl::SimpleAtoi(range[0], &a)) {
-      seeds->push_back(a);
+      if (std::string e = add(a); !e.empty()) return e;
     } else if (range.size() == 2 && absl::SimpleAtoi(range[0], &a) &&
-               absl::SimpleAtoi(range[1], &b) && a <= b && b - a < 100000) {
-      for (uint64_t s = a; s <= b; ++s) seeds->push_back(s);
+               absl::SimpleAtoi(range[1], &b) && a <= b) {
+      // b - a + 1 may not fit in 64 bits (0-18446744073709551615): compare
+      // the difference, and count rather than loop to b, which would wrap.
+      if (b - a >= kMaxSeeds) {
+        return absl::StrCat(shown, ": the range ", a, "-", b, " has more than ", kMaxSeeds,
+                            " seeds");
+      }
+      for (uint64_t i = 0; i <= b - a; ++i) {
+        if (std::string e = add(a + i); !e.empty()) return e;
+      }
     } else {
-      return false;
+      return absl::StrCat(shown, " is not A-B or A,B,... (seeds are integers 0..",
+                          UINT64_MAX, ", a range A-B has A <= B)");
     }
   }
-  return !seeds->empty();
+  if (seeds->empty()) return absl::StrCat(shown, " gives no seeds");
+  return "";
 }
 
 }  // namespace
@@ -129,8 +162,27 @@ int RunSimulate(int argc, char** argv) {
     std::cerr << "gpushare simulate: --nodes and --tasks are required\n" << kUsage;
     return 2;
   }
-  if (!ParseSeeds(seeds_text, &seeds)) {
-    std::cerr << "gpushare simulate: --seeds '" << seeds_text << "' is not A-B or A,B,...\n";
+  {
+    // Every name is checked before the traces are read; an empty list would
+    // run nothing and print an empty table.
+    const std::vector<std::string> known = PolicyNames();
+    std::vector<std::string> names = absl::StrSplit(policies, ',', absl::SkipEmpty());
+    std::string bad;
+    if (names.empty()) bad = absl::StrCat("--policies '", internal::Echo(policies),
+                                          "' names no policy");
+    for (const std::string& name : names) {
+      if (bad.empty() && std::find(known.begin(), known.end(), name) == known.end()) {
+        bad = absl::StrCat("--policies: unknown policy '", internal::Echo(name), "'");
+      }
+    }
+    if (!bad.empty()) {
+      std::cerr << "gpushare simulate: " << bad << "; known policies: "
+                << absl::StrJoin(known, ",") << "\n";
+      return 2;
+    }
+  }
+  if (std::string error = ParseSeeds(seeds_text, &seeds); !error.empty()) {
+    std::cerr << "gpushare simulate: " << error << "\n";
     return 2;
   }
   auto nodes = LoadOpenbNodes(nodes_path);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare {
 namespace {
@@ -75,7 +76,20 @@ const ClusterOptions& Cluster::options() const { return state_->options; }
 absl::Status Cluster::AddNode(const Node& node) {
   GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(node));
   if (state_->node_index.contains(node.name)) {
-    return absl::AlreadyExistsError(absl::StrCat("node '", node.name, "' already exists"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("node '", internal::Echo(node.name), "' already exists"));
+  }
+  for (const Gpu& gpu : node.gpus) {  // (Repeats within the node: ValidateNode.)
+    if (gpu.uuid.empty()) continue;
+    if (auto it = state_->gpu_uuids.find(gpu.uuid); it != state_->gpu_uuids.end()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("node '", internal::Echo(node.name), "': GPU UUID '",
+                       internal::Echo(gpu.uuid), "' already belongs to node '",
+                       internal::Echo(it->second), "'"));
+    }
+  }
+  for (const Gpu& gpu : node.gpus) {
+    if (!gpu.uuid.empty()) state_->gpu_uuids.emplace(gpu.uuid, node.name);
   }
   state_->node_index.emplace(node.name, static_cast<uint32_t>(state_->nodes.size()));
   state_->nodes.push_back(internal::MakeNodeStatus(node));
@@ -90,14 +104,17 @@ absl::Status Cluster::AddNode(const Node& node) {
 absl::Status Cluster::RemoveNode(std::string_view name) {
   auto it = state_->node_index.find(internal::Sv(name));
   if (it == state_->node_index.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(name), "'"));
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Echo(name), "'"));
   }
   const uint32_t index = it->second;
   const NodeStatus& node = state_->nodes[index];
   if (!node.requests.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "node '", internal::Sv(name), "' still holds ", node.requests.size(),
-        " placed requests (e.g. '", node.requests.front(), "'); release them first"));
+        "node '", internal::Echo(name), "' still holds ", node.requests.size(),
+        " placed requests (e.g. '", internal::Echo(node.requests.front()), "'); release them first"));
+  }
+  for (const GpuStatus& g : node.gpus) {
+    if (!g.uuid.empty()) state_->gpu_uuids.erase(g.uuid);
   }
   state_->node_index.erase(it);
   state_->nodes.erase(state_->nodes.begin() + index);
@@ -117,11 +134,11 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
 absl::Status Cluster::SetGpuHealthy(std::string_view node_name, int gpu, bool healthy) {
   auto it = state_->node_index.find(internal::Sv(node_name));
   if (it == state_->node_index.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(node_name), "'"));
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Echo(node_name), "'"));
   }
   NodeStatus& node = state_->nodes[it->second];
   if (gpu < 0 || gpu >= static_cast<int>(node.gpus.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("node '", internal::Sv(node_name), "' has no GPU ",
+    return absl::InvalidArgumentError(absl::StrCat("node '", internal::Echo(node_name), "' has no GPU ",
                                                    gpu, " (it has ", node.gpus.size(), ")"));
   }
   if (node.gpus[gpu].healthy != healthy) {
@@ -136,7 +153,7 @@ absl::Status Cluster::SetGpuHealthy(std::string_view node_name, int gpu, bool he
 absl::Status Cluster::SetNodeSchedulable(std::string_view node_name, bool schedulable) {
   auto it = state_->node_index.find(internal::Sv(node_name));
   if (it == state_->node_index.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(node_name), "'"));
+    return absl::NotFoundError(absl::StrCat("unknown node '", internal::Echo(node_name), "'"));
   }
   NodeStatus& node = state_->nodes[it->second];
   if (node.schedulable != schedulable) {
@@ -159,7 +176,7 @@ std::vector<std::string> Cluster::node_names() const {
 
 absl::StatusOr<NodeStatus> Cluster::GetNode(std::string_view name) const {
   const NodeStatus* node = FindNode(name);
-  if (node == nullptr) return absl::NotFoundError(absl::StrCat("unknown node '", internal::Sv(name), "'"));
+  if (node == nullptr) return absl::NotFoundError(absl::StrCat("unknown node '", internal::Echo(name), "'"));
   return *node;
 }
 
@@ -170,8 +187,10 @@ const NodeStatus* Cluster::FindNode(std::string_view name) const {
 
 // ---- Requests ------------------------------------------------------------------
 
+// Only the request's own rules: whether any node is large enough depends on
+// the cluster's state and is ResourceExhausted in Plan().
 absl::StatusOr<Demand> Cluster::Validate(const Request& request) const {
-  return internal::ValidateRequest(request, state_->max_gpus_per_node);
+  return internal::ValidateRequest(request, kMaxGpusPerNode);
 }
 
 absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) const {
@@ -193,7 +212,13 @@ absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) cons
 absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) const {
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
   if (state_->placements.contains(request.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("request '", request.id, "' is already placed"));
+    return absl::AlreadyExistsError(absl::StrCat("request '", internal::Echo(request.id), "' is already placed"));
+  }
+  if (demand.gpu_count > state_->max_gpus_per_node) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no node can host request '", internal::Echo(request.id), "' (", state_->nodes.size(),
+        " nodes): it needs ", demand.gpu_count, " GPUs on one node but the largest node has ",
+        state_->max_gpus_per_node));
   }
   std::vector<int> fitting;
   int best = -1;
@@ -220,7 +245,7 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
         })) {
       return absl::InternalError(absl::StrCat(
           "policy '", policy.Name(), "' chose ", choice.gpus.size(),
-          " GPUs on node '", node.name, "' that are not ", demand.gpu_count,
+          " GPUs on node '", internal::Echo(node.name), "' that are not ", demand.gpu_count,
           " distinct fitting GPUs in ascending order"));
     }
     if (best < 0 || best_choice.score < choice.score ||
@@ -232,7 +257,7 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   if (best < 0) {
     if (infeasible > 5) absl::StrAppend(&reasons, "; and ", infeasible - 5, " more");
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no node can host request '", request.id, "' (", state_->nodes.size(),
+        "no node can host request '", internal::Echo(request.id), "' (", state_->nodes.size(),
         " nodes)", reasons));
   }
   Placement p;
@@ -256,12 +281,12 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request,
 absl::Status Cluster::Commit(const Placement& placement) {
   if (state_->placements.contains(placement.request_id)) {
     return absl::AlreadyExistsError(
-        absl::StrCat("request '", placement.request_id, "' is already placed"));
+        absl::StrCat("request '", internal::Echo(placement.request_id), "' is already placed"));
   }
   auto it = state_->node_index.find(placement.node);
   if (it == state_->node_index.end()) {
     return absl::NotFoundError(absl::StrCat("placement of '", placement.request_id,
-                                            "' names unknown node '", placement.node, "'"));
+                                            "' names unknown node '", internal::Echo(placement.node), "'"));
   }
   NodeStatus& node = state_->nodes[it->second];
   GPUSHARE_RETURN_IF_ERROR(internal::CheckCommit(node, placement));
@@ -318,9 +343,9 @@ absl::Status Cluster::Release(std::string_view id) {
   if (it == state_->placements.end()) {
     if (state_->WasReleased(id)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("request '", internal::Sv(id), "' was already released"));
+          absl::StrCat("request '", internal::Echo(id), "' was already released"));
     }
-    return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+    return absl::NotFoundError(absl::StrCat("unknown request '", internal::Echo(id), "'"));
   }
   const uint32_t slot = state_->node_index.at(it->second.node);
   state_->index.Unlink(*state_, slot, &it->second.gpus);
@@ -334,7 +359,7 @@ absl::Status Cluster::Release(std::string_view id) {
 
 absl::StatusOr<Placement> Cluster::GetPlacement(std::string_view id) const {
   const Placement* p = FindPlacement(id);
-  if (p == nullptr) return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
+  if (p == nullptr) return absl::NotFoundError(absl::StrCat("unknown request '", internal::Echo(id), "'"));
   return *p;
 }
 
@@ -438,8 +463,7 @@ absl::StatusOr<int64_t> Cluster::NodesNeeded(const Request& request, int64_t cou
   GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(shape));
   GPUSHARE_ASSIGN_OR_RETURN(
       const Demand demand,
-      internal::ValidateRequest(request, std::max(state_->max_gpus_per_node,
-                                                  static_cast<int>(shape.gpus.size()))));
+      internal::ValidateRequest(request, kMaxGpusPerNode));
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, MakePolicy(policy));
   int64_t now = 0;
   for (const NodeStatus& node : state_->nodes) {
@@ -454,7 +478,7 @@ absl::StatusOr<int64_t> Cluster::NodesNeeded(const Request& request, int64_t cou
     std::vector<int> fitting;
     std::optional<std::string> why = internal::CheckNode(fresh, demand, request, &fitting);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "an empty node shaped like '", shape.name, "' cannot host request '", request.id,
+        "an empty node shaped like '", internal::Echo(shape.name), "' cannot host request '", request.id,
         "': ", why.value_or("the policy chose no GPUs")));
   }
   const int64_t missing = count - now;

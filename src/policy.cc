@@ -18,6 +18,7 @@
 #include "src/policies/random_policy.h"
 #include "src/policies/spread_policy.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare {
 namespace {
@@ -62,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
     if (name == e.name) return e.make(options);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown policy '", internal::Sv(name), "'; known policies: ",
+      absl::StrCat("unknown policy '", internal::Echo(name), "'; known policies: ",
                    absl::StrJoin(PolicyNames(), ", ")));
 }
 

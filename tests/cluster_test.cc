@@ -66,6 +66,38 @@ TEST(ClusterTest, RejectsBadNodeSizes) {
   });
 }
 
+TEST(ClusterTest, GpuUuidsAreUniqueAcrossTheCluster) {
+  Cluster c;
+  Node a = SharedNode("a", {16, 16});
+  a.gpus[0].uuid = "GPU-SAME";
+  a.gpus[1].uuid = "GPU-SAME";
+  // Would have given NVIDIA_VISIBLE_DEVICES=GPU-SAME,GPU-SAME.
+  ExpectFailsUnchanged(c, absl::StatusCode::kInvalidArgument,
+                       "node 'a': GPUs 0 and 1 have the same UUID 'GPU-SAME'",
+                       [&] { return c.AddNode(a); });
+  a.gpus[1].uuid = "GPU-OTHER";
+  ASSERT_OK(c.AddNode(a));
+  Node b = SharedNode("b", {16, 16, 16});
+  b.gpus[2].uuid = "GPU-OTHER";
+  ExpectFailsUnchanged(c, absl::StatusCode::kAlreadyExists,
+                       "node 'b': GPU UUID 'GPU-OTHER' already belongs to node 'a'",
+                       [&] { return c.AddNode(b); });
+  b.gpus[2].uuid = "";  // Unknown UUIDs may repeat.
+  ASSERT_OK(c.AddNode(b));
+  ASSERT_OK(c.AddNode(SharedNode("c", {16, 16})));
+  // Removing a node frees its UUIDs.
+  ASSERT_OK(c.RemoveNode("a"));
+  Node again = SharedNode("again", {16});
+  again.gpus[0].uuid = "GPU-SAME";
+  EXPECT_OK(c.AddNode(again));
+  // A snapshot with a repeated UUID does not load.
+  std::string json = c.ToJson();
+  const size_t at = json.find("\"uuid\":\"\"");
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, 9, "\"uuid\":\"GPU-SAME\"");
+  EXPECT_THAT(Cluster::FromJson(json), StatusIs(absl::StatusCode::kInvalidArgument, "GPU-SAME"));
+}
+
 TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
   Cluster c = S1Cluster();
   struct Case {
@@ -87,8 +119,8 @@ TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
       {Shared("r", -1), "gpu memory -1"},
       {huge, "gpu memory 4611686018427387904 is out of range"},
       {count_zero, "gpu count 0 is out of range"},
-      {Shared("r", 4, 2), "needs 2 GPUs on one node but the largest node has 1"},
-      {Exclusive("r", 2), "needs 2 GPUs on one node but the largest node has 1"},
+      {Shared("r", 65, 65), "gpu count 65 is out of range [1, 64]"},
+      {Exclusive("r", 65), "whole gpus 65 is out of range [0, 64]"},
       {compute, "compute 1001"},
       {both, "exclusive"},
       {negative_cpu, "cpu -5"},
@@ -100,6 +132,68 @@ TEST(ClusterTest, RejectsBadRequestsNamingTheValue) {
     EXPECT_THAT(c.Fit(k.request), StatusIs(absl::StatusCode::kInvalidArgument, k.message));
     ExpectFailsUnchanged(c, absl::StatusCode::kInvalidArgument, k.message,
                          [&] { return c.Place(k.request, "binpack").status(); });
+  }
+}
+
+// Whether a request fits depends on the nodes there are: more GPUs than the
+// largest node has, or an empty cluster, is "nothing fits now"
+// (ResourceExhausted) in every call, not malformed input.
+TEST(ClusterTest, MoreGpusThanAnyNodeIsResourceExhaustedEverywhere) {
+  for (const Request& r : {Shared("r", 4, 2), Exclusive("r", 2)}) {
+    Cluster c = S1Cluster();  // Two nodes of one GPU.
+    EXPECT_OK(c.Validate(r).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<FitResult> fit, c.Fit(r));
+    ASSERT_EQ(fit.size(), 2u);
+    for (const FitResult& f : fit) {
+      EXPECT_FALSE(f.feasible);
+      EXPECT_THAT(f.reason, HasSubstr("needs 2"));
+    }
+    EXPECT_THAT(c.Plan(r), StatusIs(absl::StatusCode::kResourceExhausted,
+                                    "needs 2 GPUs on one node but the largest node has 1"));
+    ExpectFailsUnchanged(c, absl::StatusCode::kResourceExhausted, "largest node has 1",
+                         [&] { return c.Place(r).status(); });
+    ExpectFailsUnchanged(c, absl::StatusCode::kResourceExhausted, "largest node has 1",
+                         [&] { return c.PlaceReplicas(r, 2).status(); });
+    ASSERT_OK_AND_ASSIGN(std::vector<Placement> some,
+                         c.PlaceReplicas(r, 2, "binpack", ReplicaMode::kAsManyAsFit));
+    EXPECT_TRUE(some.empty());
+    EXPECT_EQ(*c.Capacity(r), 0);
+    // Once a node is big enough, the same request fits.
+    ASSERT_OK(c.AddNode(SharedNode("two", {16, 16})));
+    EXPECT_OK(c.Place(r).status());
+  }
+  Cluster empty;
+  for (const Request& r : {Shared("r", 1), Exclusive("r", 1)}) {
+    EXPECT_OK(empty.Validate(r).status());
+    ASSERT_OK_AND_ASSIGN(std::vector<FitResult> none, empty.Fit(r));
+    EXPECT_TRUE(none.empty());
+    EXPECT_THAT(empty.Plan(r), StatusIs(absl::StatusCode::kResourceExhausted, "0 nodes"));
+    EXPECT_THAT(empty.Place(r), StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(empty.PlaceReplicas(r, 1), StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_EQ(*empty.Capacity(r), 0);
+  }
+}
+
+// Error messages repeat a name, id or token only up to 100 bytes: a 10 MB id
+// must not make a 10 MB message.
+TEST(ClusterTest, ErrorsShortenLongNamesAndIds) {
+  Cluster c = S1Cluster();
+  const std::string huge(10 << 20, 'x');
+  const std::string shortened = std::string(100, 'x') + "... (10485760 bytes)";
+  const absl::Status errors[] = {
+      c.Release(huge),
+      c.GetNode(huge).status(),
+      c.SetGpuHealthy(huge, 0, false),
+      c.Place(Shared(huge, 1, 3)).status(),
+      c.Place(Shared(huge, 100)).status(),
+      c.Place(Shared("r", 1), huge).status(),
+      c.AddNode(SharedNode("sd-cluster-04", {1})).ok() ? absl::OkStatus()
+                                                      : c.AddNode(SharedNode(huge, {0})),
+  };
+  for (const absl::Status& s : errors) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(s.message().size(), 1000u) << s.message().substr(0, 300);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(shortened));
   }
 }
 
@@ -516,7 +610,7 @@ TEST(ClusterTest, MalformedJsonIsInvalidArgumentNamingTheProblem) {
   std::string bad_type = good;
   bad_type.replace(bad_type.find("\"memory\":14"), 11, "\"memory\":\"14\"");
   EXPECT_THAT(Cluster::FromJson(bad_type),
-              StatusIs(absl::StatusCode::kInvalidArgument, "'memory' has the wrong type"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "'memory' must be an integer, not a string"));
   // A snapshot that would overfill a GPU is refused.
   Cluster c = S1Cluster();
   ASSERT_OK(c.Place(Shared("a", 14)).status());
@@ -524,6 +618,93 @@ TEST(ClusterTest, MalformedJsonIsInvalidArgumentNamingTheProblem) {
   over.replace(over.find("\"memory_per_gpu\":14"), 19, "\"memory_per_gpu\":15");
   EXPECT_THAT(Cluster::FromJson(over),
               StatusIs(absl::StatusCode::kInvalidArgument, "placements[0]"));
+}
+
+// `text` with the first `from` replaced by `to`.
+std::string Replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(ClusterTest, FromJsonChecksEveryNumberForTypeAndRange) {
+  Cluster c = S1Cluster();
+  ASSERT_OK(c.Place(Shared("a", 4)).status());
+  const std::string good = c.ToJson();
+  ASSERT_OK(Cluster::FromJson(good).status());
+  const struct {
+    std::string from, to, error;
+  } cases[] = {
+      {"\"version\":1", "\"version\":4294967297", "version 4294967297 is not supported"},
+      {"\"version\":1", "\"version\":1.9", "field 'version' must be an integer, not 1.9"},
+      {"\"version\":1", "\"version\":1.0", "field 'version' must be an integer, not 1.0"},
+      {"\"version\":1", "\"version\":1e300", "field 'version' must be an integer"},
+      {"\"version\":1", "\"version\":18446744073709551615",
+       "field 'version' value 18446744073709551615 is out of range"},
+      {"\"gpus\":[0]", "\"gpus\":[4294967296]",
+       "placements[0]: field 'gpus[0]' value 4294967296 is out of range [0, 63]"},
+      {"\"gpus\":[0]", "\"gpus\":[0.9]", "field 'gpus[0]' must be an integer, not 0.9"},
+      {"\"gpus\":[0]", "\"gpus\":[-1]", "field 'gpus[0]' value -1 is out of range"},
+      {"\"gpus\":[0]", "\"gpus\":0", "field 'gpus' must be an array"},
+      {"\"memory_per_gpu\":4", "\"memory_per_gpu\":4.9",
+       "field 'memory_per_gpu' must be an integer, not 4.9"},
+      {"\"memory_per_gpu\":4", "\"memory_per_gpu\":true",
+       "field 'memory_per_gpu' must be an integer, not a boolean"},
+      {"\"remembered_releases\":65536", "\"remembered_releases\":1099511627776",
+       "options: field 'remembered_releases' value 1099511627776 is out of range [0, 2147483647]"},
+      {"\"remembered_releases\":65536", "\"remembered_releases\":-1",
+       "'remembered_releases' value -1 is out of range"},
+      {"\"tie_break_seed\":0", "\"tie_break_seed\":-1",
+       "field 'tie_break_seed' value -1 is out of range"},
+      {"\"tie_break_seed\":0", "\"tie_break_seed\":0.5",
+       "field 'tie_break_seed' must be an integer"},
+      {"\"memory\":14", "\"memory\":14.5", "nodes[0].gpus[0]: field 'memory' must be an integer"},
+      {"\"memory\":14", "\"memory\":8589934592",
+       "nodes[0].gpus[0]: field 'memory' value 8589934592 is out of range [1, 4294967296]"},
+      {"\"cpu\":0", "\"cpu\":-5", "nodes[0]: field 'cpu' value -5 is out of range"},
+      {"\"schedulable\":true", "\"schedulable\":1",
+       "field 'schedulable' must be true or false, not 1"},
+      {"\"labels\":{", "\"labels\":{\"n\":1,", "field 'labels' entry 'n' must be a string"},
+      {"\"name\":\"sd-cluster-04\"", "\"name\":4", "field 'name' must be a string"},
+  };
+  for (const auto& t : cases) {
+    EXPECT_THAT(Cluster::FromJson(Replaced(good, t.from, t.to)),
+                StatusIs(absl::StatusCode::kInvalidArgument, t.error))
+        << t.to;
+  }
+}
+
+TEST(ClusterTest, FromJsonNeverThrows) {
+  // Numbers beyond double's range: nlohmann reports them as out_of_range.
+  for (const char* text : {R"({"a":1e3001})", "1e3001", R"({"format":-1e999})", "[1e400]"}) {
+    EXPECT_THAT(Cluster::FromJson(text),
+                StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"))
+        << text;
+  }
+  EXPECT_THAT(Cluster::FromJson(R"({"a":1e3001})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "1e3001"));
+  EXPECT_THAT(Cluster::FromJson("{\"a\":\"\xff\xfe\"}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"));
+  EXPECT_THAT(Cluster::FromJson("{\"a\": tru"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "at byte"));
+  // A 2 MB unterminated string is not repeated in the message.
+  const std::string huge = "{\"" + std::string(2 << 20, 'x');
+  absl::StatusOr<Cluster> r = Cluster::FromJson(huge);
+  ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, "malformed cluster JSON"));
+  EXPECT_LT(r.status().message().size(), 400u) << r.status().message().substr(0, 400);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("bytes)"));
+}
+
+TEST(ClusterTest, ToJsonOfTextThatIsNotUtf8DoesNotThrow) {
+  Cluster c;
+  Node n = SharedNode("bad-\xff-name", {8});
+  n.labels["k"] = "v\xc3";
+  ASSERT_OK(c.AddNode(n));
+  const std::string text = c.ToJson();
+  EXPECT_THAT(text, ::testing::HasSubstr("bad-\xef\xbf\xbd-name"));  // U+FFFD.
+  ASSERT_OK_AND_ASSIGN(Cluster back, Cluster::FromJson(text));
+  EXPECT_EQ(back.num_nodes(), 1);
 }
 
 // ---- Overflow and invariants ----------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -357,6 +358,83 @@ TEST(SimulateCommandTest, PrintsTheTableAndWritesTheCurve) {
       RunCommand(base + " --tasks " + dir + "/cli_tasks.csv --policies fgd --replay");
   EXPECT_EQ(replay_code, 0) << replay_out;
   EXPECT_THAT(replay_out, ::testing::ContainsRegex("fgd +[0-9]+ +[0-9]+ +[0-9.]+"));
+}
+
+// Writes a small node and task CSV for the command-line tests; returns the
+// start of a command line with --nodes and --tasks.
+std::string SmallTraceCommand(const std::string& prefix) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream nodes(dir + "/" + prefix + "_nodes.csv");
+  nodes << "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\n";
+  std::ofstream tasks(dir + "/" + prefix + "_tasks.csv");
+  tasks << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt0,1000,1024,1,500\n";
+  // `timeout` turns a hang into a failure.
+  return "timeout 10 " + std::string(kCli) + " simulate --nodes " + dir + "/" + prefix +
+         "_nodes.csv --tasks " + dir + "/" + prefix + "_tasks.csv";
+}
+
+TEST(SimulateCommandTest, SeedRangesAreBoundedAndSeedsUnique) {
+  const std::string base = SmallTraceCommand("seeds") + " --policies bestfit";
+  // The loop over 18446744073709551615-18446744073709551615 used to wrap and
+  // run forever, growing memory.
+  auto [code, out] = RunCommand(base + " --seeds 18446744073709551615-18446744073709551615 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("1 seeds"));
+  std::tie(code, out) = RunCommand(base + " --seeds 0-18446744073709551615 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("has more than 10000 seeds"));
+  std::tie(code, out) = RunCommand(base + " --seeds 1-10000,20000 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("gives more than 10000 seeds"));
+  std::tie(code, out) = RunCommand(base + " --seeds 1,1 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("lists seed 1 twice"));
+  std::tie(code, out) = RunCommand(base + " --seeds 1-3,2 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("lists seed 2 twice"));
+  std::tie(code, out) = RunCommand(base + " --seeds 18446744073709551616 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("is not A-B or A,B"));
+  std::tie(code, out) = RunCommand(base + " --seeds , 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("gives no seeds"));
+  std::tie(code, out) = RunCommand(base + " --seeds 5,7-8 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("3 seeds"));
+  // A long bad argument is shortened in the message.
+  std::tie(code, out) = RunCommand(base + " --seeds " + std::string(5000, 'x') + " 2>&1");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, ::testing::HasSubstr("... (5000 bytes)"));
+  EXPECT_LT(out.size(), 400u);
+}
+
+TEST(SimulateCommandTest, PoliciesMustNameKnownPolicies) {
+  const std::string base = SmallTraceCommand("policies") + " --seeds 1";
+  for (const std::string list : {"''", "','"}) {
+    auto [code, out] = RunCommand(base + " --policies " + list + " 2>&1");
+    EXPECT_EQ(code, 2) << list << ": " << out;
+    EXPECT_THAT(out, ::testing::HasSubstr("names no policy; known policies: "));
+    EXPECT_THAT(out, ::testing::HasSubstr("fgd"));
+  }
+  auto [code, out] = RunCommand(base + " --policies fgd,best 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("unknown policy 'best'; known policies: "));
+  std::tie(code, out) = RunCommand(base + " --policies bestfit, 2>&1");
+  EXPECT_EQ(code, 0) << out;
+}
+
+TEST(SimulateCommandTest, ReadsATaskFileWithAByteOrderMarkAndCrLineEnds) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream tasks(dir + "/bom_cr_tasks.csv", std::ios::binary);
+    tasks << "\xEF\xBB\xBFname,cpu_milli,memory_mib,num_gpu,gpu_milli\rt0,1000,1024,1,500\r"
+             "t1,1000,1024,1,250\r";
+  }
+  // The second --tasks replaces the small trace's.
+  auto [code, out] = RunCommand(SmallTraceCommand("cr") + " --tasks " + dir +
+                                "/bom_cr_tasks.csv --seeds 1 --policies bestfit 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("1 nodes, 2 tasks"));
 }
 
 TEST(SimulateCommandTest, RunsTheDefaultTrace) {

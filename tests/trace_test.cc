@@ -75,6 +75,82 @@ TEST(ParseOpenbTasksTest, ErrorsNameTheLineAndColumn) {
               StatusIs(absl::StatusCode::kNotFound, "/nonexistent/tasks.csv"));
 }
 
+TEST(ParseOpenbTasksTest, EveryNumberIsCheckedForTypeAndRange) {
+  const std::string header =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,"
+      "scheduled_time\n";
+  const struct {
+    std::string row, error;
+  } cases[] = {
+      {"a,inf,10,0,0,1,2,1", "column 'cpu_milli' 'inf' is not an integer"},
+      {"a,-inf,10,0,0,1,2,1", "column 'cpu_milli' '-inf' is not an integer"},
+      {"a,1000,10,0,0,inf,2,1", "column 'creation_time' 'inf' is not an integer"},
+      {"a,1000,1e300,0,0,1,2,1", "column 'memory_mib' 1e300 is outside 0..4294967296"},
+      {"a,1000,10,0,0,9223372036854775808,2,1",
+       "column 'creation_time' 9223372036854775808 is outside 0.."},
+      {"a,1000,10,0,0,1,9.3e18,1", "column 'deletion_time' 9.3e18 is outside 0.."},
+      {"a,1000,10,0.9,0,1,2,1", "column 'num_gpu' '0.9' is not an integer"},
+      {"a,1000,10,1,450.5,1,2,1", "column 'gpu_milli' '450.5' is not an integer"},
+      {"a,1000,10,4294967297,1000,1,2,1", "column 'num_gpu' 4294967297 is outside 0..64"},
+      {"a,8589934592,10,0,0,1,2,1", "column 'cpu_milli' 8589934592 is outside 0..4294967296"},
+      {"a,1000,10,0,0,-5,2,1", "column 'creation_time' -5 is negative"},
+      {"a,1000,10,0,0,1,-2,1", "column 'deletion_time' -2 is negative"},
+      {"a,1000,10,0,0,1,2,-1", "column 'scheduled_time' -1 is negative"},
+  };
+  for (const auto& t : cases) {
+    EXPECT_THAT(ParseOpenbTasks(header + t.row + "\n", "t.csv"),
+                StatusIs(absl::StatusCode::kInvalidArgument, "t.csv:2: " + t.error))
+        << t.row;
+  }
+  // Whole numbers written as decimals still load; empty and nan are unknown.
+  ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks,
+                       ParseOpenbTasks(header + "a,1000.0,1e3,1,450,7.0,,nan\n"));
+  EXPECT_EQ(tasks[0].cpu, 1000);
+  EXPECT_EQ(tasks[0].memory_mib, 1000);
+  EXPECT_EQ(tasks[0].creation_time, 7);
+  EXPECT_EQ(tasks[0].deletion_time, -1);
+  EXPECT_EQ(tasks[0].scheduled_time, -1);
+}
+
+TEST(ParseOpenbNodesTest, EveryNumberIsCheckedForTypeAndRange) {
+  const std::string header = "sn,cpu_milli,memory_mib,gpu,model\n";
+  EXPECT_THAT(ParseOpenbNodes(header + "a,inf,1,1,T4\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'inf' is not an integer"));
+  EXPECT_THAT(ParseOpenbNodes(header + "a,1,1,0.9,T4\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "column 'gpu' '0.9' is not an integer"));
+  EXPECT_THAT(ParseOpenbNodes(header + "a,1,1e300,1,T4\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "column 'memory_mib' 1e300 is outside"));
+  EXPECT_THAT(ParseOpenbNodes(header + "a,1,1,4294967296,T4\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "column 'gpu' 4294967296 is outside"));
+  // A long malformed cell is shortened in the message.
+  absl::StatusOr<std::vector<Node>> r =
+      ParseOpenbNodes(header + "a," + std::string(1 << 20, 'x') + ",1,1,T4\n");
+  ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, "(1048576 bytes)"));
+  EXPECT_LT(r.status().message().size(), 300u);
+}
+
+TEST(ParseOpenbTasksTest, AcceptsAByteOrderMarkAndEveryLineEnding) {
+  const std::string rows[] = {"name,cpu_milli,memory_mib,num_gpu,gpu_milli", "a,1000,10,1,500",
+                              "b,2000,20,0,0", "c,3000,30,2,1000"};
+  for (const std::string bom : {"", "\xEF\xBB\xBF"}) {
+    for (const std::string eol : {"\n", "\r\n", "\r"}) {
+      std::string text = bom;
+      for (const std::string& row : rows) text += row + eol;
+      ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks, ParseOpenbTasks(text));
+      ASSERT_EQ(tasks.size(), 3u) << (bom.empty() ? "" : "BOM, ") << "eol " << int(eol[0]);
+      EXPECT_EQ(tasks[0].name, "a");
+      EXPECT_EQ(tasks[2].num_gpu, 2);
+    }
+  }
+  // Line numbers in errors count every kind of line end.
+  EXPECT_THAT(ParseOpenbTasks(rows[0] + "\r" + rows[1] + "\r\n\rx,1,1,1,9999\r", "t.csv"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "t.csv:4: column 'gpu_milli'"));
+  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
+                       ParseOpenbNodes("\xEF\xBB\xBFsn,cpu_milli,memory_mib,gpu,model\rn0,1,1,1,T4\r"));
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].name, "n0");
+}
+
 TEST(ParseOpenbNodesTest, MakesSharingNodesWithModelMemory) {
   ASSERT_OK_AND_ASSIGN(
       std::vector<Node> nodes,

@@ -105,7 +105,9 @@ class Cluster {
   // Adds a node with nothing allocated.
   // Errors: InvalidArgument for an empty name, a GPU memory outside
   // 1..kMaxQuantity, more than kMaxGpusPerNode GPUs, negative or too large
-  // cpu / host_memory; AlreadyExists for a name already in the cluster.
+  // cpu / host_memory, two GPUs with the same non-empty UUID; AlreadyExists
+  // for a name already in the cluster or a GPU UUID that a GPU of another
+  // node has (a UUID names one physical GPU; empty UUIDs may repeat).
   // Complexity: O(GPUs of the node x log GPUs of the cluster).
   [[nodiscard]] absl::Status AddNode(const Node& node);
 
@@ -135,10 +137,13 @@ class Cluster {
 
   // ---- Requests ----------------------------------------------------------
 
-  // Checks a request against the rules of types.h and this cluster (a GPU
-  // count larger than any node has is an error) and returns its per-GPU
+  // Checks a request against the rules of types.h and returns its per-GPU
   // shape. Errors: InvalidArgument naming the bad value, e.g.
-  // "gpu memory 8 is not divisible by gpu count 3".
+  // "gpu memory 8 is not divisible by gpu count 3". Only the request itself
+  // is judged: whether some node is large enough depends on the cluster's
+  // state, so more GPUs than the largest node has (or an empty cluster) is
+  // not an error here but ResourceExhausted in Plan(), Place() and
+  // PlaceReplicas(), infeasible nodes in Fit() and 0 in Capacity().
   absl::StatusOr<Demand> Validate(const Request& request) const;
 
   // Every node, in the order they were added, with whether it can host
@@ -149,7 +154,9 @@ class Cluster {
 
   // Chooses where `request` goes under `policy` without changing anything.
   // Errors: those of Validate(); AlreadyExists if the id is placed;
-  // ResourceExhausted if no node can host it (the message gives reasons).
+  // ResourceExhausted if no node can host it now (the message gives reasons),
+  // including a request for more GPUs than the largest node has and any GPU
+  // request on a cluster without nodes.
   //
   // Complexity (n nodes, G GPUs per node). The built-in "binpack" and
   // "spread" policies (the objects MakePolicy() returns) are served from

@@ -11,8 +11,12 @@
 // Node CSV columns: sn,cpu_milli,memory_mib,gpu,model. Task CSV columns:
 // name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,qos,pod_phase,
 // creation_time,deletion_time,scheduled_time] (the multigpu files have only
-// the first five). Columns are found by their header names. Empty cells and
-// "nan" mean "none" (0, or -1 for times).
+// the first five). Columns are found by their header names. A UTF-8 byte
+// order mark is skipped; lines may end in \n, \r\n or \r. Empty cells and
+// "nan" mean "none" (0, or -1 for times). Numbers must be whole (a decimal
+// form such as "12.0" or "1e3" is read when it is one) and in range: sizes
+// 0..kMaxQuantity, times (seconds from the start of the trace) at least 0;
+// "0.9", "inf" or "1e300" are errors, never truncated.
 //
 // Mapping: a task with num_gpu = 1 and gpu_milli < 1000 is a shared request
 // with compute = gpu_milli; gpu_milli = 1000 gives whole_gpus = num_gpu;
@@ -55,8 +59,8 @@ struct TraceTask {
 
 // Parses a node CSV (the text itself; `source` names it in errors).
 // Errors: InvalidArgument naming the line and column for a missing column, a
-// malformed number, a negative value, more than kMaxGpusPerNode GPUs or a
-// duplicate node name.
+// malformed or fractional number, a negative value, cpu_milli or memory_mib
+// above kMaxQuantity, more than kMaxGpusPerNode GPUs or a duplicate node name.
 absl::StatusOr<std::vector<Node>> ParseOpenbNodes(std::string_view csv,
                                                   std::string_view source = "nodes",
                                                   const TraceOptions& options = {});
@@ -66,8 +70,10 @@ absl::StatusOr<std::vector<Node>> LoadOpenbNodes(const std::string& path,
                                                  const TraceOptions& options = {});
 
 // Parses a task CSV. Errors: InvalidArgument naming the line and column for a
-// missing column, a malformed number, gpu_milli outside 0..1000, num_gpu
-// outside 0..64, a share below 1000 on several GPUs, or GPUs with no share.
+// missing column, a malformed or fractional number, a negative size or time,
+// cpu_milli or memory_mib above kMaxQuantity, gpu_milli outside 0..1000,
+// num_gpu outside 0..64, a share below 1000 on several GPUs, or GPUs with no
+// share.
 absl::StatusOr<std::vector<TraceTask>> ParseOpenbTasks(std::string_view csv,
                                                        std::string_view source = "tasks");
 // Reads and parses a task CSV. Errors: NotFound, then those of ParseOpenbTasks().

@@ -7,7 +7,10 @@
 //  "placements": [{"request_id", "node", "gpus", "memory_per_gpu",
 //                  "compute_per_gpu", "exclusive", "cpu", "host_memory"}]}
 
+#include <climits>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,7 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "gpushare/cluster.h"
 #include "nlohmann/json.hpp"
+#include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare {
 namespace {
@@ -26,32 +31,121 @@ using nlohmann::json;
 constexpr const char* kFormat = "gpushare.cluster";
 constexpr int kVersion = 1;
 
-// Reads field `key` of object `obj` (at `where`) as T; a missing key gives
-// `fallback` when one is supplied, else an error.
+// The readers below take field `key` of object `obj` (at `where`); a
+// missing key gives `fallback` when one is supplied, else an error. Values of
+// the wrong type or out of range are errors naming the field and the value:
+// nothing is converted silently (1.9 is not 1, 2^40 is not 0).
+
+// The value of `key`, or nullptr (then *out is the fallback, or an error).
 template <typename T>
-absl::Status Get(const json& obj, const char* key, const std::string& where, T* out,
-                 const T* fallback = nullptr) {
+absl::StatusOr<const json*> Field(const json& obj, const char* key, const std::string& where,
+                                  T* out, const std::optional<T>& fallback) {
   auto it = obj.find(key);
-  if (it == obj.end()) {
-    if (fallback != nullptr) {
-      *out = *fallback;
-      return absl::OkStatus();
-    }
+  if (it != obj.end()) return &*it;
+  if (!fallback.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": missing field '", key, "'"));
   }
-  try {
-    *out = it->template get<T>();
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": field '", key, "' has the wrong type (", it->type_name(), ")"));
+  *out = *fallback;
+  return nullptr;
+}
+
+absl::Status WrongType(const json& v, const std::string& key, const std::string& where,
+                       const char* want) {
+  // Numbers are shown (1.9, 1e+300); other values by their type.
+  const std::string shown = v.is_number() ? absl::StrCat(v.dump(), " (a ", v.type_name(), ")")
+                                          : absl::StrCat("a ", v.type_name());
+  return absl::InvalidArgumentError(absl::StrCat(where, ": field '", key, "' must be ", want,
+                                                 ", not ", shown));
+}
+
+// An integer in [min, max]: a JSON number without fraction or exponent.
+// `key` names the value in errors.
+absl::Status IntValue(const json& v, const std::string& key, const std::string& where,
+                      int64_t min, int64_t max, int64_t* out) {
+  auto out_of_range = [&](const std::string& value) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field '", key, "' value ", value,
+                                                   " is out of range [", min, ", ", max, "]"));
+  };
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(max)) return out_of_range(absl::StrCat(u));
+    *out = static_cast<int64_t>(u);
+    return absl::OkStatus();
   }
+  if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < min || i > max) return out_of_range(absl::StrCat(i));
+    *out = i;
+    return absl::OkStatus();
+  }
+  return WrongType(v, key, where, "an integer");
+}
+
+absl::Status GetInt(const json& obj, const char* key, const std::string& where, int64_t min,
+                    int64_t max, int64_t* out, std::optional<int64_t> fallback = std::nullopt) {
+  GPUSHARE_ASSIGN_OR_RETURN(const json* v, Field(obj, key, where, out, fallback));
+  if (v == nullptr) return absl::OkStatus();
+  return IntValue(*v, key, where, min, max, out);
+}
+
+template <typename Int>
+absl::Status GetInt(const json& obj, const char* key, const std::string& where, int64_t min,
+                    int64_t max, Int* out, std::optional<int64_t> fallback = std::nullopt) {
+  int64_t value = 0;
+  GPUSHARE_RETURN_IF_ERROR(GetInt(obj, key, where, min, max, &value, fallback));
+  *out = static_cast<Int>(value);  // [min, max] lies within Int's range.
   return absl::OkStatus();
 }
 
-template <typename T>
-absl::Status GetOr(const json& obj, const char* key, const std::string& where, T* out,
-                   T fallback) {
-  return Get(obj, key, where, out, &fallback);
+absl::Status GetUint64(const json& obj, const char* key, const std::string& where,
+                       uint64_t* out, std::optional<uint64_t> fallback) {
+  GPUSHARE_ASSIGN_OR_RETURN(const json* v, Field(obj, key, where, out, fallback));
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_number_unsigned()) {
+    *out = v->get<uint64_t>();
+    return absl::OkStatus();
+  }
+  if (v->is_number_integer()) {  // Negative: nlohmann keeps others unsigned.
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field '", key, "' value ",
+                                                   v->get<int64_t>(), " is out of range [0, ",
+                                                   UINT64_MAX, "]"));
+  }
+  return WrongType(*v, key, where, "an integer");
+}
+
+absl::Status GetString(const json& obj, const char* key, const std::string& where,
+                       std::string* out, std::optional<std::string> fallback = std::nullopt) {
+  GPUSHARE_ASSIGN_OR_RETURN(const json* v, Field(obj, key, where, out, fallback));
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_string()) return WrongType(*v, key, where, "a string");
+  *out = v->get_ref<const std::string&>();
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const json& obj, const char* key, const std::string& where, bool* out,
+                     std::optional<bool> fallback = std::nullopt) {
+  GPUSHARE_ASSIGN_OR_RETURN(const json* v, Field(obj, key, where, out, fallback));
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_boolean()) return WrongType(*v, key, where, "true or false");
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+// An object of strings; missing means empty.
+absl::Status GetLabels(const json& obj, const char* key, const std::string& where,
+                       std::map<std::string, std::string>* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return absl::OkStatus();
+  if (!it->is_object()) return WrongType(*it, key, where, "an object of strings");
+  for (auto label = it->begin(); label != it->end(); ++label) {
+    if (!label->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": field '", key, "' entry '", internal::Echo(label.key()),
+                       "' must be a string, not a ", label->type_name()));
+    }
+    out->emplace(label.key(), label->get_ref<const std::string&>());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RequireObject(const json& j, const std::string& where) {
@@ -141,7 +235,7 @@ class JsonWriter {
     for (char c : s) {
       const auto u = static_cast<unsigned char>(c);
       if (u < 0x20 || u >= 0x80 || c == '"' || c == '\\') {
-        out_.append(json(std::string(s)).dump());
+        out_.append(internal::DumpJson(json(std::string(s))));
         return;
       }
     }
@@ -215,25 +309,18 @@ std::string Cluster::ToJson(int indent) const {
 }
 
 absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
-  json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) {
-    // Parse again with exceptions for the position of the error.
-    try {
-      json again = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("malformed cluster JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError("malformed cluster JSON");
-  }
+  GPUSHARE_ASSIGN_OR_RETURN(const json root,
+                            internal::ParseJsonText(text, "malformed cluster JSON"));
   GPUSHARE_RETURN_IF_ERROR(RequireObject(root, "cluster JSON"));
   std::string format;
-  int version = 0;
-  GPUSHARE_RETURN_IF_ERROR(Get(root, "format", "cluster JSON", &format));
+  int64_t version = 0;
+  GPUSHARE_RETURN_IF_ERROR(GetString(root, "format", "cluster JSON", &format));
   if (format != kFormat) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cluster JSON: format '", format, "' is not '", kFormat, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster JSON: format '", internal::Echo(format), "' is not '", kFormat, "'"));
   }
-  GPUSHARE_RETURN_IF_ERROR(Get(root, "version", "cluster JSON", &version));
+  GPUSHARE_RETURN_IF_ERROR(GetInt(root, "version", "cluster JSON", INT64_MIN, INT64_MAX,
+                                  &version));
   if (version != kVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("cluster JSON: version ", version, " is not supported (", kVersion, ")"));
@@ -243,19 +330,19 @@ absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
   if (auto it = root.find("options"); it != root.end()) {
     GPUSHARE_RETURN_IF_ERROR(RequireObject(*it, "options"));
     std::string unit;
-    GPUSHARE_RETURN_IF_ERROR(GetOr<std::string>(*it, "memory_unit", "options", &unit, "GiB"));
+    GPUSHARE_RETURN_IF_ERROR(GetString(*it, "memory_unit", "options", &unit, "GiB"));
     if (unit == "GiB") {
       options.memory_unit = MemoryUnit::kGiB;
     } else if (unit == "MiB") {
       options.memory_unit = MemoryUnit::kMiB;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("options: memory_unit '", unit, "' is not GiB or MiB"));
+          absl::StrCat("options: memory_unit '", internal::Echo(unit), "' is not GiB or MiB"));
     }
     GPUSHARE_RETURN_IF_ERROR(
-        GetOr<uint64_t>(*it, "tie_break_seed", "options", &options.tie_break_seed, 0));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int>(*it, "remembered_releases", "options",
-                                        &options.remembered_releases, 65536));
+        GetUint64(*it, "tie_break_seed", "options", &options.tie_break_seed, 0));
+    GPUSHARE_RETURN_IF_ERROR(GetInt(*it, "remembered_releases", "options", 0, INT_MAX,
+                                    &options.remembered_releases, 65536));
   }
   Cluster cluster(options);
 
@@ -275,17 +362,15 @@ absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
     GPUSHARE_RETURN_IF_ERROR(RequireObject(j, where));
     Node node;
     bool sharing = false;
-    GPUSHARE_RETURN_IF_ERROR(Get(j, "name", where, &node.name));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<std::string>(j, "address", where, &node.address, ""));
-    {
-      std::map<std::string, std::string> none;
-      GPUSHARE_RETURN_IF_ERROR(Get(j, "labels", where, &node.labels, &none));
-    }
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "cpu", where, &node.cpu, 0));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "host_memory", where, &node.host_memory, 0));
+    GPUSHARE_RETURN_IF_ERROR(GetString(j, "name", where, &node.name));
+    GPUSHARE_RETURN_IF_ERROR(GetString(j, "address", where, &node.address, ""));
+    GPUSHARE_RETURN_IF_ERROR(GetLabels(j, "labels", where, &node.labels));
+    GPUSHARE_RETURN_IF_ERROR(GetInt(j, "cpu", where, 0, kMaxQuantity, &node.cpu, 0));
+    GPUSHARE_RETURN_IF_ERROR(
+        GetInt(j, "host_memory", where, 0, kMaxQuantity, &node.host_memory, 0));
     Later l{node.name, {}, true};
-    GPUSHARE_RETURN_IF_ERROR(GetOr<bool>(j, "schedulable", where, &l.schedulable, true));
-    GPUSHARE_RETURN_IF_ERROR(Get(j, "gpu_sharing", where, &sharing));
+    GPUSHARE_RETURN_IF_ERROR(GetBool(j, "schedulable", where, &l.schedulable, true));
+    GPUSHARE_RETURN_IF_ERROR(GetBool(j, "gpu_sharing", where, &sharing));
     node.gpu_sharing = sharing;
     GPUSHARE_RETURN_IF_ERROR(RequireArray(j, "gpus", where));
     const json& gpus = j["gpus"];
@@ -294,10 +379,10 @@ absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
       GPUSHARE_RETURN_IF_ERROR(RequireObject(gpus[g], gwhere));
       Gpu gpu;
       bool healthy = true;
-      GPUSHARE_RETURN_IF_ERROR(Get(gpus[g], "memory", gwhere, &gpu.memory));
-      GPUSHARE_RETURN_IF_ERROR(GetOr<std::string>(gpus[g], "model", gwhere, &gpu.model, ""));
-      GPUSHARE_RETURN_IF_ERROR(GetOr<std::string>(gpus[g], "uuid", gwhere, &gpu.uuid, ""));
-      GPUSHARE_RETURN_IF_ERROR(GetOr<bool>(gpus[g], "healthy", gwhere, &healthy, true));
+      GPUSHARE_RETURN_IF_ERROR(GetInt(gpus[g], "memory", gwhere, 1, kMaxQuantity, &gpu.memory));
+      GPUSHARE_RETURN_IF_ERROR(GetString(gpus[g], "model", gwhere, &gpu.model, ""));
+      GPUSHARE_RETURN_IF_ERROR(GetString(gpus[g], "uuid", gwhere, &gpu.uuid, ""));
+      GPUSHARE_RETURN_IF_ERROR(GetBool(gpus[g], "healthy", gwhere, &healthy, true));
       if (!healthy) l.unhealthy.push_back(static_cast<int>(g));
       node.gpus.push_back(std::move(gpu));
     }
@@ -314,17 +399,25 @@ absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
     const json& j = placed[i];
     GPUSHARE_RETURN_IF_ERROR(RequireObject(j, where));
     Placement p;
-    GPUSHARE_RETURN_IF_ERROR(Get(j, "request_id", where, &p.request_id));
-    GPUSHARE_RETURN_IF_ERROR(Get(j, "node", where, &p.node));
-    {
-      std::vector<int> none;
-      GPUSHARE_RETURN_IF_ERROR(Get(j, "gpus", where, &p.gpus, &none));
+    GPUSHARE_RETURN_IF_ERROR(GetString(j, "request_id", where, &p.request_id));
+    GPUSHARE_RETURN_IF_ERROR(GetString(j, "node", where, &p.node));
+    if (auto gpus = j.find("gpus"); gpus != j.end()) {
+      if (!gpus->is_array()) return WrongType(*gpus, "gpus", where, "an array of GPU indices");
+      for (size_t g = 0; g < gpus->size(); ++g) {
+        int64_t index = 0;
+        GPUSHARE_RETURN_IF_ERROR(IntValue((*gpus)[g], absl::StrCat("gpus[", g, "]"), where, 0,
+                                          kMaxGpusPerNode - 1, &index));
+        p.gpus.push_back(static_cast<int>(index));
+      }
     }
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "memory_per_gpu", where, &p.memory_per_gpu, 0));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "compute_per_gpu", where, &p.compute_per_gpu, 0));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<bool>(j, "exclusive", where, &p.exclusive, false));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "cpu", where, &p.cpu, 0));
-    GPUSHARE_RETURN_IF_ERROR(GetOr<int64_t>(j, "host_memory", where, &p.host_memory, 0));
+    GPUSHARE_RETURN_IF_ERROR(
+        GetInt(j, "memory_per_gpu", where, 0, kMaxQuantity, &p.memory_per_gpu, 0));
+    GPUSHARE_RETURN_IF_ERROR(
+        GetInt(j, "compute_per_gpu", where, 0, kGpuCompute, &p.compute_per_gpu, 0));
+    GPUSHARE_RETURN_IF_ERROR(GetBool(j, "exclusive", where, &p.exclusive, false));
+    GPUSHARE_RETURN_IF_ERROR(GetInt(j, "cpu", where, 0, kMaxQuantity, &p.cpu, 0));
+    GPUSHARE_RETURN_IF_ERROR(
+        GetInt(j, "host_memory", where, 0, kMaxQuantity, &p.host_memory, 0));
     if (absl::Status s = cluster.Commit(p); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
     }

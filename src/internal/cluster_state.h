@@ -25,6 +25,9 @@ struct ClusterState {
   absl::flat_hash_map<std::string, uint32_t> node_index;  // name -> position.
   absl::flat_hash_map<std::string, Placement> placements;  // id -> placement.
   uint64_t next_sequence = 0;                // Insertion counter for tie keys.
+  // Every non-empty GPU UUID in the cluster -> the name of its node. A UUID
+  // identifies one physical GPU, so it appears at most once.
+  absl::flat_hash_map<std::string, std::string> gpu_uuids;
   int max_gpus_per_node = 0;
   // The ids of the latest options.remembered_releases releases, oldest
   // first; released[k] is release number released_base + k. Release() only

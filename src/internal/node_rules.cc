@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/text.h"
 
 namespace gpushare::internal {
 namespace {
@@ -41,7 +42,7 @@ absl::StatusOr<Demand> ValidateRequest(const Request& r, int max_gpus) {
   if (r.id.empty()) return absl::InvalidArgumentError("request id is empty");
   // The prefix is built only on error: this runs on every placement.
   auto bad = [&](auto&&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat("request '", r.id, "': ", parts...));
+    return absl::InvalidArgumentError(absl::StrCat("request '", Echo(r.id), "': ", parts...));
   };
   if (absl::Status s = CheckQuantity("gpu memory", r.gpu_memory, 0); !s.ok())
     return bad(s.message());
@@ -98,7 +99,7 @@ absl::StatusOr<Demand> ValidateRequest(const Request& r, int max_gpus) {
 
 absl::Status ValidateNode(const Node& node) {
   if (node.name.empty()) return absl::InvalidArgumentError("node name is empty");
-  const std::string who = absl::StrCat("node '", node.name, "': ");
+  const std::string who = absl::StrCat("node '", Echo(node.name), "': ");
   if (node.gpus.size() > static_cast<size_t>(kMaxGpusPerNode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, node.gpus.size(), " GPUs exceed the limit of ", kMaxGpusPerNode));
@@ -106,6 +107,14 @@ absl::Status ValidateNode(const Node& node) {
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     if (absl::Status s = CheckQuantity("memory", node.gpus[i].memory, 1); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(who, "GPU ", i, " ", s.message()));
+    }
+    // A UUID names one physical GPU (NVIDIA_VISIBLE_DEVICES lists them).
+    const std::string& uuid = node.gpus[i].uuid;
+    for (size_t j = 0; !uuid.empty() && j < i; ++j) {
+      if (node.gpus[j].uuid == uuid) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, "GPUs ", j, " and ", i, " have the same UUID '", Echo(uuid), "'"));
+      }
     }
   }
   if (absl::Status s = CheckQuantity("cpu", node.cpu, 0); !s.ok())
@@ -267,7 +276,7 @@ void UndoOnNode(NodeStatus& node, const Placement& p) {
 absl::Status CheckCommit(const NodeStatus& node, const Placement& p) {
   // The prefix is built only on error: this runs on every commit.
   auto who = [&] {
-    return absl::StrCat("placement of '", p.request_id, "' on node '", p.node, "': ");
+    return absl::StrCat("placement of '", Echo(p.request_id), "' on node '", Echo(p.node), "': ");
   };
   auto invalid = [&](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat(who(), parts...));

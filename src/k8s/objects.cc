@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/kubernetes.h"
+#include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 #include "src/k8s/json_util.h"
 
 namespace gpushare::k8s {
@@ -24,11 +26,7 @@ namespace internal {
 using ::gpushare::internal::Sv;
 
 absl::StatusOr<json> ParseJson(std::string_view text, const char* what) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON"));
-  }
-  return j;
+  return ::gpushare::internal::ParseJsonText(text, absl::StrCat(what, " is not valid JSON"));
 }
 
 const json* Member(const json& obj, std::string_view key) {
@@ -152,7 +150,7 @@ absl::StatusOr<std::vector<NodeSelectorRequirement>> Requirements(const json& te
     if (std::none_of(std::begin(kOps), std::end(kOps),
                      [&](const char* op) { return req.op == op; })) {
       return absl::InvalidArgumentError(
-          absl::StrCat(at, ": unsupported operator '", req.op, "'"));
+          absl::StrCat(at, ": unsupported operator '", ::gpushare::internal::Echo(req.op), "'"));
     }
     if (const json* values = Member(r, "values")) {
       if (!values->is_array()) {
@@ -252,7 +250,7 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
     absl::StatusOr<int64_t> m = QuantityInteger(count->second);
     if (!m.ok() || *m < 1) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": label ", kGpuCountResource, "=\"",
-                                                     count->second,
+                                                     ::gpushare::internal::Echo(count->second),
                                                      "\" is not a positive integer"));
     }
     if (pod.request.gpu_memory > 0) pod.request.gpu_count = *m;
@@ -411,7 +409,7 @@ absl::StatusOr<std::optional<std::map<int, int64_t>>> RecordedGpus(const Pod& po
       int g = 0;
       if (!absl::SimpleAtoi(part, &g) || g < 0 || g >= kMaxGpusPerNode) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "pod ", pod.request.id, ": ALIYUN_COM_GPU_MEM_IDX \"", idx->second,
+            "pod ", pod.request.id, ": ALIYUN_COM_GPU_MEM_IDX \"", ::gpushare::internal::Echo(idx->second),
             "\" is not a list of GPU indices"));
       }
       per_gpu[g] = 0;
@@ -423,7 +421,8 @@ absl::StatusOr<std::optional<std::map<int, int64_t>>> RecordedGpus(const Pod& po
   internal::json j = internal::json::parse(alloc->second, nullptr, false);
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "pod ", pod.request.id, ": allocation annotation \"", alloc->second, "\" is malformed"));
+        "pod ", pod.request.id, ": allocation annotation \"",
+        ::gpushare::internal::Echo(alloc->second), "\" is malformed"));
   };
   if (j.is_discarded() || !j.is_object()) return bad();
   for (const auto& [container, gpus] : j.items()) {

@@ -10,6 +10,7 @@
 #include "gpushare/kubernetes.h"
 #include "gpushare/types.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare::k8s {
 namespace {
@@ -25,7 +26,7 @@ struct Parsed {
 
 absl::Status Bad(std::string_view text, std::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("quantity '", Sv(text), "' is invalid: ", Sv(why)));
+      absl::StrCat("quantity '", ::gpushare::internal::Echo(text), "' is invalid: ", Sv(why)));
 }
 
 absl::StatusOr<Parsed> Parse(std::string_view text) {

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -6,11 +8,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/trace.h"
 #include "src/internal/status_macros.h"
+#include "src/internal/text.h"
 
 namespace gpushare {
 namespace {
@@ -31,7 +35,11 @@ bool IsNone(absl::string_view cell) { return cell.empty() || cell == "nan" || ce
 class CsvReader {
  public:
   CsvReader(std::string_view text, std::string_view source)
-      : text_(Sv(text)), source_(source) {}
+      : text_(Sv(text)), source_(source) {
+    // A UTF-8 byte order mark (as spreadsheet programs write) is not part of
+    // the first column's name.
+    if (absl::StartsWith(text_, "\xEF\xBB\xBF")) text_.remove_prefix(3);
+  }
 
   // Reads the header; every name in `required` must be present.
   absl::Status Header(const std::vector<std::string>& required) {
@@ -53,12 +61,13 @@ class CsvReader {
   // Advances to the next non-empty row; false at the end.
   bool NextLine() {
     while (pos_ < text_.size()) {
-      size_t end = text_.find('\n', pos_);
+      // Lines end with \n, \r\n or a lone \r (old Mac files).
+      size_t end = text_.find_first_of("\r\n", pos_);
       if (end == absl::string_view::npos) end = text_.size();
       absl::string_view line = text_.substr(pos_, end - pos_);
       pos_ = end + 1;
+      if (end + 1 < text_.size() && text_[end] == '\r' && text_[end + 1] == '\n') ++pos_;
       ++line_;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (absl::StripAsciiWhitespace(line).empty()) continue;
       cells_ = absl::StrSplit(line, ',');
       return true;
@@ -80,17 +89,35 @@ class CsvReader {
     return absl::OkStatus();
   }
 
-  // An integer cell; empty or nan gives `none`.
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t none) const {
+  // An integer cell in [min, max]; empty or nan gives `none`. A decimal
+  // form ("12.0", "1e3") is accepted only when it is a whole number in range:
+  // "0.9", "inf" or "1e300" are errors, never truncated.
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t none, int64_t min,
+                              int64_t max) const {
     absl::string_view cell = Cell(name);
     if (IsNone(cell)) return none;
     int64_t v = 0;
-    if (absl::SimpleAtoi(cell, &v)) return v;
-    double d = 0;
-    if (absl::SimpleAtod(cell, &d) && d == static_cast<double>(static_cast<int64_t>(d))) {
-      return static_cast<int64_t>(d);
+    if (!absl::SimpleAtoi(cell, &v)) {
+      double d = 0;
+      if (!absl::SimpleAtod(cell, &d) || !std::isfinite(d) || d != std::trunc(d)) {
+        return Error(name, absl::StrCat("'", internal::Echo(cell), "' is not an integer"));
+      }
+      // Compared as doubles: casting one outside int64's range is undefined.
+      // (2^63 itself rounds to INT64_MAX's double, hence the second test).
+      if (d < static_cast<double>(min) || d > static_cast<double>(max) ||
+          std::fabs(d) >= 0x1p63) {
+        return OutOfRange(name, internal::Echo(cell), min, max);
+      }
+      v = static_cast<int64_t>(d);
     }
-    return Error(name, absl::StrCat("'", cell, "' is not an integer"));
+    if (v < min || v > max) return OutOfRange(name, absl::StrCat(v), min, max);
+    return v;
+  }
+
+  absl::Status OutOfRange(const std::string& name, const std::string& value, int64_t min,
+                          int64_t max) const {
+    if (min == 0 && value[0] == '-') return Error(name, absl::StrCat(value, " is negative"));
+    return Error(name, absl::StrCat(value, " is outside ", min, "..", max));
   }
 
   absl::Status Error(const std::string& column, const std::string& what) const {
@@ -133,18 +160,11 @@ absl::StatusOr<std::vector<Node>> ParseOpenbNodes(std::string_view csv, std::str
     node.name = std::string(reader.Cell("sn"));
     if (IsNone(node.name)) return reader.Error("sn", "is empty");
     if (!names.insert(node.name).second) {
-      return reader.Error("sn", absl::StrCat("repeats node '", node.name, "'"));
+      return reader.Error("sn", absl::StrCat("repeats node '", internal::Echo(node.name), "'"));
     }
-    GPUSHARE_ASSIGN_OR_RETURN(node.cpu, reader.Int("cpu_milli", 0));
-    GPUSHARE_ASSIGN_OR_RETURN(node.host_memory, reader.Int("memory_mib", 0));
-    GPUSHARE_ASSIGN_OR_RETURN(const int64_t gpus, reader.Int("gpu", 0));
-    if (node.cpu < 0) return reader.Error("cpu_milli", absl::StrCat(node.cpu, " is negative"));
-    if (node.host_memory < 0) {
-      return reader.Error("memory_mib", absl::StrCat(node.host_memory, " is negative"));
-    }
-    if (gpus < 0 || gpus > kMaxGpusPerNode) {
-      return reader.Error("gpu", absl::StrCat(gpus, " is outside 0..", kMaxGpusPerNode));
-    }
+    GPUSHARE_ASSIGN_OR_RETURN(node.cpu, reader.Int("cpu_milli", 0, 0, kMaxQuantity));
+    GPUSHARE_ASSIGN_OR_RETURN(node.host_memory, reader.Int("memory_mib", 0, 0, kMaxQuantity));
+    GPUSHARE_ASSIGN_OR_RETURN(const int64_t gpus, reader.Int("gpu", 0, 0, kMaxGpusPerNode));
     absl::string_view model = reader.Cell("model");
     const std::string model_name = IsNone(model) ? "" : std::string(model);
     for (int64_t i = 0; i < gpus; ++i) {
@@ -173,21 +193,12 @@ absl::StatusOr<std::vector<TraceTask>> ParseOpenbTasks(std::string_view csv,
     TraceTask t;
     t.name = std::string(reader.Cell("name"));
     if (IsNone(t.name)) return reader.Error("name", "is empty");
-    GPUSHARE_ASSIGN_OR_RETURN(t.cpu, reader.Int("cpu_milli", 0));
-    GPUSHARE_ASSIGN_OR_RETURN(t.memory_mib, reader.Int("memory_mib", 0));
-    GPUSHARE_ASSIGN_OR_RETURN(const int64_t num_gpu, reader.Int("num_gpu", 0));
-    GPUSHARE_ASSIGN_OR_RETURN(t.gpu_milli, reader.Int("gpu_milli", 0));
-    if (t.cpu < 0) return reader.Error("cpu_milli", absl::StrCat(t.cpu, " is negative"));
-    if (t.memory_mib < 0) {
-      return reader.Error("memory_mib", absl::StrCat(t.memory_mib, " is negative"));
-    }
-    if (num_gpu < 0 || num_gpu > kMaxGpusPerNode) {
-      return reader.Error("num_gpu", absl::StrCat(num_gpu, " is outside 0..", kMaxGpusPerNode));
-    }
+    GPUSHARE_ASSIGN_OR_RETURN(t.cpu, reader.Int("cpu_milli", 0, 0, kMaxQuantity));
+    GPUSHARE_ASSIGN_OR_RETURN(t.memory_mib, reader.Int("memory_mib", 0, 0, kMaxQuantity));
+    GPUSHARE_ASSIGN_OR_RETURN(const int64_t num_gpu,
+                              reader.Int("num_gpu", 0, 0, kMaxGpusPerNode));
     t.num_gpu = static_cast<int>(num_gpu);
-    if (t.gpu_milli < 0 || t.gpu_milli > kGpuCompute) {
-      return reader.Error("gpu_milli", absl::StrCat(t.gpu_milli, " is outside 0..1000"));
-    }
+    GPUSHARE_ASSIGN_OR_RETURN(t.gpu_milli, reader.Int("gpu_milli", 0, 0, kGpuCompute));
     if (t.num_gpu > 1 && t.gpu_milli != kGpuCompute) {
       return reader.Error("gpu_milli", absl::StrCat(t.gpu_milli, " on ", t.num_gpu,
                                                     " GPUs (a share below 1000 needs 1 GPU)"));
@@ -207,9 +218,12 @@ absl::StatusOr<std::vector<TraceTask>> ParseOpenbTasks(std::string_view csv,
     if (reader.Has("pod_phase") && !IsNone(reader.Cell("pod_phase"))) {
       t.phase = std::string(reader.Cell("pod_phase"));
     }
-    GPUSHARE_ASSIGN_OR_RETURN(t.creation_time, reader.Int("creation_time", -1));
-    GPUSHARE_ASSIGN_OR_RETURN(t.deletion_time, reader.Int("deletion_time", -1));
-    GPUSHARE_ASSIGN_OR_RETURN(t.scheduled_time, reader.Int("scheduled_time", -1));
+    // Times are seconds from the start of the trace; a negative one is an
+    // error rather than "unknown" (which is an empty cell or nan).
+    constexpr int64_t kMaxTime = std::numeric_limits<int64_t>::max();
+    GPUSHARE_ASSIGN_OR_RETURN(t.creation_time, reader.Int("creation_time", -1, 0, kMaxTime));
+    GPUSHARE_ASSIGN_OR_RETURN(t.deletion_time, reader.Int("deletion_time", -1, 0, kMaxTime));
+    GPUSHARE_ASSIGN_OR_RETURN(t.scheduled_time, reader.Int("scheduled_time", -1, 0, kMaxTime));
     tasks.push_back(std::move(t));
   }
   return tasks;

@@ -9,6 +9,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._core import Cluster
 
 _BAR_WIDTH_PX = 90
+# Nodes drawn in full; a larger cluster ends with a "... and K more nodes" row
+# (the totals below the table still cover every node). A notebook cell of
+# 10,000 nodes would otherwise be about 19 MB of HTML.
+MAX_HTML_NODES = 50
 
 
 def _bar(used: int, total: int, healthy: bool) -> str:
@@ -26,9 +30,14 @@ def _bar(used: int, total: int, healthy: bool) -> str:
 
 
 def cluster_html(self: "Cluster") -> str:
-    """Cluster._repr_html_: per node, each GPU's allocated/total memory as a bar."""
+    """Cluster._repr_html_: per node, each GPU's allocated/total memory as a bar.
+
+    Only the first MAX_HTML_NODES nodes (in the order they were added) get a
+    row; the rest are counted in a last row. The totals cover every node.
+    """
     unit = html.escape(self.memory_unit)
-    nodes = self.nodes()
+    names = self.node_names()
+    nodes = [self.get_node(name) for name in names[:MAX_HTML_NODES]]
     max_gpus = max((len(n.gpus) for n in nodes), default=0)
     head = "".join(f"<th>GPU{i}</th>" for i in range(max_gpus))
     rows = []
@@ -47,6 +56,12 @@ def cluster_html(self: "Cluster") -> str:
             f"<td>{html.escape(node.address) or '-'}</td>{''.join(cells)}"
             f"<td>{node.gpu_memory_used}/{node.gpu_memory}</td>"
             f"<td>{len(node.requests)}</td></tr>"
+        )
+    if len(names) > len(nodes):
+        more = len(names) - len(nodes)
+        rows.append(
+            f'<tr><td colspan="{max_gpus + 4}">... and {more} more node'
+            f"{'' if more == 1 else 's'}</td></tr>"
         )
     usage = self.usage()
     pct = usage.gpu_memory_used * 100 // usage.gpu_memory if usage.gpu_memory else 0

@@ -179,6 +179,10 @@ void RegisterCluster(py::module_& m) {
             ClusterOptions options;
             options.memory_unit = ParseUnit(memory_unit);
             options.tie_break_seed = tie_break_seed;
+            if (remembered_releases < 0) {
+              ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
+                  "remembered_releases ", remembered_releases, " is negative")));
+            }
             options.remembered_releases = remembered_releases;
             return std::make_shared<ClusterBox>(Cluster(options));
           }),
@@ -188,7 +192,8 @@ void RegisterCluster(py::module_& m) {
           "memory units. `tie_break_seed` 0 lets the most recently added node win ties; "
           "any other value a fixed pseudo-random order. The ids of the last "
           "`remembered_releases` releases are remembered, so releasing one again (while it "
-          "is not placed) is a ConflictError rather than a KeyError.");
+          "is not placed) is a ConflictError rather than a KeyError; 0 remembers none, a "
+          "negative count is a ValueError.");
 
   cls.def_property_readonly(
          "memory_unit",

@@ -162,6 +162,22 @@ def test_repr_html_draws_one_bar_per_gpu(s1: gs.Cluster) -> None:
     assert "width:45px" in page  # 7 of 14 units: half of the 90 px bar.
 
 
+def test_repr_html_of_a_large_cluster_is_summarised() -> None:
+    from gpushare import _html
+
+    c = gs.Cluster()
+    for i in range(10_000):
+        c.add_node(f"node-{i:05d}", gpus=[16] * 8, labels={"gpushare": "true"})
+    c.place(gs.Request("a", gpu_memory=3))
+    page = c._repr_html_()
+    assert len(page) < 200_000, len(page)
+    assert page.count("<tr>") == 1 + _html.MAX_HTML_NODES + 1
+    assert f"... and {10_000 - _html.MAX_HTML_NODES} more nodes" in page
+    assert "node-00000" in page and "node-09999" not in page
+    # The totals still cover every node.
+    assert "3/1280000 (0%), 1 requests" in page
+
+
 def test_cluster_options_and_mib(s1: gs.Cluster) -> None:
     c = gs.Cluster(memory_unit="MiB", tie_break_seed=7, remembered_releases=10)
     assert (c.memory_unit, c.tie_break_seed, c.remembered_releases) == ("MiB", 7, 10)

@@ -150,3 +150,33 @@ def test_internal_from_a_policy_that_breaks_its_contract_is_a_plain_error(s1: gs
     assert type(info.value) is gs.Error and info.value.code == "INTERNAL"
     assert "not 1 distinct fitting GPUs" in str(info.value)
     assert s1.num_placements == 0
+
+
+def test_json_with_a_number_beyond_double_is_invalid_argument_not_a_crash() -> None:
+    for text in ('{"a":1e3001}', "[1e400]", '{"format": -1e999}'):
+        with pytest.raises(gs.InvalidArgumentError, match="malformed cluster JSON"):
+            gs.Cluster.from_json(text)
+
+
+def test_more_gpus_than_any_node_or_no_nodes_is_insufficient_capacity(s1: gs.Cluster) -> None:
+    # Depends on the cluster's state, so not a ValueError.
+    with pytest.raises(gs.InsufficientCapacityError, match="largest node has 1"):
+        s1.place(gs.Request("wide", gpu_memory=4, gpu_count=2))
+    assert s1.capacity(gs.Request("wide", gpu_memory=4, gpu_count=2)) == 0
+    with pytest.raises(gs.InsufficientCapacityError, match="0 nodes"):
+        gs.Cluster().place(gs.Request("r", gpu_memory=1))
+
+
+def test_gpu_uuids_are_unique() -> None:
+    c = gs.Cluster()
+    with pytest.raises(ValueError, match="same UUID 'GPU-SAME'"):
+        c.add_node("a", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME"), gs.Gpu(memory=16, uuid="GPU-SAME")])
+    c.add_node("a", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
+    with pytest.raises(gs.AlreadyExistsError, match="already belongs to node 'a'"):
+        c.add_node("b", gpus=[gs.Gpu(memory=16, uuid="GPU-SAME")])
+
+
+def test_negative_remembered_releases_is_rejected() -> None:
+    with pytest.raises(ValueError, match="remembered_releases -1 is negative"):
+        gs.Cluster(remembered_releases=-1)
+    assert gs.Cluster(remembered_releases=0).remembered_releases == 0
