@@ -3,7 +3,9 @@
 #include "extender/server.h"
 
 #include <malloc.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -290,6 +292,11 @@ absl::StatusOr<std::unique_ptr<ssl::context>> MakeTlsContext(const ServerOptions
   }
   if (SSL_CTX_use_PrivateKey_file(native, o.tls_private_key_file.c_str(), SSL_FILETYPE_PEM) !=
       1) {
+    if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+      return absl::InvalidArgumentError("--tls-private-key-file " + o.tls_private_key_file +
+                                        " does not match the certificate of --tls-cert-file " +
+                                        o.tls_cert_file + ": " + OpenSslError());
+    }
     return absl::InvalidArgumentError("--tls-private-key-file " + o.tls_private_key_file +
                                       " is not a PEM private key: " + OpenSslError());
   }
@@ -431,6 +438,8 @@ class Server::Impl {
    public:
     explicit SessionBase(Impl* impl) : impl_(impl) {}
     virtual ~SessionBase() { impl_->Unregister(this); }
+    // Chosen for eviction (set and read under the registry's mutex).
+    bool evicting = false;
     // Closes the connection if it is still idle or reading a header.
     virtual void Evict() = 0;
     void SetPhase(Phase p) {
@@ -527,7 +536,13 @@ class Server::Impl {
   // Used by sessions.
   void Unregister(SessionBase* s) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (s->evicting) --evicting_;
     sessions_.erase(s);
+  }
+  void Spare(SessionBase* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->evicting) --evicting_;
+    s->evicting = false;
   }
   void Log(const std::string& line) {
     if (log_.enabled()) log_.Write(line);
@@ -545,6 +560,7 @@ class Server::Impl {
   std::unique_ptr<ssl::context> tls_;
   mutable std::mutex mu_;
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_;
+  int evicting_ = 0;  // Sessions marked `evicting`, under mu_.
   asio::io_context io_;
   asio::thread_pool workers_;
   tcp::acceptor acceptor_;
@@ -561,20 +577,32 @@ class Server::Impl {
   // Starts serving `socket`, evicting a waiting connection at the cap.
   void Admit(tcp::socket socket);
 
-  // The connection waiting longest for its header, else the longest idle.
-  std::shared_ptr<SessionBase> EvictionCandidate() {
+  // At the connection cap (counting the connections being evicted as gone),
+  // marks and returns the connection waiting longest for its header, else the
+  // longest idle; nullptr if there is none (all busy) or room without one.
+  // `*full` tells whether the cap was reached.
+  std::shared_ptr<SessionBase> EvictionCandidate(bool* full) {
     std::lock_guard<std::mutex> lock(mu_);
+    *full = static_cast<int>(sessions_.size()) - evicting_ >= limits_.max_connections;
+    if (!*full) return nullptr;
     SessionBase* best = nullptr;
     for (const auto& [s, weak] : sessions_) {
       const Phase p = s->phase();
-      if (p == Phase::kBusy) continue;
+      if (p == Phase::kBusy || s->evicting) continue;
       if (best == nullptr || (p == Phase::kHeader && best->phase() == Phase::kIdle) ||
           (p == best->phase() && s->since_ns() < best->since_ns())) {
         best = s;
       }
     }
-    return best == nullptr ? nullptr : sessions_[best].lock();
+    if (best == nullptr) return nullptr;
+    std::shared_ptr<SessionBase> victim = sessions_[best].lock();
+    if (victim != nullptr) {
+      victim->evicting = true;
+      ++evicting_;
+    }
+    return victim;
   }
+
 
 };
 
@@ -605,7 +633,8 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
 
   void Evict() override {
     asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
-      if (self->phase() != Phase::kBusy) self->Close();
+      if (self->phase() != Phase::kBusy) return self->Close();
+      self->impl_->Spare(self.get());  // It got busy meanwhile: it stays.
     });
   }
 
@@ -847,14 +876,13 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
 };
 
 void Server::Impl::Admit(tcp::socket socket) {
-  if (open_connections() >= limits_.max_connections) {
-    if (std::shared_ptr<SessionBase> victim = EvictionCandidate()) {
-      victim->Evict();
-    } else {
-      beast::error_code ignored;
-      socket.close(ignored);  // Every connection is busy: the client retries.
-      return;
-    }
+  bool full = false;
+  if (std::shared_ptr<SessionBase> victim = EvictionCandidate(&full)) {
+    victim->Evict();
+  } else if (full) {
+    beast::error_code ignored;
+    socket.close(ignored);  // Every connection is busy: the client retries.
+    return;
   }
   beast::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
