@@ -451,5 +451,57 @@ class AccessLogTest(ServerCase):
         self.assertEqual(health[2:5], ["GET", "/healthz", "200"])
 
 
+class FlagsTest(unittest.TestCase):
+    """Every serving flag is documented by --help and checked at startup."""
+
+    FLAGS = ["--tls-cert-file", "--tls-private-key-file", "--client-ca-file", "--access-log",
+             "--max-body-bytes", "--body-budget-bytes", "--budget-wait-ms", "--max-header-bytes",
+             "--header-timeout-ms", "--idle-timeout-ms", "--min-body-rate", "--max-connections",
+             "--trim-bytes", "--io-threads", "--worker-threads"]
+
+    def setUp(self):
+        self.binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not self.binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+
+    def run_with(self, *flags):
+        return subprocess.run([self.binary, "--nodes", NODES, "--pods", PODS, "--port", "0",
+                               *flags], capture_output=True, timeout=30, text=True)
+
+    def test_help_lists_every_flag(self):
+        r = subprocess.run([self.binary, "--help"], capture_output=True, timeout=30, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for flag in self.FLAGS + ["--apiserver", "--nodes", "--pods", "--address", "--port",
+                                  "--policy", "--ttl-ms", "--resync-ms", "--port-file"]:
+            self.assertIn(flag, r.stdout)
+
+    def test_bad_values_are_refused_naming_the_flag(self):
+        for flags, message in [
+                (["--max-body-bytes", "12abc"], "--max-body-bytes takes a byte count"),
+                (["--max-body-bytes", "-5"], "--max-body-bytes takes a byte count"),
+                (["--max-body-bytes", "64Mi", "--body-budget-bytes", "32Mi"], "smaller than"),
+                (["--header-timeout-ms", "soon"], "--header-timeout-ms takes milliseconds"),
+                (["--max-connections", "0"], "--max-connections takes a number in 1.."),
+                (["--max-header-bytes", "10"], "--max-header-bytes takes a byte count in"),
+                (["--client-ca-file", "/dev/null"], "needs --tls-cert-file"),
+                (["--access-log", "/nonexistent-dir/access.log"], "cannot be opened"),
+                (["--io-threads"], "--io-threads takes a number")]:
+            r = self.run_with(*flags)
+            self.assertNotEqual(r.returncode, 0, flags)
+            self.assertIn(message, r.stderr, flags)
+
+    def test_sizes_take_binary_suffixes(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc, url = start_server(self.binary, NODES, PODS, tmp,
+                                     extra=["--max-body-bytes", "1Ki", "--body-budget-bytes", "1Ki"])
+            try:
+                head = ("POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
+                        "Content-Length: 1025\r\n\r\n").encode()
+                self.assertEqual(raw_exchange(port_of(url), head)[0], 413)
+                self.assertEqual(timed_filter(port_of(url))[0], 200)  # 1 KiB is enough.
+            finally:
+                stop_server(proc)
+
+
 if __name__ == "__main__":
     unittest.main()
