@@ -434,9 +434,14 @@ class AccessLogTest(ServerCase):
         raw_exchange(self.port, b"POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Length: 2000000\r\n\r\n")
         raw_exchange(self.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.2)
-        with open(log) as f:
-            lines = [line.split() for line in f]
+        # A line is written once its reply is: poll (bounded) for the last one.
+        deadline = time.monotonic() + 10
+        while True:
+            with open(log) as f:
+                lines = [line.split() for line in f]
+            if len(lines) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(len(lines), 3, lines)
         for fields in lines:
             self.assertEqual(len(fields), 8, fields)
