@@ -602,8 +602,6 @@ class Server::Impl {
     }
     return victim;
   }
-
-
 };
 
 // One connection: reads requests, hands them to the workers, writes replies.
