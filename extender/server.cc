@@ -222,7 +222,7 @@ std::string ServingFlagsHelp() {
       "  --tls-private-key-file FILE its PEM private key (required with --tls-cert-file)\n"
       "  --client-ca-file FILE       require client certificates signed by these PEM CAs\n"
       "  --access-log FILE|-         one line per request: time peer method target status\n"
-      "                              bytes-in bytes-out microseconds (default: none)\n"
+      "                              bytes-in bytes-out <microseconds>us (default: none)\n"
       "  --max-body-bytes N          largest request body, else 413 (",
       d.max_body_bytes >> 20,
       "Mi; 10,000 full\n"
@@ -816,7 +816,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
                             method_.empty() ? "-" : method_, " ",
                             target_.empty() ? "-" : target_, " ",
                             static_cast<unsigned>(res_->result_int()), " ", in_, " ",
-                            res_->body().size(), " ", us, "\n"));
+                            res_->body().size(), " ", us, "us\n"));
     method_.clear();
     target_.clear();
   }
