@@ -73,20 +73,52 @@ absl::StatusOr<std::string> ApiClient::Call(http::verb method, const std::string
                                   (ec ? ec.message() : "no reply"));
   }
   const auto& res = parser.get();
-  if (res.result_int() / 100 != 2) {
-    return absl::UnavailableError(std::string(http::to_string(method)) + " " + path +
-                                  ": HTTP " + std::to_string(res.result_int()) + " " +
-                                  res.body().substr(0, 300));
+  const unsigned code = res.result_int();
+  if (code / 100 != 2) {
+    return absl::Status(StatusCodeOfHttp(code),
+                        std::string(http::to_string(method)) + " " + path + ": HTTP " +
+                            std::to_string(code) + " " + res.body().substr(0, 300));
   }
   return res.body();
+}
+
+absl::StatusCode StatusCodeOfHttp(unsigned http_status) {
+  switch (http_status) {
+    case 400:
+    case 422:
+      return absl::StatusCode::kInvalidArgument;
+    case 401:
+      return absl::StatusCode::kUnauthenticated;
+    case 403:
+      return absl::StatusCode::kPermissionDenied;
+    case 404:
+      return absl::StatusCode::kNotFound;
+    case 409:
+      return absl::StatusCode::kAlreadyExists;
+    case 408:
+    case 429:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return http_status >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kUnknown;
+  }
 }
 
 absl::Status ApiClient::Bind(const k8s::BindTarget& t, const k8s::BindResult& r) const {
   const std::string pod = "/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name;
   absl::StatusOr<std::string> patched =
       Call(http::verb::patch, pod, r.patch, "application/merge-patch+json");
-  if (!patched.ok()) return patched.status();
+  if (!patched.ok()) {
+    // The Binding was not sent: the pod is not bound by this call, whatever
+    // the PATCH's fate (annotations on an unbound pod are harmless).
+    return absl::AbortedError(std::string(patched.status().message()) + " (pod not bound)");
+  }
+  // 409 Conflict (AlreadyExists): the pod is bound already; the caller reads
+  // the pod to learn where (see k8s::ExtenderOptions::binder).
   return Call(http::verb::post, pod + "/binding", k8s::BindingJson(t)).status();
+}
+
+absl::StatusOr<std::string> ApiClient::GetPod(const k8s::BindTarget& t) const {
+  return Get("/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name);
 }
 
 }  // namespace gpushare::extender

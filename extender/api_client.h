@@ -23,6 +23,11 @@
 
 namespace gpushare::extender {
 
+// The canonical code of a non-2xx HTTP status of the API server: 400/422
+// InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 404 NotFound,
+// 409 AlreadyExists, 408/429/5xx Unavailable, others Unknown.
+absl::StatusCode StatusCodeOfHttp(unsigned http_status);
+
 class ApiClient {
  public:
   // `url` is http://HOST[:PORT][/PATH]. Errors: InvalidArgument for any other
@@ -30,8 +35,10 @@ class ApiClient {
   static absl::StatusOr<ApiClient> Create(const std::string& url);
 
   // The body of a 2xx reply to `method` `path` (with `body` of
-  // `content_type` unless GET). Errors: Unavailable for transport errors and
-  // non-2xx replies (with the status and the start of the API's message).
+  // `content_type` unless GET). Errors, with the status and the start of the
+  // API's message: Unavailable for transport errors (including timeouts and
+  // dropped connections); for non-2xx replies, StatusCodeOfHttp() of the
+  // HTTP status.
   absl::StatusOr<std::string> Call(boost::beast::http::verb method, const std::string& path,
                                    const std::string& body = "",
                                    const char* content_type = "application/json") const;
@@ -41,7 +48,13 @@ class ApiClient {
   }
 
   // Writes a bind: a merge patch of the pod's annotations, then the Binding.
+  // Errors: Aborted if the PATCH failed (the Binding was not sent); else
+  // those of Call() for the Binding, e.g. AlreadyExists (409) when the pod is
+  // bound already, Unavailable when its outcome is unknown.
   absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result) const;
+
+  // The v1.Pod of a bind target (GET /api/v1/namespaces/NS/pods/NAME).
+  absl::StatusOr<std::string> GetPod(const k8s::BindTarget& target) const;
 
  private:
   std::string host_, port_, base_;

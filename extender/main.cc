@@ -15,8 +15,13 @@
 // example `kubectl proxy` in the same pod. With it the extender binds: at
 // /bind it reserves the GPUs, patches the pod's annotations
 // (PATCH /api/v1/namespaces/NS/pods/NAME, merge patch), posts the Binding
-// (.../binding) and confirms; on any API error it forgets the reservation and
-// replies with the error, so kube-scheduler retries. Every --resync-ms it lists
+// (.../binding) and confirms; on an API error it replies with the error, so
+// kube-scheduler retries, and forgets the reservation unless the pod may be
+// bound (409 Conflict, 429, 5xx, timeout): then it reads the pod, keeps the
+// GPUs if it is bound to the node (and replies success), and forgets them if
+// not; if the pod cannot be read, the reservation waits for the resync or its
+// time-to-live. Concurrent binds of one pod wait for the first one's outcome;
+// a retried bind of a bound pod writes nothing again. Every --resync-ms it lists
 // nodes and pods and reconciles (Extender::Sync): new nodes, cordons, pods
 // that ended or were deleted, pods bound by another replica.
 // Without --apiserver it only reserves at /bind; whoever binds the pod posts
@@ -213,6 +218,9 @@ int main(int argc, char** argv) {
   if (api) {
     ext_options.binder = [&api](const gpushare::k8s::BindTarget& t,
                                 const gpushare::k8s::BindResult& r) { return api->Bind(t, r); };
+    ext_options.pod_reader = [&api](const gpushare::k8s::BindTarget& t) {
+      return api->GetPod(t);
+    };
   }
   gpushare::k8s::Extender ext(scheduler->get(), ext_options);
   if (absl::Status s = ext.RememberPods(pods_json); !s.ok()) {
