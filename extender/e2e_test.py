@@ -7,6 +7,8 @@ library. Environment:
                          http://127.0.0.1:40123
   GPUSHARE_EXTENDER      path of the binary (for the restart test, which
                          starts and stops servers of its own)
+  GPUSHARE_EXTENDER_CA   with an https:// URL: the PEM CA that signed the
+                         server's certificate
 
 Run: python3 extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
 the order of the tests, which must not matter).
@@ -18,6 +20,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -35,7 +38,12 @@ class Client:
     def __init__(self, base_url):
         url = urllib.parse.urlsplit(base_url)
         assert url.hostname == "127.0.0.1", "tests talk to loopback only"
-        self.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        if url.scheme == "https":
+            context = ssl.create_default_context(cafile=os.environ["GPUSHARE_EXTENDER_CA"])
+            self.conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=30,
+                                                    context=context)
+        else:
+            self.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
 
     def request(self, method, path, body=None):
         data = None

@@ -4,6 +4,7 @@
 //   gpushare-extender (--apiserver URL | --nodes nodes.json --pods pods.json)
 //                     [--address 127.0.0.1] [--port 32766] [--policy binpack]
 //                     [--ttl-ms 60000] [--resync-ms 5000] [--port-file FILE]
+//                     [serving flags: TLS, access log, limits; see --help]
 //
 // The state is rebuilt from the bind annotations of assigned pods, listed
 // from --apiserver or read from files (`kubectl get nodes -o json`,
@@ -35,9 +36,10 @@
 //   GET  /gpushare-scheduler/inspect[/<node>]
 //   GET  /version, /healthz
 // A malformed body gets HTTP 400 with {"Error": ..., "Code": ...} and changes
-// nothing. One thread per connection (at most ServerLimits::max_connections;
-// an idle one is closed after ServerLimits::idle_timeout); the library does the
-// locking.
+// nothing. Serving (extender/server.h): asynchronous, on a few I/O threads and
+// a pool of request-handling workers, over HTTPS with --tls-cert-file; header
+// deadlines, body size limits and a memory budget for bodies in flight
+// defend it against slow or hostile clients. The library does the locking.
 
 #include <atomic>
 #include <chrono>
@@ -77,6 +79,7 @@ struct Flags {
   int port = 32766;
   int64_t ttl_ms = 60'000;
   int64_t resync_ms = 5'000;
+  gpushare::extender::ServerOptions serving;  // Serving flags (ParseServingFlag).
 };
 
 bool ReadFile(const std::string& path, std::string* out) {
@@ -88,11 +91,16 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
+void PrintUsage(std::ostream& out) {
+  out << "usage: gpushare-extender (--apiserver http://HOST:PORT | --nodes FILE --pods FILE)\n"
+      << "                         [--address A] [--port P] [--policy NAME] [--ttl-ms MS]\n"
+      << "                         [--resync-ms MS] [--port-file FILE] [serving flags]\n"
+      << gpushare::extender::ServingFlagsHelp();
+}
+
 int Usage(const char* why) {
-  std::cerr << "gpushare-extender: " << why << "\n"
-            << "usage: gpushare-extender (--apiserver http://HOST:PORT | --nodes FILE --pods FILE)\n"
-            << "                         [--address A] [--port P] [--policy NAME] [--ttl-ms MS]\n"
-            << "                         [--resync-ms MS] [--port-file FILE]\n";
+  std::cerr << "gpushare-extender: " << why << "\n";
+  PrintUsage(std::cerr);
   return 2;
 }
 
@@ -128,7 +136,13 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
-    if (arg == "--nodes" && (v = value())) {
+    std::string error;
+    if (arg == "--help" || arg == "-h") {
+      PrintUsage(std::cout);
+      return 0;
+    } else if (gpushare::extender::ParseServingFlag(arg, value, &flags.serving, &error)) {
+      if (!error.empty()) return Usage(error.c_str());
+    } else if (arg == "--nodes" && (v = value())) {
       flags.nodes = v;
     } else if (arg == "--pods" && (v = value())) {
       flags.pods = v;
@@ -155,6 +169,10 @@ int main(int argc, char** argv) {
   }
   if (flags.port < 0 || flags.port > 65535) return Usage("--port must be in 0..65535");
   if (flags.resync_ms < 100) return Usage("--resync-ms must be at least 100");
+  if (absl::Status s = gpushare::extender::ValidateServerOptions(flags.serving); !s.ok()) {
+    std::cerr << "gpushare-extender: " << s.message() << "\n";  // Bad TLS files, limits.
+    return 2;
+  }
   std::optional<ApiClient> api;
   if (!flags.apiserver.empty()) {
     absl::StatusOr<ApiClient> client = ApiClient::Create(flags.apiserver);
@@ -210,22 +228,18 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  asio::io_context io;
-  beast::error_code ec;
-  tcp::endpoint endpoint(asio::ip::make_address(flags.address, ec),
-                         static_cast<unsigned short>(flags.port));
-  if (ec) return Usage(("bad --address " + flags.address).c_str());
-  tcp::acceptor acceptor(io);
-  acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    std::cerr << "gpushare-extender: cannot listen on " << flags.address << ":" << flags.port
-              << ": " << ec.message() << "\n";
+  absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =
+      gpushare::extender::Server::Create(&ext, flags.serving);
+  if (!server.ok()) {
+    std::cerr << "gpushare-extender: " << server.status().message() << "\n";
     return 1;
   }
-  const int port = acceptor.local_endpoint().port();
+  absl::StatusOr<int> listening = (*server)->Listen(flags.address, flags.port);
+  if (!listening.ok()) {
+    std::cerr << "gpushare-extender: " << listening.status().message() << "\n";
+    return 1;
+  }
+  const int port = *listening;
   if (!flags.port_file.empty()) {
     std::ofstream(flags.port_file + ".tmp") << port << "\n";
     std::rename((flags.port_file + ".tmp").c_str(), flags.port_file.c_str());
@@ -233,7 +247,8 @@ int main(int argc, char** argv) {
   std::cout << "gpushare-extender: " << report.nodes << " nodes, " << report.placed
             << " placements restored; policy " << flags.policy << "; "
             << (api ? "binding through " + flags.apiserver : std::string("reserving only"))
-            << "; listening on " << flags.address << ":" << port << std::endl;
+            << "; listening on " << (flags.serving.tls_cert_file.empty() ? "http://" : "https://")
+            << flags.address << ":" << port << std::endl;
 
   // Expired reservations are forgotten by every mutating call; this timer
   // also frees them while no bind arrives, and resyncs with the API server.
@@ -253,34 +268,16 @@ int main(int argc, char** argv) {
     }
   });
 
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const beast::error_code&, int) {
-    acceptor.close();
-    io.stop();
-  });
-  const gpushare::extender::ServerLimits limits;
-  static std::atomic<int> open_connections{0};  // Outlives detached connection threads.
-  std::function<void()> accept = [&] {
-    acceptor.async_accept([&](beast::error_code aec, tcp::socket socket) {
-      if (aec) return;
-      if (open_connections.fetch_add(1) >= limits.max_connections) {
-        open_connections.fetch_sub(1);
-        beast::error_code ignored;
-        socket.close(ignored);  // The client retries; the others keep working.
-      } else {
-        std::thread(gpushare::extender::ServeConnection, std::move(socket), &ext, limits,
-                    &open_connections)
-            .detach();
-      }
-      accept();
-    });
-  };
-  accept();
-  io.run();
+  // SIGINT and SIGTERM stop the server; Run() then returns.
+  asio::io_context signal_io;
+  asio::signal_set signals(signal_io, SIGINT, SIGTERM);
+  signals.async_wait([&](const beast::error_code&, int) { (*server)->Stop(); });
+  std::thread([&signal_io] { signal_io.run(); }).detach();
+  (*server)->Run();
   stop.store(true);
   expirer.join();
   std::cout << "gpushare-extender: stopped" << std::endl;
-  // Connection threads may still be running: leave without destructors.
+  // Workers may still be handling requests: leave without destructors.
   std::fflush(stdout);
   std::_Exit(0);
 }

@@ -2,19 +2,45 @@
 
 #include "extender/server.h"
 
+#include <malloc.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "absl/strings/str_cat.h"
 
 namespace gpushare::extender {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -62,42 +88,839 @@ Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
   return {http::status::not_found, k8s::ErrorJson(absl::NotFoundError("no route " + path))};
 }
 
-void ServeConnection(tcp::socket socket, k8s::Extender* ext, const ServerLimits& limits,
-                     std::atomic<int>* open_connections) {
+// ---------------------------------------------------------------------------
+// Flags.
+
+namespace {
+
+// "123", "64Ki", "192Mi", "1Gi" (powers of two, as Kubernetes quantities).
+bool ParseBytes(const char* text, uint64_t* out) {
+  if (text == nullptr || *text == '\0' || *text == '-') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text) return false;
+  const std::string unit(end);
+  int shift = 0;
+  if (unit == "Ki") {
+    shift = 10;
+  } else if (unit == "Mi") {
+    shift = 20;
+  } else if (unit == "Gi") {
+    shift = 30;
+  } else if (!unit.empty()) {
+    return false;
+  }
+  if (v > (~0ull >> shift)) return false;
+  *out = static_cast<uint64_t>(v) << shift;
+  return true;
+}
+
+bool ParseInt(const char* text, int64_t lo, int64_t hi, int64_t* out) {
+  if (text == nullptr || *text == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+bool ParseServingFlag(const std::string& arg, const std::function<const char*()>& value,
+                      ServerOptions* options, std::string* error) {
+  ServerLimits& l = options->limits;
+  struct BytesFlag {
+    const char* name;
+    uint64_t* field;
+  };
+  const BytesFlag bytes_flags[] = {{"--max-body-bytes", &l.max_body_bytes},
+                                   {"--body-budget-bytes", &l.body_budget_bytes},
+                                   {"--min-body-rate", &l.min_body_rate},
+                                   {"--trim-bytes", &l.trim_bytes}};
+  for (const BytesFlag& f : bytes_flags) {
+    if (arg != f.name) continue;
+    const char* v = value();
+    if (!ParseBytes(v, f.field)) {
+      *error = arg + " takes a byte count like 1048576 or 192Mi, not " + (v ? v : "nothing");
+    }
+    return true;
+  }
+  struct MsFlag {
+    const char* name;
+    std::chrono::milliseconds* field;
+  };
+  const MsFlag ms_flags[] = {{"--header-timeout-ms", &l.header_timeout},
+                             {"--idle-timeout-ms", &l.idle_timeout},
+                             {"--budget-wait-ms", &l.budget_wait}};
+  for (const MsFlag& f : ms_flags) {
+    if (arg != f.name) continue;
+    const char* v = value();
+    int64_t ms = 0;
+    if (!ParseInt(v, 0, 86'400'000, &ms)) {
+      *error = arg + " takes milliseconds in 0..86400000, not " + (v ? v : "nothing");
+    } else {
+      *f.field = std::chrono::milliseconds(ms);
+    }
+    return true;
+  }
+  struct IntFlag {
+    const char* name;
+    int* field;
+    int64_t lo, hi;
+  };
+  const IntFlag int_flags[] = {{"--max-connections", &l.max_connections, 1, 1'000'000},
+                               {"--io-threads", &options->io_threads, 1, 256},
+                               {"--worker-threads", &options->worker_threads, 1, 1024}};
+  for (const IntFlag& f : int_flags) {
+    if (arg != f.name) continue;
+    const char* v = value();
+    int64_t n = 0;
+    if (!ParseInt(v, f.lo, f.hi, &n)) {
+      *error = absl::StrCat(arg, " takes a number in ", f.lo, "..", f.hi, ", not ",
+                            v ? v : "nothing");
+    } else {
+      *f.field = static_cast<int>(n);
+    }
+    return true;
+  }
+  if (arg == "--max-header-bytes") {
+    const char* v = value();
+    uint64_t n = 0;
+    if (!ParseBytes(v, &n) || n < 1024 || n > (1u << 20)) {
+      *error = arg + " takes a byte count in 1Ki..1Mi, not " + (v ? v : "nothing");
+    } else {
+      l.max_header_bytes = static_cast<uint32_t>(n);
+    }
+    return true;
+  }
+  std::string* strings[] = {&options->tls_cert_file, &options->tls_private_key_file,
+                            &options->client_ca_file, &options->access_log};
+  const char* names[] = {"--tls-cert-file", "--tls-private-key-file", "--client-ca-file",
+                         "--access-log"};
+  for (int i = 0; i < 4; ++i) {
+    if (arg != names[i]) continue;
+    const char* v = value();
+    if (v == nullptr || *v == '\0') {
+      *error = arg + " takes a file name";
+    } else {
+      *strings[i] = v;
+    }
+    return true;
+  }
+  return false;
+}
+
+std::string ServingFlagsHelp() {
+  const ServerLimits d;
+  const ServerOptions o;
+  auto ms = [](std::chrono::milliseconds m) { return std::to_string(m.count()); };
+  return absl::StrCat(
+      "Serving (sizes in bytes, or with Ki/Mi/Gi):\n"
+      "  --tls-cert-file FILE        serve HTTPS (TLS 1.2+) with this PEM certificate chain\n"
+      "  --tls-private-key-file FILE its PEM private key (required with --tls-cert-file)\n"
+      "  --client-ca-file FILE       require client certificates signed by these PEM CAs\n"
+      "  --access-log FILE|-         one line per request: time peer method target status\n"
+      "                              bytes-in bytes-out <microseconds>us (default: none)\n"
+      "  --max-body-bytes N          largest request body, else 413 (",
+      d.max_body_bytes >> 20,
+      "Mi; 10,000 full\n"
+      "                              nodes with nodeCacheCapable: false are ~127Mi)\n"
+      "  --body-budget-bytes N       bodies received or handled at once; beyond it a request\n"
+      "                              waits, then gets 503 + Retry-After (",
+      d.body_budget_bytes >> 20,
+      "Mi)\n"
+      "  --budget-wait-ms MS         how long a request waits for the budget (",
+      ms(d.budget_wait),
+      ")\n"
+      "  --max-header-bytes N        request line + headers, else 414 / 431 (",
+      d.max_header_bytes >> 10,
+      "Ki)\n"
+      "  --header-timeout-ms MS      from a request's first byte to its last header (",
+      ms(d.header_timeout),
+      ")\n"
+      "  --idle-timeout-ms MS        keep-alive connection idle between requests (",
+      ms(d.idle_timeout),
+      ")\n"
+      "  --min-body-rate N           slowest accepted body or reply, bytes/s (",
+      d.min_body_rate >> 20,
+      "Mi)\n"
+      "  --max-connections N         open connections; beyond it the longest-waiting idle\n"
+      "                              or header-reading one is closed (",
+      d.max_connections,
+      ")\n"
+      "  --trim-bytes N              return freed memory to the OS after bodies this large (",
+      d.trim_bytes >> 20,
+      "Mi)\n"
+      "  --io-threads N              socket I/O threads (",
+      o.io_threads,
+      ")\n"
+      "  --worker-threads N          request-handling threads (",
+      o.worker_threads, ")\n");
+}
+
+namespace {
+
+std::string OpenSslError() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+bool Readable(const std::string& path) { return std::ifstream(path).good(); }
+
+// Builds the TLS context: TLS 1.2 or newer, the chain and key checked to match.
+absl::StatusOr<std::unique_ptr<ssl::context>> MakeTlsContext(const ServerOptions& o) {
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  SSL_CTX* native = ctx->native_handle();
+  if (SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION) != 1) {
+    return absl::InternalError("cannot require TLS 1.2: " + OpenSslError());
+  }
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(native, o.tls_cert_file.c_str()) != 1) {
+    return absl::InvalidArgumentError("--tls-cert-file " + o.tls_cert_file +
+                                      " is not a PEM certificate chain: " + OpenSslError());
+  }
+  if (SSL_CTX_use_PrivateKey_file(native, o.tls_private_key_file.c_str(), SSL_FILETYPE_PEM) !=
+      1) {
+    if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+      return absl::InvalidArgumentError("--tls-private-key-file " + o.tls_private_key_file +
+                                        " does not match the certificate of --tls-cert-file " +
+                                        o.tls_cert_file + ": " + OpenSslError());
+    }
+    return absl::InvalidArgumentError("--tls-private-key-file " + o.tls_private_key_file +
+                                      " is not a PEM private key: " + OpenSslError());
+  }
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return absl::InvalidArgumentError("--tls-private-key-file " + o.tls_private_key_file +
+                                      " does not match the certificate of --tls-cert-file " +
+                                      o.tls_cert_file + ": " + OpenSslError());
+  }
+  if (!o.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(native, o.client_ca_file.c_str(), nullptr) != 1) {
+      return absl::InvalidArgumentError("--client-ca-file " + o.client_ca_file +
+                                        " holds no PEM certificates: " + OpenSslError());
+    }
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return ctx;
+}
+
+}  // namespace
+
+absl::Status ValidateServerOptions(const ServerOptions& o) {
+  const ServerLimits& l = o.limits;
+  if (l.body_budget_bytes < l.max_body_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--body-budget-bytes ", l.body_budget_bytes,
+                     " is smaller than --max-body-bytes ", l.max_body_bytes,
+                     ": the largest body could never be admitted"));
+  }
+  if (l.min_body_rate == 0) return absl::InvalidArgumentError("--min-body-rate must be positive");
+  if (l.header_timeout.count() <= 0 || l.idle_timeout.count() <= 0) {
+    return absl::InvalidArgumentError("--header-timeout-ms and --idle-timeout-ms must be positive");
+  }
+  if (l.max_connections < 1 || o.io_threads < 1 || o.worker_threads < 1) {
+    return absl::InvalidArgumentError(
+        "--max-connections, --io-threads and --worker-threads must be positive");
+  }
+  if (o.tls_cert_file.empty() != o.tls_private_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert-file and --tls-private-key-file go together");
+  }
+  if (!o.client_ca_file.empty() && o.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--client-ca-file needs --tls-cert-file");
+  }
+  for (const auto& [flag, path] : {std::pair{"--tls-cert-file", &o.tls_cert_file},
+                                   std::pair{"--tls-private-key-file", &o.tls_private_key_file},
+                                   std::pair{"--client-ca-file", &o.client_ca_file}}) {
+    if (!path->empty() && !Readable(*path)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " ", *path, " cannot be read"));
+    }
+  }
+  if (!o.tls_cert_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ssl::context>> ctx = MakeTlsContext(o);
+    if (!ctx.ok()) return ctx.status();
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// The server.
+
+namespace {
+
+// Appends access-log lines; shared by all threads.
+class AccessLog {
+ public:
+  ~AccessLog() {
+    if (file_ != nullptr && file_ != stdout) std::fclose(file_);
+  }
+  absl::Status Open(const std::string& path) {
+    if (path.empty()) return absl::OkStatus();
+    file_ = path == "-" ? stdout : std::fopen(path.c_str(), "a");
+    if (file_ == nullptr) {
+      return absl::InvalidArgumentError("--access-log " + path + " cannot be opened");
+    }
+    return absl::OkStatus();
+  }
+  bool enabled() const { return file_ != nullptr; }
+  void Write(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* file_ = nullptr;
+};
+
+std::string UtcNow(std::chrono::system_clock::time_point t) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+// Bytes of request bodies admitted and not yet released.
+class Budget {
+ public:
+  explicit Budget(uint64_t capacity) : capacity_(capacity) {}
+  bool TryAcquire(uint64_t n) {
+    uint64_t used = used_.load();
+    do {
+      if (used + n > capacity_) return false;
+    } while (!used_.compare_exchange_weak(used, used + n));
+    return true;
+  }
+  void Release(uint64_t n) { used_.fetch_sub(n); }
+
+ private:
+  const uint64_t capacity_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// A syntax error of the request (as opposed to a socket error or a timeout).
+std::string HeaderText(beast::string_view v, size_t max = 200) {
+  return std::string(v.data(), std::min(v.size(), max));
+}
+
+bool IsHttpError(const beast::error_code& ec) {
+  return ec && &ec.category() == &http::make_error_code(http::error::end_of_stream).category() &&
+         ec != http::error::end_of_stream;
+}
+
+// What a connection is doing, for eviction at the connection cap.
+enum class Phase : int { kIdle, kHeader, kBusy };
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  // The state of a connection that the registry reads from other threads.
+  class SessionBase {
+   public:
+    explicit SessionBase(Impl* impl) : impl_(impl) {}
+    virtual ~SessionBase() { impl_->Unregister(this); }
+    // Chosen for eviction (set and read under the registry's mutex).
+    bool evicting = false;
+    // Closes the connection if it is still idle or reading a header.
+    virtual void Evict() = 0;
+    void SetPhase(Phase p) {
+      phase_.store(p);
+      since_ns_.store(Clock::now().time_since_epoch().count());
+    }
+    Phase phase() const { return phase_.load(); }
+    int64_t since_ns() const { return since_ns_.load(); }
+
+   protected:
+    Impl* const impl_;
+
+   private:
+    std::atomic<Phase> phase_{Phase::kHeader};
+    std::atomic<int64_t> since_ns_{Clock::now().time_since_epoch().count()};
+  };
+
+  template <class Stream>
+  class Session;
+
+  Impl(k8s::Extender* ext, const ServerOptions& options)
+      : ext_(ext),
+        options_(options),
+        limits_(options.limits),
+        budget_(options.limits.body_budget_bytes),
+        workers_(static_cast<size_t>(options.worker_threads)),
+        acceptor_(asio::make_strand(io_)) {}
+
+  ~Impl() {
+    beast::error_code ec;
+    acceptor_.close(ec);
+    workers_.join();
+  }
+
+  absl::Status Init() {
+    if (!options_.tls_cert_file.empty()) {
+      absl::StatusOr<std::unique_ptr<ssl::context>> ctx = MakeTlsContext(options_);
+      if (!ctx.ok()) return ctx.status();
+      tls_ = *std::move(ctx);
+    }
+    if (absl::Status s = log_.Open(options_.access_log); !s.ok()) return s;
+    // One descriptor per connection: make room for max_connections.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      const rlim_t want = static_cast<rlim_t>(limits_.max_connections) + 64;
+      if (rl.rlim_cur < want) {
+        rl.rlim_cur = std::min(want, rl.rlim_max);
+        setrlimit(RLIMIT_NOFILE, &rl);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int> Listen(const std::string& address, int port) {
+    beast::error_code ec;
+    const asio::ip::address addr = asio::ip::make_address(address, ec);
+    if (ec) return absl::InvalidArgumentError("bad --address " + address);
+    if (port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("--port ", port, " is not in 0..65535"));
+    }
+    const tcp::endpoint endpoint(addr, static_cast<unsigned short>(port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", address, ":", port, ": ", ec.message()));
+    }
+    return static_cast<int>(acceptor_.local_endpoint().port());
+  }
+
+  void Run() {
+    Accept();
+    std::vector<std::thread> threads;
+    for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+    io_.run();
+    for (std::thread& t : threads) t.join();
+  }
+
+  void Stop() {
+    asio::post(acceptor_.get_executor(), [this] {
+      beast::error_code ec;
+      acceptor_.close(ec);
+      io_.stop();
+    });
+  }
+
+  int open_connections() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(sessions_.size());
+  }
+
+  // Used by sessions.
+  void Unregister(SessionBase* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->evicting) --evicting_;
+    sessions_.erase(s);
+  }
+  void Spare(SessionBase* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->evicting) --evicting_;
+    s->evicting = false;
+  }
+  void Log(const std::string& line) {
+    if (log_.enabled()) log_.Write(line);
+  }
+
+  bool log_enabled() const { return log_.enabled(); }
+
+  // Declared in this order so that sessions, destroyed with the io_context's
+  // pending handlers, find the registry, the log and the TLS context alive.
+  k8s::Extender* const ext_;
+  const ServerOptions options_;
+  const ServerLimits limits_;
+  Budget budget_;
+  AccessLog log_;
+  std::unique_ptr<ssl::context> tls_;
+  mutable std::mutex mu_;
+  std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_;
+  int evicting_ = 0;  // Sessions marked `evicting`, under mu_.
+  asio::io_context io_;
+  asio::thread_pool workers_;
+  tcp::acceptor acceptor_;
+
+ private:
+  void Accept() {
+    acceptor_.async_accept(asio::make_strand(io_), [this](beast::error_code ec, tcp::socket s) {
+      if (!acceptor_.is_open()) return;
+      if (!ec) Admit(std::move(s));
+      Accept();
+    });
+  }
+
+  // Starts serving `socket`, evicting a waiting connection at the cap.
+  void Admit(tcp::socket socket);
+
+  // At the connection cap (counting the connections being evicted as gone),
+  // marks and returns the connection waiting longest for its header, else the
+  // longest idle; nullptr if there is none (all busy) or room without one.
+  // `*full` tells whether the cap was reached.
+  std::shared_ptr<SessionBase> EvictionCandidate(bool* full) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *full = static_cast<int>(sessions_.size()) - evicting_ >= limits_.max_connections;
+    if (!*full) return nullptr;
+    SessionBase* best = nullptr;
+    for (const auto& [s, weak] : sessions_) {
+      const Phase p = s->phase();
+      if (p == Phase::kBusy || s->evicting) continue;
+      if (best == nullptr || (p == Phase::kHeader && best->phase() == Phase::kIdle) ||
+          (p == best->phase() && s->since_ns() < best->since_ns())) {
+        best = s;
+      }
+    }
+    if (best == nullptr) return nullptr;
+    std::shared_ptr<SessionBase> victim = sessions_[best].lock();
+    if (victim != nullptr) {
+      victim->evicting = true;
+      ++evicting_;
+    }
+    return victim;
+  }
+};
+
+// One connection: reads requests, hands them to the workers, writes replies.
+// Everything but the handling runs on the connection's strand.
+template <class Stream>
+class Server::Impl::Session : public Server::Impl::SessionBase,
+                              public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  Session(Impl* impl, Stream stream, std::string peer)
+      : SessionBase(impl), stream_(std::move(stream)), peer_(std::move(peer)) {}
+
+  void Start() {
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+        self->ReadIdle();
+      } else {
+        self->SetPhase(Phase::kHeader);
+        self->Lowest().expires_after(self->impl_->limits_.header_timeout);
+        self->stream_.async_handshake(ssl::stream_base::server,
+                                      [self](beast::error_code ec) {
+                                        if (ec) return self->Close();
+                                        self->ReadIdle();
+                                      });
+      }
+    });
+  }
+
+  void Evict() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      if (self->phase() != Phase::kBusy) return self->Close();
+      self->impl_->Spare(self.get());  // It got busy meanwhile: it stays.
+    });
+  }
+
+ private:
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  const ServerLimits& limits() const { return impl_->limits_; }
+
+  // Deadline of moving `bytes` at the minimum rate, plus the header timeout.
+  std::chrono::milliseconds TransferTime(uint64_t bytes) const {
+    return limits().header_timeout +
+           std::chrono::milliseconds(bytes * 1000 / limits().min_body_rate);
+  }
+
+  // Waits up to idle_timeout for the first byte of the next request.
+  void ReadIdle() {
+    if (buffer_.size() > 0) return ReadHeader();
+    SetPhase(Phase::kIdle);
+    Lowest().expires_after(limits().idle_timeout);
+    stream_.async_read_some(
+        buffer_.prepare(4096), [self = this->shared_from_this()](beast::error_code ec,
+                                                                  size_t n) {
+          if (ec) return self->Close();
+          self->buffer_.commit(n);
+          self->ReadHeader();
+        });
+  }
+
+  // Reads the request line and headers within header_timeout.
+  void ReadHeader() {
+    SetPhase(Phase::kHeader);
+    parser_.emplace();
+    parser_->header_limit(limits().max_header_bytes);
+    parser_->body_limit(limits().max_body_bytes);
+    Lowest().expires_after(limits().header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                              self->OnHeader(ec);
+                            });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    SetPhase(Phase::kBusy);
+    start_ = Clock::now();
+    start_wall_ = std::chrono::system_clock::now();
+    if (ec == http::error::header_limit) {
+      // The request line alone too long: 414; else the headers: 431.
+      const std::string_view data(static_cast<const char*>(buffer_.data().data()),
+                                  buffer_.size());
+      const size_t eol = data.find("\r\n");
+      if (eol == std::string_view::npos || eol + 2 > limits().max_header_bytes) {
+        return Fail(http::status::uri_too_long, "request line longer than " +
+                                                    std::to_string(limits().max_header_bytes) +
+                                                    " bytes");
+      }
+      return Fail(http::status::request_header_fields_too_large,
+                  "request headers longer than " + std::to_string(limits().max_header_bytes) +
+                      " bytes");
+    }
+    if (ec == http::error::body_limit) {
+      return Fail(http::status::payload_too_large,
+                  absl::StrCat("body too large: Content-Length ",
+                               HeaderText(parser_->get()[http::field::content_length]),
+                               " exceeds ", limits().max_body_bytes, " bytes"));
+    }
+    if (IsHttpError(ec)) {
+      return Fail(http::status::bad_request, "malformed request: " + ec.message());
+    }
+    if (ec) return Close();
+    // A chunked body may grow to the limit: reserve that much.
+    want_ = parser_->chunked() ? limits().max_body_bytes : parser_->content_length().value_or(0);
+    budget_deadline_ = Clock::now() + limits().budget_wait;
+    AcquireBudget();
+  }
+
+  void AcquireBudget() {
+    if (want_ == 0 || impl_->budget_.TryAcquire(want_)) {
+      held_ = want_;
+      return ReadBody();
+    }
+    if (Clock::now() >= budget_deadline_) {
+      return Fail(http::status::service_unavailable,
+                  "too many request bodies in flight; retry", /*retry_after=*/true);
+    }
+    timer_.emplace(stream_.get_executor());
+    timer_->expires_after(std::chrono::milliseconds(10));
+    timer_->async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) return self->Close();
+      self->AcquireBudget();
+    });
+  }
+
+  void ReadBody() {
+    Lowest().expires_after(TransferTime(held_));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                       self->OnBody(ec);
+                     });
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return Fail(http::status::payload_too_large,
+                  absl::StrCat("body too large: more than ", limits().max_body_bytes, " bytes"));
+    }
+    if (IsHttpError(ec)) {
+      return Fail(http::status::bad_request, "malformed request: " + ec.message());
+    }
+    if (ec) return Close();
+    auto req = std::make_shared<http::request<http::string_body>>(parser_->release());
+    parser_.reset();
+    // The worker returns the budget once the body is parsed and freed.
+    asio::post(impl_->workers_, [self = this->shared_from_this(), req,
+                                 held = std::exchange(held_, 0)] {
+      const size_t in = req->body().size();
+      Reply reply = Route(*self->impl_->ext_, req->method(),
+                          std::string_view(req->target().data(), req->target().size()),
+                          req->body());
+      // Free the body before returning its budget.
+      std::string().swap(req->body());
+      if (held > 0) self->impl_->budget_.Release(held);
+      if (std::max<uint64_t>(in, held) >= self->limits().trim_bytes) malloc_trim(0);
+      asio::post(self->stream_.get_executor(), [self, req, in, reply = std::move(reply)]() mutable {
+        self->Respond(std::move(reply), *req, in);
+      });
+    });
+  }
+
+  void Respond(Reply reply, const http::request<http::string_body>& req, size_t in) {
+    res_.emplace(reply.status, req.version());
+    res_->set(http::field::server, "gpushare-extender");
+    res_->set(http::field::content_type, "application/json");
+    res_->keep_alive(req.keep_alive());
+    res_->body() = std::move(reply.body);
+    res_->prepare_payload();
+    method_ = HeaderText(req.method_string());
+    target_ = HeaderText(req.target());
+    in_ = in;
+    Write(req.keep_alive());
+  }
+
+  // Answers an error before the body was read, then closes the connection.
+  void Fail(http::status status, const std::string& message, bool retry_after = false) {
+    SetPhase(Phase::kBusy);
+    ReleaseBudget();
+    if (parser_) {
+      const auto& h = parser_->get();
+      method_ = HeaderText(h.method_string());
+      target_ = HeaderText(h.target());
+    }
+    res_.emplace(status, 11);
+    res_->set(http::field::server, "gpushare-extender");
+    res_->set(http::field::content_type, "application/json");
+    if (retry_after) res_->set(http::field::retry_after, "1");
+    res_->keep_alive(false);
+    res_->body() = k8s::ErrorJson(status == http::status::service_unavailable
+                                      ? absl::UnavailableError(message)
+                                      : absl::InvalidArgumentError(message));
+    res_->prepare_payload();
+    in_ = 0;
+    Write(false);
+  }
+
+  void Write(bool keep_alive) {
+    SetPhase(Phase::kBusy);
+    Lowest().expires_after(TransferTime(res_->body().size()));
+    http::async_write(stream_, *res_, [self = this->shared_from_this(), keep_alive](
+                                          beast::error_code ec, size_t) {
+      self->LogRequest();
+      self->res_.reset();
+      if (ec) return self->Close();
+      if (!keep_alive) return self->Linger();
+      self->ReadIdle();
+    });
+  }
+
+  void LogRequest() {
+    if (!impl_->log_enabled()) return;
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_).count();
+    impl_->Log(absl::StrCat(UtcNow(start_wall_), " ", peer_, " ",
+                            method_.empty() ? "-" : method_, " ",
+                            target_.empty() ? "-" : target_, " ",
+                            static_cast<unsigned>(res_->result_int()), " ", in_, " ",
+                            res_->body().size(), " ", us, "us\n"));
+    method_.clear();
+    target_.clear();
+  }
+
+  // Half-closes, then drops what the client still sends (a body it was
+  // told not to send) for up to a second, so that its reading our reply is
+  // not cut by a reset.
+  void Linger() {
+    SetPhase(Phase::kBusy);
+    beast::error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return Close();
+    Lowest().expires_after(std::chrono::seconds(1));
+    Drain();
+  }
+
+  void Drain() {
+    Lowest().async_read_some(
+        asio::buffer(drain_), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+          self->drained_ += n;
+          if (ec || self->drained_ > (4u << 20)) return self->Close();
+          self->Drain();
+        });
+  }
+
+  void ReleaseBudget() {
+    if (held_ > 0) impl_->budget_.Release(std::exchange(held_, 0));
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    ReleaseBudget();
+    beast::error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().close();
+  }
+
+  Stream stream_;
+  const std::string peer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::response<http::string_body>> res_;
+  std::optional<asio::steady_timer> timer_;
+  uint64_t want_ = 0;  // Budget this request needs.
+  uint64_t held_ = 0;  // Budget held by this connection (not yet by a worker).
+  Clock::time_point budget_deadline_;
+  Clock::time_point start_;
+  std::chrono::system_clock::time_point start_wall_;
+  std::string method_, target_;
+  size_t in_ = 0;
+  std::array<char, 16384> drain_;
+  size_t drained_ = 0;
+  bool closed_ = false;
+};
+
+void Server::Impl::Admit(tcp::socket socket) {
+  bool full = false;
+  if (std::shared_ptr<SessionBase> victim = EvictionCandidate(&full)) {
+    victim->Evict();
+  } else if (full) {
+    beast::error_code ignored;
+    socket.close(ignored);  // Every connection is busy: the client retries.
+    return;
+  }
   beast::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
-  beast::tcp_stream stream(std::move(socket));
-  beast::flat_buffer buffer;
-  for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.body_limit(limits.body_limit);
-    stream.expires_after(limits.idle_timeout);
-    http::read(stream, buffer, parser, ec);
-    if (ec) {
-      if (ec == http::error::body_limit || ec == http::error::header_limit) {
-        http::response<http::string_body> res{http::status::payload_too_large, 11};
-        res.set(http::field::content_type, "application/json");
-        res.body() = k8s::ErrorJson(absl::InvalidArgumentError("body too large"));
-        res.prepare_payload();
-        http::write(stream, res, ec);
-      }
-      break;
+  const tcp::endpoint remote = socket.remote_endpoint(ec);
+  std::string peer = ec ? "-" : absl::StrCat(remote.address().to_string(), ":", remote.port());
+  std::shared_ptr<SessionBase> base;
+  auto start = [&](auto session) {
+    base = session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sessions_[session.get()] = session;
     }
-    http::request<http::string_body> req = parser.release();
-    const std::string_view target(req.target().data(), req.target().size());
-    Reply reply = Route(*ext, req.method(), target, req.body());
-    http::response<http::string_body> res{reply.status, req.version()};
-    res.set(http::field::server, "gpushare-extender");
-    res.set(http::field::content_type, "application/json");
-    res.keep_alive(req.keep_alive());
-    res.body() = std::move(reply.body);
-    res.prepare_payload();
-    stream.expires_after(limits.idle_timeout);
-    http::write(stream, res, ec);
-    if (ec || !req.keep_alive()) break;
+    session->Start();
+  };
+  if (tls_) {
+    start(std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+        this, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls_),
+        std::move(peer)));
+  } else {
+    start(std::make_shared<Session<beast::tcp_stream>>(this, beast::tcp_stream(std::move(socket)),
+                                                       std::move(peer)));
   }
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  open_connections->fetch_sub(1);
 }
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(k8s::Extender* ext,
+                                                       const ServerOptions& options) {
+  if (absl::Status s = ValidateServerOptions(options); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>(ext, options);
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+absl::StatusOr<int> Server::Listen(const std::string& address, int port) {
+  return impl_->Listen(address, port);
+}
+void Server::Run() { impl_->Run(); }
+void Server::Stop() { impl_->Stop(); }
+int Server::open_connections() const { return impl_->open_connections(); }
 
 }  // namespace gpushare::extender

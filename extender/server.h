@@ -1,26 +1,69 @@
 // File: extender/server.h
 // -----------------------------------------------------------------------------
 // The HTTP side of gpushare-extender: routing of the scheduler-extender
-// protocol onto gpushare::k8s::Extender, and serving connections on Boost.Beast.
-// Kept apart from main.cc so that tests and fuzzers can drive the same code.
+// protocol onto gpushare::k8s::Extender, and an asynchronous HTTP/1.1 server
+// (plain or TLS) on Boost.Beast that defends itself against hostile or broken
+// clients. Kept apart from main.cc so that tests and fuzzers drive the same
+// code.
 //
 //   gpushare::extender::Reply r =
 //       gpushare::extender::Route(ext, http::verb::post, "/gpushare-scheduler/filter", body);
 //   // r.status: 200, 400 (malformed body), 404 (unknown route or node), 405 ...
+//
+//   gpushare::extender::ServerOptions options;         // Defaults: see ServerLimits.
+//   auto server = gpushare::extender::Server::Create(&ext, options);
+//   absl::StatusOr<int> port = (*server)->Listen("127.0.0.1", 0);
+//   (*server)->Run();                                  // Until Stop().
+//
+// Design. Connections are served asynchronously (Beast async_read/async_write
+// on a few I/O threads, each operation with its own deadline through
+// tcp_stream::expires_after), so a slow or stalled client costs a socket and a
+// few kilobytes, never a thread. Requests are handled (Route: JSON parsing,
+// placement, binding through the API server, which may block) on a separate
+// pool of worker threads, so a slow bind never delays reading other requests.
+//
+// Defences, all in ServerLimits (every one a flag of gpushare-extender):
+//   * Header deadline: a request's line and headers must arrive within
+//     header_timeout of its first byte (an idle keep-alive connection may wait
+//     idle_timeout for that first byte).
+//   * Minimum body rate: the body must arrive within
+//     header_timeout + Content-Length / min_body_rate.
+//   * Size limits, answered before the body is read: Content-Length above
+//     max_body_bytes gets 413; a request line longer than max_header_bytes 414;
+//     headers beyond max_header_bytes 431; a malformed request (a negative,
+//     overflowing or repeated Content-Length, bad syntax) 400. Each with the
+//     JSON error body {"Error","Code"}, then the connection is closed.
+//   * Memory budget: a request's Content-Length is reserved from
+//     body_budget_bytes before its body is read and returned once the reply is
+//     built, so at most body_budget_bytes of bodies are being received or
+//     parsed at once (parsing costs a multiple of the body; see README). A
+//     request that does not fit waits up to budget_wait, then gets 503 with
+//     Retry-After (kube-scheduler retries the pod). After a body of at least
+//     trim_bytes the freed memory is returned to the system (malloc_trim).
+//   * Connection cap: at max_connections, a new connection evicts the open
+//     connection that has waited longest for its request's header (then the
+//     longest idle one); connections with a request in progress are never
+//     evicted, so slow clients cannot lock kube-scheduler out.
+//
+// Thread safety: Route() is as thread-safe as the Extender (it is). Server's
+// methods may be called from any thread; Stop() from a signal handler's
+// io_context callback or another thread.
 
 #ifndef GPUSHARE_EXTENDER_SERVER_H_
 #define GPUSHARE_EXTENDER_SERVER_H_
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/verb.hpp>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "gpushare/kubernetes.h"
 
 namespace gpushare::extender {
@@ -41,18 +84,92 @@ struct Reply {
 Reply Route(k8s::Extender& ext, boost::beast::http::verb method, std::string_view target,
             std::string_view body);
 
-// Limits of one server.
+// Limits of one server; the defaults suit one kube-scheduler on the same
+// network. Sizes in bytes, rates in bytes per second.
 struct ServerLimits {
-  uint64_t body_limit = 64ull << 20;                  // Bytes of one request body.
-  int max_connections = 512;                          // Open connections at once.
-  std::chrono::seconds idle_timeout{120};             // Keep-alive connection idle.
+  // One request body. 10,000 full v1.Node objects (nodeCacheCapable: false)
+  // make a 127 MiB ExtenderArgs; 192 MiB leaves room for larger nodes.
+  uint64_t max_body_bytes = 192ull << 20;
+  // Bodies being received or handled at once (reserved by Content-Length).
+  // Must be at least max_body_bytes.
+  uint64_t body_budget_bytes = 192ull << 20;
+  // How long a request waits for the budget before 503 + Retry-After.
+  std::chrono::milliseconds budget_wait{2000};
+  // Request line plus headers (kube-scheduler sends a few hundred bytes).
+  uint32_t max_header_bytes = 16 << 10;
+  // From a request's first byte to the end of its headers; also the TLS
+  // handshake, and the base allowance of a body or a reply.
+  std::chrono::milliseconds header_timeout{10'000};
+  // A keep-alive connection waiting for the next request (longer than Go's
+  // 90 s IdleConnTimeout, so kube-scheduler closes first).
+  std::chrono::milliseconds idle_timeout{120'000};
+  // Slowest accepted body (and reply) transfer.
+  uint64_t min_body_rate = 1ull << 20;
+  // Open connections; beyond it the longest-waiting idle or header-reading
+  // connection is evicted.
+  int max_connections = 1024;
+  // Bodies at least this large are followed by malloc_trim().
+  uint64_t trim_bytes = 8ull << 20;
 };
 
-// Serves one keep-alive connection until the peer closes it or stays idle for
-// limits.idle_timeout; decrements `open_connections` when done. Runs on the
-// calling thread.
-void ServeConnection(boost::asio::ip::tcp::socket socket, k8s::Extender* ext,
-                     const ServerLimits& limits, std::atomic<int>* open_connections);
+// Where requests are logged: one line per request,
+//   <UTC time> <peer> <method> <target> <status> <body bytes in> <body bytes out> <N>us
+// e.g. "2024-03-01T10:00:00.123Z 127.0.0.1:50412 POST /gpushare-scheduler/filter
+// 200 2113 1450 412us": the time is when the request's headers were read, N
+// the microseconds from then until the reply was written.
+struct ServerOptions {
+  ServerLimits limits;
+  int io_threads = 2;       // Threads reading and writing sockets.
+  int worker_threads = 8;   // Threads handling requests (binds may block).
+  std::string tls_cert_file;         // PEM chain; TLS (1.2+) when set.
+  std::string tls_private_key_file;  // PEM; required with tls_cert_file.
+  std::string client_ca_file;        // PEM CAs; clients must present a cert.
+  std::string access_log;            // File path, "-" for stdout, "" for none.
+};
+
+// Parses one serving flag of gpushare-extender (--max-body-bytes and the
+// others listed by ServingFlagsHelp()) into `options`. `value` returns the
+// flag's argument (nullptr when missing). Returns false if `arg` is not a
+// serving flag; sets `error` if it is but its value is bad.
+bool ParseServingFlag(const std::string& arg, const std::function<const char*()>& value,
+                      ServerOptions* options, std::string* error);
+
+// The --help text of the serving flags, with their defaults.
+std::string ServingFlagsHelp();
+
+// Checks options (limits consistent, TLS files readable, key matching the
+// certificate). InvalidArgument naming the bad value.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// An HTTP(S) server of one Extender.
+class Server {
+ public:
+  // Validates `options` (ValidateServerOptions), loads the TLS files and
+  // opens the access log. `ext` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(k8s::Extender* ext,
+                                                        const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and listens; returns the port (useful with port 0).
+  // InvalidArgument for a bad address, Unavailable when the bind fails.
+  absl::StatusOr<int> Listen(const std::string& address, int port);
+
+  // Accepts and serves until Stop(); returns once the I/O threads are done.
+  void Run();
+
+  // Stops accepting and serving; Run() returns. Idempotent.
+  void Stop();
+
+  // Open connections now.
+  int open_connections() const;
+
+ private:
+  class Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace gpushare::extender
 
