@@ -1,0 +1,46 @@
+// Inputs found by the fuzz targets (fuzz/), kept as regression tests.
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gpushare/gpushare.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpushare {
+namespace {
+
+using ::gpushare::testing::SharedNode;
+using ::testing::HasSubstr;
+
+// openb_fuzzer: a node name from a CSV that is not UTF-8 made ToJson() throw
+// nlohmann's type_error 316 out of the library. Bad bytes are now written as
+// U+FFFD, and the snapshot loads.
+TEST(FuzzRegressionTest, SnapshotOfNamesThatAreNotUtf8) {
+  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
+                       ParseOpenbNodes("sn,cpu_milli,memory_mib,gpu,model\n"
+                                       "openb-node-00\xe1\x07,64000,262144,2,P100\n"));
+  Cluster c;
+  ASSERT_OK(c.AddNode(nodes[0]));
+  Node labelled = SharedNode("n\xff", {8}, "T\xc3");
+  labelled.labels["zone\xfe"] = "a\x80";
+  ASSERT_OK(c.AddNode(labelled));
+  Request r;
+  r.id = "pod-\xc0";
+  r.gpu_memory = 2;
+  ASSERT_OK(c.Place(r).status());
+
+  std::string json;
+  ASSERT_NO_THROW(json = c.ToJson());
+  ASSERT_NO_THROW(c.ToJson(2));
+  EXPECT_THAT(json, HasSubstr("openb-node-00\xef\xbf\xbd\\u0007"));
+  ASSERT_OK_AND_ASSIGN(Cluster back, Cluster::FromJson(json));
+  EXPECT_OK(back.CheckInvariants());
+  EXPECT_EQ(back.ToJson(), json);
+  EXPECT_NE(back.FindNode("n\xef\xbf\xbd"), nullptr);
+  EXPECT_NE(back.FindPlacement("pod-\xef\xbf\xbd"), nullptr);
+}
+
+}  // namespace
+}  // namespace gpushare
