@@ -12,6 +12,7 @@ namespace gpushare {
 namespace {
 
 using ::gpushare::testing::SharedNode;
+using ::gpushare::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // openb_fuzzer: a node name from a CSV that is not UTF-8 made ToJson() throw
@@ -40,6 +41,16 @@ TEST(FuzzRegressionTest, SnapshotOfNamesThatAreNotUtf8) {
   EXPECT_EQ(back.ToJson(), json);
   EXPECT_NE(back.FindNode("n\xef\xbf\xbd"), nullptr);
   EXPECT_NE(back.FindPlacement("pod-\xef\xbf\xbd"), nullptr);
+}
+
+// k8s_objects_fuzzer: a node listed twice made RebuildCluster() return the
+// cluster's AlreadyExists; kubernetes.h promises InvalidArgument for a
+// malformed list.
+TEST(FuzzRegressionTest, RebuildWithANodeListedTwiceIsInvalidArgument) {
+  const std::string node =
+      R"({"metadata":{"name":"sd-cluster-05"},"status":{"capacity":{"aliyun.com/gpu-mem":"14"}}})";
+  EXPECT_THAT(k8s::RebuildCluster("[" + node + "," + node + "]", "[]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "sd-cluster-05"));
 }
 
 }  // namespace
