@@ -3,12 +3,14 @@
 #   make demo    install what is missing, build, run the demo
 #   make test    install what is missing, build, run every test (C++ and Python)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+#   make fuzz    build the libFuzzer targets with clang and run each for
+#                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench clean
+.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench fuzz clean
 
 all: build
 
@@ -27,6 +29,9 @@ test: deps
 
 bench: deps
 	@scripts/bench.sh
+
+fuzz: deps
+	@scripts/fuzz.sh
 
 clean:
 	rm -rf build build-* .venv-test

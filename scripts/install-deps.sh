@@ -6,6 +6,12 @@ set -euo pipefail
 packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-dev
           libabsl-dev libboost-dev libboost-graph-dev nlohmann-json3-dev
           pybind11-dev python3-dev python3-venv python3-matplotlib)
+# --fuzz: also clang and its libFuzzer and sanitizer runtimes, for
+# scripts/fuzz.sh (`make fuzz`, the 60-fuzz stage of `make test`); `make demo`
+# does without them.
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
