@@ -3,6 +3,7 @@
 #   make demo    install what is missing, build, run the demo
 #   make test    install what is missing, build, run every test (C++ and Python)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+#   make test-kube  the extender against a real kube-apiserver and kube-scheduler
 #   make fuzz    build the libFuzzer targets with clang and run each for
 #                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
 
@@ -35,3 +36,7 @@ fuzz: deps
 
 clean:
 	rm -rf build build-* .venv-test
+
+.PHONY: test-kube
+test-kube: deps
+	@scripts/test.d/50-kube.sh

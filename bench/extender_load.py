@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Load test of gpushare_extender over loopback HTTP (not part of `make test`).
+"""Load test of gpushare-extender over loopback HTTP (not part of `make test`).
 
 Starts the extender on 127.0.0.1 with a generated cluster, then runs N client
 processes (16 by default), each on one keep-alive connection, that together
@@ -12,8 +12,8 @@ same node). Each client holds its last --hold bound pods and releases the oldest
 promised more than it has. Prints p50/p99/p99.9 latency per verb and
 requests/s.
 
-  cmake --build build --target gpushare_extender
-  python3 bench/extender_load.py --binary build/examples/extender/gpushare_extender
+  cmake --build build --target gpushare-extender
+  python3 bench/extender_load.py --binary build/extender/gpushare-extender
 
 Standard library only.
 """
@@ -139,7 +139,7 @@ def pct(values, p):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--binary", default="build/examples/extender/gpushare_extender")
+    parser.add_argument("--binary", default="build/extender/gpushare-extender")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--pods", type=int, default=100000, help="filter+bind pairs in total")
     parser.add_argument("--nodes", type=int, default=100)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# End-to-end test of examples/extender over loopback HTTP: starts the built
-# gpushare_extender on 127.0.0.1 on a free port with the sample state, runs
-# examples/extender/e2e_test.py (standard-library HTTP client, JSON shaped like
+# End-to-end test of extender/ (gpushare-extender) over loopback HTTP: starts the built
+# gpushare-extender on 127.0.0.1 on a free port with the sample state, runs
+# extender/e2e_test.py (standard-library HTTP client, JSON shaped like
 # kube-scheduler's), and always stops the server on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 # Always build: a binary left from an older checkout would test old code.
-cmake --build "$build" --target gpushare_extender
-bin="$PWD/$build/examples/extender/gpushare_extender"
+cmake --build "$build" --target gpushare-extender
+bin="$PWD/$build/extender/gpushare-extender"
 tmp=$(mktemp -d)
 pid=""
 cleanup() {
@@ -20,7 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$bin" --nodes examples/extender/samples/nodes.json --pods examples/extender/samples/pods.json \
+"$bin" --nodes extender/samples/nodes.json --pods extender/samples/pods.json \
        --address 127.0.0.1 --port 0 --port-file "$tmp/port" >"$tmp/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 150); do
@@ -35,5 +35,5 @@ echo "extender listening on 127.0.0.1:$port"
 # once in the usual order and once reversed.
 for order in forward reverse; do
   GPUSHARE_EXTENDER_URL="http://127.0.0.1:$port" GPUSHARE_EXTENDER="$bin" E2E_ORDER=$order \
-    python3 examples/extender/e2e_test.py -v
+    python3 extender/e2e_test.py -v
 done
