@@ -53,5 +53,24 @@ TEST(FuzzRegressionTest, RebuildWithANodeListedTwiceIsInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, "sd-cluster-05"));
 }
 
+// http_fuzzer: a request path that is not UTF-8 (POST /gpushare-s\xefheduler/x)
+// went into the 404 body through ErrorJson(), whose dump() threw type_error
+// 316 out of extender::Route() and ended the whole extender process. Bad
+// bytes are now written as U+FFFD.
+TEST(FuzzRegressionTest, ErrorJsonOfMessagesThatAreNotUtf8) {
+  std::string body;
+  ASSERT_NO_THROW(body = k8s::ErrorJson(absl::NotFoundError("no route /gpushare-s\xefheduler/x")));
+  EXPECT_EQ(body, "{\"Code\":\"NOT_FOUND\",\"Error\":\"no route /gpushare-s\xef\xbf\xbdheduler/x\"}");
+
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("n1", {8})));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(c));
+  k8s::Extender extender(scheduler.get());
+  absl::StatusOr<std::string> inspect = extender.Inspect("n\xff");
+  EXPECT_THAT(inspect, StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_NO_THROW(body = k8s::ErrorJson(inspect.status()));
+  EXPECT_THAT(body, HasSubstr("n\xef\xbf\xbd"));
+}
+
 }  // namespace
 }  // namespace gpushare
