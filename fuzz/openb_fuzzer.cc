@@ -40,7 +40,8 @@ void CheckNodes(std::string_view text) {
   for (const gpushare::Node& n : *nodes) {
     FUZZ_CHECK(!n.name.empty() && n.name != "nan" && n.name != "NaN", n.name);
     FUZZ_CHECK(names.insert(n.name).second, "duplicate node " + n.name);
-    FUZZ_CHECK(n.cpu >= 0 && n.host_memory >= 0, absl::StrCat(n.name, " ", n.cpu, " ", n.host_memory));
+    FUZZ_CHECK(n.cpu >= 0 && n.host_memory >= 0,
+               absl::StrCat(n.name, " ", n.cpu, " ", n.host_memory));
     FUZZ_CHECK(n.gpus.size() <= static_cast<size_t>(kMaxGpusPerNode), n.name);
     FUZZ_CHECK(n.gpu_sharing, n.name);
     for (const gpushare::Gpu& g : n.gpus) {

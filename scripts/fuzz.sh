@@ -66,7 +66,8 @@ for t in $targets; do
   grep -E "^(stat::number_of_executed_units|stat::new_units_added)" "$log" | sed 's/^/  /' || true
   if [ "$rc" -ne 0 ]; then
     echo "fuzz: $t FAILED (exit $rc); report:" >&2
-    grep -E -A25 "ERROR: |runtime error|property violated|terminate called" "$log" | head -n 60 >&2 || tail -n 40 "$log" >&2
+    grep -E -A25 "ERROR: |runtime error|property violated|terminate called" "$log" |
+      head -n 60 >&2 || tail -n 40 "$log" >&2
     for f in "$artifacts"/*; do
       [ -e "$f" ] || continue
       echo "fuzz: reproducer $f" >&2

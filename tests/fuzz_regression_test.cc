@@ -60,7 +60,8 @@ TEST(FuzzRegressionTest, RebuildWithANodeListedTwiceIsInvalidArgument) {
 TEST(FuzzRegressionTest, ErrorJsonOfMessagesThatAreNotUtf8) {
   std::string body;
   ASSERT_NO_THROW(body = k8s::ErrorJson(absl::NotFoundError("no route /gpushare-s\xefheduler/x")));
-  EXPECT_EQ(body, "{\"Code\":\"NOT_FOUND\",\"Error\":\"no route /gpushare-s\xef\xbf\xbdheduler/x\"}");
+  EXPECT_EQ(body,
+            "{\"Code\":\"NOT_FOUND\",\"Error\":\"no route /gpushare-s\xef\xbf\xbdheduler/x\"}");
 
   Cluster c;
   ASSERT_OK(c.AddNode(SharedNode("n1", {8})));
