@@ -5,12 +5,14 @@
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
 #   make test-kube         the extender against a real kube-apiserver and kube-scheduler
 #   make test-python-asan  the Python suite against an ASan + UBSan build
+#   make fuzz              build the libFuzzer targets with clang and run each for
+#                          FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench clean
+.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench fuzz clean
 
 all: build
 
@@ -29,6 +31,9 @@ test: deps
 
 bench: deps
 	@scripts/bench.sh
+
+fuzz: deps
+	@scripts/fuzz.sh
 
 clean:
 	rm -rf build build-* .venv-test

@@ -256,6 +256,8 @@ class Cluster {
   // ---- Snapshot --------------------------------------------------------------
 
   // The whole state (options, nodes in order, health, placements) as JSON.
+  // Text that is not valid UTF-8 (names, labels, models) is written with
+  // U+FFFD in place of each invalid byte sequence, as JSON requires.
   std::string ToJson(int indent = -1) const;
 
   // Rebuilds a cluster from ToJson() output. Errors: InvalidArgument for

@@ -350,7 +350,8 @@ class Extender {
 };
 
 // {"Error": "<message>", "Code": "<canonical code name>"}: the body a host
-// sends with HTTP 400 (InvalidArgument) or 404 (NotFound).
+// sends with HTTP 400 (InvalidArgument) or 404 (NotFound). Bytes of the
+// message that are not UTF-8 are written as U+FFFD.
 std::string ErrorJson(const absl::Status& status);
 
 }  // namespace gpushare::k8s

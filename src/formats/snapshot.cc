@@ -229,8 +229,10 @@ class JsonWriter {
     out_.push_back('\n');
     out_.append(static_cast<size_t>(indent_) * empty_.size(), ' ');
   }
-  // Plain printable ASCII is copied; anything else (escapes, UTF-8, which
-  // nlohmann validates) is left to nlohmann so that the text stays the same.
+  // Plain printable ASCII is copied; anything else (escapes, UTF-8) is left
+  // to nlohmann so that the text stays the same. Bytes that are not UTF-8
+  // (a node name from a CSV, say) become U+FFFD: JSON cannot hold them, and
+  // nlohmann's default would throw.
   void AppendString(std::string_view s) {
     for (char c : s) {
       const auto u = static_cast<unsigned char>(c);

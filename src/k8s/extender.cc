@@ -225,9 +225,11 @@ Extender::Extender(Scheduler* scheduler, ExtenderOptions options)
 Extender::~Extender() = default;
 
 std::string ErrorJson(const absl::Status& status) {
+  // Messages may quote bytes from outside (a request path) that are not
+  // UTF-8: they become U+FFFD rather than an exception from dump().
   return json{{"Error", std::string(status.message())},
               {"Code", absl::StatusCodeToString(status.code())}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string Extender::Version() const { return json{{"version", options_.version}}.dump(); }

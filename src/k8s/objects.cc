@@ -494,7 +494,11 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_
   Cluster cluster(options);
   for (const internal::json& item : *node_items) {
     GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(item));
-    GPUSHARE_RETURN_IF_ERROR(cluster.AddNode(node));
+    // A node listed twice is a malformed list (InvalidArgument, as documented),
+    // not the cluster's AlreadyExists.
+    if (absl::Status s = cluster.AddNode(node); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("node list: ", s.message()));
+    }
     ++r.nodes;
   }
   std::vector<Pod> parsed;
