@@ -282,6 +282,19 @@ TEST(RebuildTest, ReadsTheAllocationAnnotationAndSkipsConflicts) {
   EXPECT_EQ(report.placed, 2);
   EXPECT_EQ(report.skipped, 1);
   EXPECT_THAT(RebuildCluster("[", "[]"), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Units beyond kMaxQuantity are malformed, not summed (two such terms on
+  // one GPU would overflow).
+  json huge = GpuPod("huge", 8, 2);
+  huge["spec"]["nodeName"] = "v";
+  huge["metadata"]["annotations"] = {
+      {"scheduler.framework.gpushare.allocation",
+       R"({"0":{"0":9223372036854775000},"1":{"0":9223372036854775000,"1":4}})"}};
+  RebuildReport huge_report;
+  ASSERT_OK_AND_ASSIGN(Cluster h, RebuildCluster(nodes.dump(), json::array({huge}).dump(), {},
+                                                 &huge_report));
+  EXPECT_EQ(huge_report.skipped, 1);
+  EXPECT_THAT(huge_report.warnings, ::testing::Contains(HasSubstr("malformed")));
+  EXPECT_EQ(h.FindPlacement("default/huge"), nullptr);
   EXPECT_THAT(RebuildCluster("{\"items\": 3}", "[]"),
               StatusIs(absl::StatusCode::kInvalidArgument, "items"));
 }

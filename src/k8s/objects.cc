@@ -430,9 +430,11 @@ absl::StatusOr<std::optional<std::map<int, int64_t>>> RecordedGpus(const Pod& po
     for (const auto& [gpu, units] : gpus.items()) {
       int g = 0;
       if (!absl::SimpleAtoi(gpu, &g) || g < 0 || g >= kMaxGpusPerNode ||
-          !units.is_number_integer() || units.get<int64_t>() < 0) {
+          !units.is_number_integer() || units.get<int64_t>() < 0 ||
+          units.get<int64_t>() > kMaxQuantity) {
         return bad();
       }
+      // Each term is at most kMaxQuantity (2^32), so the sum cannot overflow.
       per_gpu[g] += units.get<int64_t>();
     }
   }
