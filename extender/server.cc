@@ -31,9 +31,14 @@ Reply FromStatus(const absl::StatusOr<std::string>& r) {
 }  // namespace
 
 Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
-            std::string_view body) {
+            std::string_view body, const ReadinessCheck& ready) {
   const std::string path(target.substr(0, target.find('?')));
   if (path == "/healthz") return {http::status::ok, "{\"status\":\"ok\"}"};
+  if (path == "/readyz") {
+    const absl::Status s = ready ? ready() : absl::OkStatus();
+    if (s.ok()) return {http::status::ok, "{\"status\":\"ready\"}"};
+    return {http::status::service_unavailable, k8s::ErrorJson(s)};
+  }
   if (path == "/version" || path == "/gpushare-scheduler/version") {
     return {http::status::ok, ext.Version()};
   }
@@ -85,7 +90,7 @@ void ServeConnection(tcp::socket socket, k8s::Extender* ext, const ServerLimits&
     }
     http::request<http::string_body> req = parser.release();
     const std::string_view target(req.target().data(), req.target().size());
-    Reply reply = Route(*ext, req.method(), target, req.body());
+    Reply reply = Route(*ext, req.method(), target, req.body(), limits.ready);
     http::response<http::string_body> res{reply.status, req.version()};
     res.set(http::field::server, "gpushare-extender");
     res.set(http::field::content_type, "application/json");

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -35,17 +36,24 @@ struct Reply {
   std::string body;
 };
 
+// Readiness for GET /readyz: OK when the extender's state has been built
+// from the API server (the first full list of nodes and pods applied), else
+// a status whose message says what is missing. Empty: always ready.
+using ReadinessCheck = std::function<absl::Status()>;
+
 // Routes one request to `ext`. `target` is the request target (a query
 // string is ignored). Never throws; malformed bodies are 400 with
-// k8s::ErrorJson(), unknown routes 404, a wrong method 405.
+// k8s::ErrorJson(), unknown routes 404, a wrong method 405; /readyz is 200,
+// or 503 with the reason `ready` gives.
 Reply Route(k8s::Extender& ext, boost::beast::http::verb method, std::string_view target,
-            std::string_view body);
+            std::string_view body, const ReadinessCheck& ready = {});
 
 // Limits of one server.
 struct ServerLimits {
   uint64_t body_limit = 64ull << 20;                  // Bytes of one request body.
   int max_connections = 512;                          // Open connections at once.
   std::chrono::seconds idle_timeout{120};             // Keep-alive connection idle.
+  ReadinessCheck ready;                               // For /readyz (see Route()).
 };
 
 // Serves one keep-alive connection until the peer closes it or stays idle for

@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-dev
           libabsl-dev libboost-dev libboost-graph-dev nlohmann-json3-dev
-          pybind11-dev python3-dev python3-venv python3-matplotlib)
+          pybind11-dev python3-dev python3-venv python3-matplotlib
+          libssl-dev libyaml-cpp-dev)  # gpushare-extender: HTTPS, kubeconfig
 
 missing=()
 for p in "${packages[@]}"; do
