@@ -523,6 +523,11 @@ class FakeApiServer:
             self.nodes[node["metadata"]["name"]] = node
             self._record("nodes", "ADDED", node)
 
+    def delete_node(self, name):
+        with self.lock:
+            node = self.nodes.pop(name)
+            self._record("nodes", "DELETED", node)
+
     def add_pod(self, pod):
         with self.lock:
             self.pods[(pod["metadata"].get("namespace", "default"),
@@ -672,6 +677,22 @@ class ApiServerTest(unittest.TestCase):
         # And it now fits.
         host, _ = schedule(self.client, parked, ["sd-cluster-04"])
         self.assertEqual(host, "sd-cluster-04")
+
+    def test_a_deleted_node_goes_once_its_pods_are_gone(self):
+        pod = make_pod("on-doomed", 3)
+        self.api.add_pod(copy.deepcopy(pod))
+        host, _ = schedule(self.client, pod, ["sd-cluster-05"])
+        self.assertEqual(host, "sd-cluster-05")
+        self.api.delete_node("sd-cluster-05")
+        time.sleep(0.3)
+        # Still holding a pod: kept, cordoned, so nothing new lands there.
+        self.assertIn("on-doomed", self.pods_on("sd-cluster-05"))
+        status, result = self.client.post("filter", extender_args(make_pod("new", 1),
+                                                                  ["sd-cluster-05"]))
+        self.assertEqual(result["NodeNames"], [])
+        self.api.delete_pod("on-doomed")
+        self.assertTrue(wait_for(lambda: "sd-cluster-05" not in used_by_node(
+            self.client.inspect())))
 
     def test_converges_after_a_dropped_watch_and_410(self):
         pod = make_pod("api-3", 5)

@@ -51,6 +51,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -323,10 +324,13 @@ int main(int argc, char** argv) {
 
   // Watches: one thread per kind. Pod events and the replay of a node's pods
   // are applied under one mutex, so a replay never applies an older state of
-  // a pod after a newer one.
+  // a pod after a newer one. A deleted node that still held placements stays
+  // (cordoned) in `doomed`; no further event names it, so each release
+  // tries to remove it again.
   std::atomic<bool> stop{false};
   WarningLog warnings;
   std::mutex pod_apply_mu;
+  std::map<std::string, std::string> doomed;  // Guarded by pod_apply_mu.
   std::unique_ptr<Reflector> node_reflector, pod_reflector;
   std::unique_ptr<gpushare::extender::Requeuer> requeuer;
   std::vector<std::thread> threads;
@@ -342,7 +346,17 @@ int main(int argc, char** argv) {
           }
           LogReport("pod event", *r);
           warnings.Log(r->warnings);
-          if (r->released > 0 && requeuer) requeuer->Kick();
+          if (r->released == 0) return;
+          for (auto it = doomed.begin(); it != doomed.end();) {
+            absl::StatusOr<gpushare::k8s::SyncReport> d = ext.ApplyNodeEvent("DELETED", it->second);
+            if (d.ok() && (d->nodes_removed > 0 || d->warnings.empty())) {  // Gone.
+              LogReport("node removed", *d);
+              it = doomed.erase(it);
+            } else {
+              ++it;
+            }
+          }
+          if (requeuer) requeuer->Kick();
         });
     node_reflector = std::make_unique<Reflector>(
         "/api/v1/nodes", [&](const std::string& type, const std::string& node) {
@@ -353,11 +367,16 @@ int main(int argc, char** argv) {
           }
           LogReport("node event", *r);
           warnings.Log(r->warnings);
-          if (r->nodes_added + r->nodes_updated == 0) return;
-          // A node (re)appeared: restore the placements of the pods bound to it.
           const std::string name =
               nlohmann::json::parse(node, nullptr, false)["metadata"].value("name", "");
           std::lock_guard lock(pod_apply_mu);
+          if (type == "DELETED") {
+            if (r->nodes_removed == 0 && !r->warnings.empty()) doomed[name] = node;
+            return;
+          }
+          doomed.erase(name);
+          if (r->nodes_added + r->nodes_updated == 0) return;
+          // A node (re)appeared: restore the placements of the pods bound to it.
           for (const std::string& pod : pod_reflector->SnapshotOnNode(name)) {
             absl::StatusOr<gpushare::k8s::SyncReport> p = ext.ApplyPodEvent("MODIFIED", pod);
             if (p.ok()) warnings.Log(p->warnings);
