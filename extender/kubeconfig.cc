@@ -225,6 +225,9 @@ absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags) {
     c->server = flags.apiserver;
     if (!path.empty()) c->source += ", server from --apiserver";
   }
+  if (c->server.rfind("http://", 0) == 0 && (!c->token.empty() || !c->token_file.empty())) {
+    warnings.push_back("the bearer token goes over plain HTTP to " + c->server);
+  }
   c->warnings.insert(c->warnings.begin(), warnings.begin(), warnings.end());
   return c;
 }

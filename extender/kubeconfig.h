@@ -94,7 +94,8 @@ struct ConfigFlags {
 //  2. else --apiserver alone (no credentials: `kubectl proxy`, or an HTTPS
 //     server trusted by the system's CAs);
 //  3. else the in-cluster service account.
-// --apiserver also overrides the server of 1. Errors: those of
+// --apiserver also overrides the server of 1 (a warning when a token would
+// then go over plain http://). Errors: those of
 // LoadKubeconfig() and InClusterConfig(); FailedPrecondition when none of the
 // three applies.
 absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags);

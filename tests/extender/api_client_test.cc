@@ -418,6 +418,31 @@ TEST(ApiClientTest, RetriesIdempotentCallsOn429And5xxButNotAPostOn5xx) {
   EXPECT_EQ(calls.load(), 4);
 }
 
+TEST(ApiClientTest, HonoursRetryAfterAndTheRateLimit) {
+  std::atomic<int> calls{0};
+  TestServer server([&](const auto&) {
+    Response r;
+    if (calls++ == 0) {
+      r.status = http::status::too_many_requests;
+      r.headers = {{"Retry-After", "1"}};
+    }
+    return r;
+  });
+  ClientOptions o = Fast();
+  o.backoff_max = std::chrono::milliseconds(3000);
+  ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(Plain(server.url()), o));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_OK(api->Get("/api/v1/nodes").status());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(950));
+  // 10 requests/s with a burst of 1: five calls take at least 0.4 s.
+  o.qps = 10;
+  o.burst = 1;
+  ASSERT_OK_AND_ASSIGN(auto limited, ApiClient::Create(Plain(server.url()), o));
+  start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) EXPECT_OK(limited->Get("/api/v1/nodes").status());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(390));
+}
+
 TEST(ApiClientTest, BindMapsAConflictToAlreadyExists) {
   TestServer server([](const auto& req) {
     Response r;

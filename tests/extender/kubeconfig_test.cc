@@ -264,6 +264,8 @@ TEST(ResolveTest, KubeconfigFlagThenEnvironmentThenApiserverAlone) {
   ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"https://override:1", second, ""}));
   EXPECT_EQ(c.server, "https://override:1");
   EXPECT_EQ(c.token, "t2");
+  ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"http://127.0.0.1:8001", second, ""}));
+  EXPECT_THAT(c.warnings, ::testing::Contains(HasSubstr("token goes over plain HTTP")));
   ScopedEnv no_env("KUBECONFIG", nullptr);
   ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"http://127.0.0.1:8001", "", ""}));
   EXPECT_EQ(c.server, "http://127.0.0.1:8001");
