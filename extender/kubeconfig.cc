@@ -186,7 +186,9 @@ absl::StatusOr<RestConfig> InClusterConfig(const std::string& dir) {
                           port);
   c.token_file = dir + "/token";
   absl::StatusOr<std::string> token = ReadWholeFile(c.token_file);
-  if (!token.ok()) return absl::NotFoundError(absl::StrCat("in-cluster: ", token.status().message()));
+  if (!token.ok()) {
+    return absl::NotFoundError(absl::StrCat("in-cluster: ", token.status().message()));
+  }
   absl::StatusOr<std::string> ca = ReadWholeFile(dir + "/ca.crt");
   if (!ca.ok()) return absl::NotFoundError(absl::StrCat("in-cluster: ", ca.status().message()));
   c.ca_pem = *std::move(ca);

@@ -341,7 +341,8 @@ int main(int argc, char** argv) {
           std::lock_guard lock(pod_apply_mu);
           absl::StatusOr<gpushare::k8s::SyncReport> r = ext.ApplyPodEvent(type, pod);
           if (!r.ok()) {
-            warnings.Log({"pod event " + type + " not applied: " + std::string(r.status().message())});
+            warnings.Log(
+                {"pod event " + type + " not applied: " + std::string(r.status().message())});
             return;
           }
           LogReport("pod event", *r);
@@ -362,7 +363,8 @@ int main(int argc, char** argv) {
         "/api/v1/nodes", [&](const std::string& type, const std::string& node) {
           absl::StatusOr<gpushare::k8s::SyncReport> r = ext.ApplyNodeEvent(type, node);
           if (!r.ok()) {
-            warnings.Log({"node event " + type + " not applied: " + std::string(r.status().message())});
+            warnings.Log(
+                {"node event " + type + " not applied: " + std::string(r.status().message())});
             return;
           }
           LogReport("node event", *r);
@@ -444,11 +446,12 @@ int main(int argc, char** argv) {
             << "; listening on " << flags.address << ":" << port << std::endl;
 
   // Expired reservations are forgotten by every mutating call; this timer
-  // also frees them while no bind arrives.
+  // also frees them while no bind arrives (and the freed GPUs may let a
+  // pending pod fit).
   threads.emplace_back([&] {
     while (!stop.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      (*scheduler)->ExpireReservations();
+      if ((*scheduler)->ExpireReservations() > 0 && requeuer) requeuer->Kick();
     }
   });
   std::unique_ptr<ApiTransport> transport;

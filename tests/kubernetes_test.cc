@@ -656,7 +656,8 @@ TEST(WatchEventTest, APodBoundToItsNodeConfirmsTheReservation) {
 }
 
 TEST(WatchEventTest, DeletedCompletedOrBoundElsewherePodsReleaseTheirPlacement) {
-  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14), GpuNode("n2", "10.0.0.2", 1, 14)});
+  auto scheduler =
+      MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14), GpuNode("n2", "10.0.0.2", 1, 14)});
   Extender ext(scheduler.get());
   for (const char* name : {"gone", "done", "moved"}) {
     ASSERT_OK(ext.Filter(Args(GpuPod(name, 4), {"n1"})).status());

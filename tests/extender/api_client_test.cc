@@ -121,7 +121,8 @@ class TestServer {
   // `tls`: serve HTTPS with this certificate; `client_ca`: require a client
   // certificate signed by it.
   TestServer(Handler handler, const KeyPair* tls = nullptr, const KeyPair* client_ca = nullptr)
-      : handler_(std::move(handler)), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+      : handler_(std::move(handler)),
+        acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
     if (tls) {
       ctx_ = std::make_unique<ssl::context>(ssl::context::tls_server);
       ctx_->use_certificate_chain(asio::buffer(tls->cert_pem));

@@ -203,8 +203,9 @@ TEST(ReflectorTest, MalformedListsChangeNothing) {
   Reflector r("/api/v1/pods", rec.Handler());
   ASSERT_OK(r.ApplyList(List({Pod("a", "1")}, "3")));
   EXPECT_THAT(r.ApplyList("{"), ::gpushare::testing::StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(r.ApplyList(List({json{{"metadata", json::object()}}}, "9")),
-              ::gpushare::testing::StatusIs(absl::StatusCode::kInvalidArgument, "no metadata.name"));
+  EXPECT_THAT(
+      r.ApplyList(List({json{{"metadata", json::object()}}}, "9")),
+      ::gpushare::testing::StatusIs(absl::StatusCode::kInvalidArgument, "no metadata.name"));
   EXPECT_EQ(r.resource_version(), "3");
   EXPECT_EQ(r.Snapshot().size(), 1u);
   EXPECT_EQ(rec.log.size(), 1u);
