@@ -27,7 +27,7 @@
 // handler converges to the API server's state after any disconnect.
 //
 // Thread safety: the state machine is driven by one thread; Snapshot(),
-// synced() and status() may be called from any thread.
+// SnapshotOnNode(), synced() and status() may be called from any thread.
 
 #ifndef GPUSHARE_EXTENDER_REFLECTOR_H_
 #define GPUSHARE_EXTENDER_REFLECTOR_H_
