@@ -199,7 +199,7 @@ absl::StatusOr<RestConfig> InClusterConfig(const std::string& dir) {
 absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags) {
   std::string path = flags.kubeconfig;
   std::vector<std::string> warnings;
-  if (path.empty()) {
+  if (path.empty() && flags.apiserver.empty()) {
     if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
       std::vector<std::string> files = absl::StrSplit(env, ':', absl::SkipEmpty());
       if (!files.empty()) path = files[0];

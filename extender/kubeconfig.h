@@ -89,10 +89,13 @@ struct ConfigFlags {
 };
 
 // The config the flags and the environment select, in client-go's order:
-//  1. --kubeconfig, else the first file of $KUBECONFIG (a ':'-separated list;
-//     only the first is read, with a warning when there are more);
+//  1. --kubeconfig, else (without --apiserver) the first file of $KUBECONFIG
+//     (a ':'-separated list; only the first is read, with a warning when
+//     there are more);
 //  2. else --apiserver alone (no credentials: `kubectl proxy`, or an HTTPS
-//     server trusted by the system's CAs);
+//     server trusted by the system's CAs), as client-go's
+//     BuildConfigFromFlags does: a developer's $KUBECONFIG never sends its
+//     credentials to a URL given on the command line;
 //  3. else the in-cluster service account.
 // --apiserver also overrides the server of 1 (a warning when a token would
 // then go over plain http://). Errors: those of

@@ -12,8 +12,9 @@
 // With the Kubernetes API (the default), the API server is found as client-go
 // finds it (extender/kubeconfig.h): --kubeconfig, else $KUBECONFIG, else the
 // pod's service account; --context picks a kubeconfig context; --apiserver
-// overrides the server URL, and alone (http://127.0.0.1:8001) talks plain
-// HTTP to `kubectl proxy`. HTTPS verifies the server's certificate and name.
+// overrides the server URL, and without --kubeconfig is used alone
+// (http://127.0.0.1:8001: plain HTTP to `kubectl proxy`). HTTPS verifies the
+// server's certificate and name.
 // At start it lists nodes and pods (retrying for up to --startup-timeout-ms),
 // rebuilds the state from the bind annotations of assigned pods, then serves;
 // two threads then watch nodes and pods (extender/reflector.h) and apply each
@@ -111,8 +112,9 @@ void Help(std::ostream& out) {
          "  --kubeconfig FILE        kubeconfig to use (default: $KUBECONFIG, first file;\n"
          "                           else the in-cluster service account)\n"
          "  --context NAME           kubeconfig context (default: its current-context)\n"
-         "  --apiserver URL          API server URL; overrides the kubeconfig's server. Alone,\n"
-         "                           http://HOST:PORT is plain HTTP, e.g. `kubectl proxy`\n"
+         "  --apiserver URL          API server URL; overrides the kubeconfig's server. Without\n"
+         "                           --kubeconfig it is used alone (no credentials, $KUBECONFIG\n"
+         "                           ignored); http://HOST:PORT is plain HTTP, e.g. kubectl proxy\n"
          "  --kube-api-qps N         client-side request rate limit (default 50/s)\n"
          "  --kube-api-burst N       requests allowed in a burst (default 100)\n"
          "  --resync-ms MS           full list of nodes and pods this often, a safety net\n"

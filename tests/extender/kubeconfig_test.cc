@@ -266,6 +266,10 @@ TEST(ResolveTest, KubeconfigFlagThenEnvironmentThenApiserverAlone) {
   EXPECT_EQ(c.token, "t2");
   ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"http://127.0.0.1:8001", second, ""}));
   EXPECT_THAT(c.warnings, ::testing::Contains(HasSubstr("token goes over plain HTTP")));
+  // --apiserver alone ignores $KUBECONFIG: its credentials stay home.
+  ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"http://127.0.0.1:8001", "", ""}));
+  EXPECT_EQ(c.server, "http://127.0.0.1:8001");
+  EXPECT_THAT(c.token, IsEmpty());
   ScopedEnv no_env("KUBECONFIG", nullptr);
   ASSERT_OK_AND_ASSIGN(c, ResolveRestConfig({"http://127.0.0.1:8001", "", ""}));
   EXPECT_EQ(c.server, "http://127.0.0.1:8001");
