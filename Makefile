@@ -3,6 +3,7 @@
 #   make demo    install what is missing, build, run the demo
 #   make test    install what is missing, build, run every test (C++ and Python)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+#   make test-kube  the extender against a real kube-apiserver and kube-scheduler
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
@@ -30,3 +31,7 @@ bench: deps
 
 clean:
 	rm -rf build build-* .venv-test
+
+.PHONY: test-kube
+test-kube: deps
+	@scripts/test.d/50-kube.sh

@@ -36,7 +36,7 @@ namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-absl::StatusCode CodeForHttpStatus(int s) {
+absl::StatusCode StatusCodeOfHttp(unsigned s) {
   if (s / 100 == 2) return absl::StatusCode::kOk;
   switch (s) {
     case 400:
@@ -52,6 +52,7 @@ absl::StatusCode CodeForHttpStatus(int s) {
       return absl::StatusCode::kAlreadyExists;
     case 410:
       return absl::StatusCode::kOutOfRange;
+    case 408:
     case 429:
       return absl::StatusCode::kUnavailable;
     default:
@@ -398,7 +399,7 @@ absl::StatusOr<std::string> ApiClient::Call(http::verb method, const std::string
     if (res.keep_alive()) m.PutIdle(std::move(conn));
     const int status = res.result_int();
     if (status / 100 == 2) return std::move(res.body());
-    last = absl::Status(CodeForHttpStatus(status),
+    last = absl::Status(StatusCodeOfHttp(status),
                         absl::StrCat(what, ": HTTP ", status, " ", res.body().substr(0, 300)));
     if (status == 401 && !m.config.token_file.empty() && !reauthenticated) {
       reauthenticated = true;  // The token may have rotated under us.
@@ -423,7 +424,13 @@ absl::Status ApiClient::Bind(const k8s::BindTarget& t, const k8s::BindResult& r)
   const std::string pod = "/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name;
   absl::StatusOr<std::string> patched =
       Call(http::verb::patch, pod, r.patch, "application/merge-patch+json");
-  if (!patched.ok()) return patched.status();
+  if (!patched.ok()) {
+    // The Binding was not sent: the pod is not bound by this call, whatever
+    // the PATCH's fate (annotations on an unbound pod are harmless).
+    return absl::AbortedError(std::string(patched.status().message()) + " (pod not bound)");
+  }
+  // 409 Conflict (AlreadyExists): the pod is bound already; the caller reads
+  // the pod to learn where (see k8s::ExtenderOptions::binder).
   return Call(http::verb::post, pod + "/binding", k8s::BindingJson(t)).status();
 }
 
@@ -476,7 +483,7 @@ absl::Status ApiClient::Stream(const std::string& path,
     if (!on_data(std::string_view(buf, n))) return absl::CancelledError(what + ": stopped");
   }
   if (status / 100 != 2) {
-    return absl::Status(CodeForHttpStatus(status),
+    return absl::Status(StatusCodeOfHttp(status),
                         absl::StrCat(what, ": HTTP ", status, " ", error_body.substr(0, 300)));
   }
   if (ec == beast::error::timeout) {
@@ -487,6 +494,10 @@ absl::Status ApiClient::Stream(const std::string& path,
     return absl::UnavailableError(what + ": " + Describe(ec));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ApiClient::GetPod(const k8s::BindTarget& t) const {
+  return Get("/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name);
 }
 
 }  // namespace gpushare::extender

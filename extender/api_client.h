@@ -46,8 +46,8 @@ namespace gpushare::extender {
 // 2xx OK; 400 and 422 InvalidArgument; 401 Unauthenticated; 403
 // PermissionDenied; 404 NotFound; 409 AlreadyExists (a conflict: e.g. the pod
 // is already bound); 410 OutOfRange (a watch's resource version is too old:
-// see IsGone()); 429 and 5xx Unavailable; others Unknown.
-absl::StatusCode CodeForHttpStatus(int http_status);
+// see IsGone()); 408, 429 and 5xx Unavailable; others Unknown.
+absl::StatusCode StatusCodeOfHttp(unsigned http_status);
 
 // Whether `status` says "410 Gone / too old resource version": the watcher
 // must list again.
@@ -84,7 +84,7 @@ class ApiClient {
   ApiClient& operator=(const ApiClient&) = delete;
 
   // The body of a 2xx reply to `method` `path` (with `body` of
-  // `content_type` unless GET). Errors: CodeForHttpStatus() of the reply's
+  // `content_type` unless GET). Errors: StatusCodeOfHttp() of the reply's
   // status (message: method, path, status and the API's message), after the
   // retries above; Unavailable for transport errors (TLS verification
   // failures say why: "certificate has expired", "hostname mismatch", ...);
@@ -98,8 +98,14 @@ class ApiClient {
   }
 
   // Writes a bind: a merge patch of the pod's annotations, then the Binding.
-  // Errors: those of Call(); AlreadyExists (409) when the pod is already bound.
+  // Errors: Aborted if the PATCH failed (the Binding was not sent); else
+  // those of Call() for the Binding, e.g. AlreadyExists (409) when the pod is
+  // bound already, Unavailable or DeadlineExceeded when its outcome is
+  // unknown.
   absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result) const;
+
+  // The v1.Pod of a bind target (GET /api/v1/namespaces/NS/pods/NAME).
+  absl::StatusOr<std::string> GetPod(const k8s::BindTarget& target) const;
 
   // GETs `path` on a connection of its own and hands each piece of the body
   // to `on_data` as it arrives (a watch: pieces do not follow line or event

@@ -17,6 +17,7 @@ import http.client
 import http.server
 import json
 import os
+import socket
 import subprocess
 import tempfile
 import threading
@@ -376,23 +377,35 @@ class RestartTest(unittest.TestCase):
 
 
 class FakeApiServer:
-    """The few Kubernetes API calls the extender makes, over loopback HTTP/1.1.
+    """The few Kubernetes API calls the extender makes, over loopback HTTP/1.1,
+    answered as the real API server answers them.
 
     GET /api/v1/nodes and /api/v1/pods list the objects with the list's
     resourceVersion; with ?watch=1&resourceVersion=RV they stream the events
-    after RV as chunked newline-delimited JSON until timeoutSeconds (a
-    resourceVersion older than compact() left gets an ERROR event with code
-    410, as etcd compaction does). PATCH of a pod takes a JSON merge patch of
-    its annotations; POST .../binding sets spec.nodeName (pods named
-    "refuse-*" get 409 Conflict, as when a pod was deleted). Every change
-    bumps the resourceVersion and records a watch event."""
+    after RV as chunked newline-delimited JSON until timeoutSeconds (an RV
+    older than drop_watches_and_compact() left gets an ERROR event with code
+    410, as etcd compaction does); every change bumps the resourceVersion and
+    records a watch event. GET
+    /api/v1/namespaces/NS/pods/NAME reads one; PATCH of a pod takes a JSON merge
+    patch of its annotations; POST .../binding sets spec.nodeName once: a pod
+    already bound, or a Binding whose metadata.uid is not the pod's, gets 409
+    Conflict (pods named "refuse-*" get 409 too, as when a pod is being
+    deleted). A successful Binding takes `binding_delay` seconds to answer,
+    after the pod is bound (a slow winner).
+
+    Faults: add_fault(verb, name, kind) makes the next `verb` ("PATCH",
+    "BINDING" or "GET") about pod `name` fail once with `kind`: "429" (with
+    Retry-After), "500", "drop" (the connection is closed without a reply),
+    "slow-drop" (the same after 1.5 s, as a timeout looks to the client), or,
+    for a Binding, "500-after" / "drop-after" (the pod is bound, then the
+    reply is a 500 / nothing: the client cannot know the outcome)."""
 
     def __init__(self, nodes, pods):
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.rv = 100
         self.compacted = 0
-        self.generation = 0  # Bumped by drop_watches(): open watches end.
+        self.generation = 0  # Bumped by drop_watches_and_compact(): open watches end.
         self.stopped = False
         self.events = []  # (rv, "nodes"|"pods", type, object)
         self.nodes = {}
@@ -402,6 +415,8 @@ class FakeApiServer:
         for p in pods:
             self.add_pod(p)
         self.calls = []
+        self.faults = {}  # (verb, name) -> [kind, ...]
+        self.binding_delay = 0.0
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -410,16 +425,48 @@ class FakeApiServer:
             def log_message(self, *args):
                 pass
 
-            def reply(self, code, obj):
+            def reply(self, code, obj, headers=()):
                 data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in headers:
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
+            def drop(self):
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
             def body(self):
                 return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+            def fault(self, verb, parts):
+                """The fault planned for this call, taken off the plan."""
+                name = parts[6] if len(parts) >= 7 else None
+                with api.lock:
+                    plan = api.faults.get((verb, name))
+                    return plan.pop(0) if plan else None
+
+            def early_fault(self, kind):
+                """Faults that answer before anything is applied; True if one did."""
+                if kind == "429":
+                    self.reply(429, {"kind": "Status", "code": 429,
+                                     "message": "too many requests"}, [("Retry-After", "1")])
+                elif kind == "500":
+                    self.reply(500, {"kind": "Status", "code": 500, "message": "etcd timeout"})
+                elif kind == "drop":
+                    self.drop()
+                elif kind == "slow-drop":
+                    time.sleep(1.5)
+                    self.drop()
+                else:
+                    return False
+                return True
 
             def chunk(self, obj):
                 data = (json.dumps(obj) + "\n").encode()
@@ -459,18 +506,25 @@ class FakeApiServer:
                 self.wfile.write(b"0\r\n\r\n")
 
             def do_GET(self):
+                parts = self.path.split("/")
+                if self.early_fault(self.fault("GET", parts)):
+                    return
                 url = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(url.query)
                 kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
-                if kind is None:
-                    return self.reply(404, {"kind": "Status", "code": 404})
-                if query.get("watch") == ["1"]:
+                if kind is not None and query.get("watch") == ["1"]:
                     return self.watch(kind, query)
                 with api.lock:
-                    items = list(api.nodes.values() if kind == "nodes" else api.pods.values())
-                    return self.reply(200, {"kind": "NodeList" if kind == "nodes" else "PodList",
-                                            "metadata": {"resourceVersion": str(api.rv)},
-                                            "items": items})
+                    if kind is not None:
+                        items = list(api.nodes.values() if kind == "nodes"
+                                     else api.pods.values())
+                        return self.reply(200, {
+                            "kind": "NodeList" if kind == "nodes" else "PodList",
+                            "metadata": {"resourceVersion": str(api.rv)}, "items": items})
+                    pod = self.pod_of(parts)
+                    if pod is not None and len(parts) == 7:
+                        return self.reply(200, pod)
+                self.reply(404, {"kind": "Status", "code": 404})
 
             def pod_of(self, parts):
                 # /api/v1/namespaces/<ns>/pods/<name>[/binding]
@@ -478,9 +532,11 @@ class FakeApiServer:
 
             def do_PATCH(self):
                 parts = self.path.split("/")
+                patch = self.body()
+                if self.early_fault(self.fault("PATCH", parts)):
+                    return
                 with api.lock:
                     pod = self.pod_of(parts)
-                    patch = self.body()
                     api.calls.append(("PATCH", self.path, self.headers["Content-Type"], patch))
                     if pod is None:
                         return self.reply(404, {"kind": "Status", "code": 404})
@@ -491,22 +547,49 @@ class FakeApiServer:
 
             def do_POST(self):
                 parts = self.path.split("/")
+                binding = self.body()
+                kind = self.fault("BINDING", parts)
+                if self.early_fault(kind):
+                    return
                 with api.lock:
                     pod = self.pod_of(parts)
-                    binding = self.body()
                     api.calls.append(("POST", self.path, self.headers["Content-Type"], binding))
                     if pod is None or parts[-1] != "binding":
                         return self.reply(404, {"kind": "Status", "code": 404})
-                    if pod["metadata"]["name"].startswith("refuse"):
+                    name = pod["metadata"]["name"]
+                    uid = binding["metadata"].get("uid")
+                    if name.startswith("refuse"):
                         return self.reply(409, {"kind": "Status", "code": 409,
                                                 "message": "pod is being deleted"})
+                    if uid and uid != pod["metadata"].get("uid"):
+                        return self.reply(409, {"kind": "Status", "code": 409,
+                                                "message": "Precondition failed: UID in "
+                                                           "precondition: %s" % uid})
+                    if pod["spec"].get("nodeName"):
+                        return self.reply(409, {
+                            "kind": "Status", "code": 409, "reason": "Conflict",
+                            "message": 'Operation cannot be fulfilled on pods/binding "%s": '
+                                       'pod %s is already assigned to node "%s"'
+                                       % (name, name, pod["spec"]["nodeName"])})
                     pod["spec"]["nodeName"] = binding["target"]["name"]
                     pod["status"]["phase"] = "Running"
                     api._record("pods", "MODIFIED", pod)
-                    self.reply(201, {"kind": "Status", "status": "Success"})
+                    delay = api.binding_delay
+                time.sleep(delay)
+                if kind == "500-after":
+                    return self.reply(500, {"kind": "Status", "code": 500,
+                                            "message": "the server was unable to respond"})
+                if kind == "drop-after":
+                    return self.drop()
+                self.reply(201, {"kind": "Status", "status": "Success"})
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # A client that went away (a killed extender) is not news.
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
@@ -551,6 +634,48 @@ class FakeApiServer:
     def pod_calls(self, method, name):
         with self.lock:
             return [c for c in self.calls if c[0] == method and c[1].endswith("/pods/" + name)]
+
+    def add_fault(self, verb, name, kind):
+        with self.lock:
+            self.faults.setdefault((verb, name), []).append(kind)
+
+    def calls_about(self, name):
+        """(PATCHes, Bindings) the API received for pod `name`."""
+        with self.lock:
+            patches = sum(1 for c in self.calls
+                          if c[0] == "PATCH" and c[1].endswith("/pods/" + name))
+            bindings = sum(1 for c in self.calls
+                           if c[0] == "POST" and c[1].endswith("/pods/%s/binding" % name))
+        return patches, bindings
+
+    def bound(self):
+        """{(node, gpu): [(pod, units)]} from the pods' nodeName and bind annotations."""
+        out = {}
+        with self.lock:
+            pods = copy.deepcopy(list(self.pods.values()))
+        for pod in pods:
+            node = pod["spec"].get("nodeName")
+            if not node or pod["status"].get("phase") in ("Succeeded", "Failed"):
+                continue
+            ann = pod["metadata"].get("annotations") or {}
+            if "ALIYUN_COM_GPU_MEM_IDX" not in ann:
+                continue
+            gpus = [int(g) for g in ann["ALIYUN_COM_GPU_MEM_IDX"].split("-")]
+            per_gpu = int(ann["ALIYUN_COM_GPU_MEM_POD"]) // len(gpus)
+            for g in gpus:
+                out.setdefault((node, g), []).append((pod["metadata"]["name"], per_gpu))
+        return out
+
+    def gpu_capacity(self):
+        """{(node, gpu): units} from the nodes' capacity."""
+        out = {}
+        with self.lock:
+            for n in self.nodes.values():
+                cap = n["status"]["capacity"]
+                count = int(cap.get("aliyun.com/gpu-count", "1"))
+                for g in range(count):
+                    out[(n["metadata"]["name"], g)] = int(cap["aliyun.com/gpu-mem"]) // count
+        return out
 
     def stop(self):
         with self.lock:
@@ -707,13 +832,194 @@ class ApiServerTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: "api-3" not in self.pods_on("v100-node"), timeout=15))
 
 
+class HostileApiTest(unittest.TestCase):
+    """Duplicate and concurrent binds, API faults and restarts, against an API
+    server that answers like the real one. After each: every reply came within
+    kube-scheduler's patience, no GPU is promised twice in the API, and the
+    extender's inspect agrees with the API."""
+
+    REPLY_WITHIN = 10.0  # Seconds; kube-scheduler's extender timeout is 30 s.
+
+    def setUp(self):
+        self.binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not self.binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+        with open(os.path.join(SAMPLES, "nodes.json")) as f:
+            nodes = json.load(f)["items"]
+        with open(os.path.join(SAMPLES, "pods.json")) as f:
+            pods = json.load(f)["items"]
+        self.api = FakeApiServer(nodes, pods)
+        self.addCleanup(self.api.stop)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.proc = None
+        self.addCleanup(lambda: self.proc and stop_server(self.proc))
+        self.start_extender()
+
+    def start_extender(self):
+        self.proc, self.url = start_server(
+            self.binary, None, None, self.tmp.name,
+            extra=("--apiserver", self.api.url, "--resync-ms", "100"))
+
+    def bind(self, client, pod, node):
+        t0 = time.monotonic()
+        status, reply = client.post("bind", {
+            "PodName": pod["metadata"]["name"], "PodNamespace": "default",
+            "PodUID": pod["metadata"]["uid"], "Node": node})
+        self.assertLess(time.monotonic() - t0, self.REPLY_WITHIN)
+        self.assertEqual(status, 200, reply)
+        return reply
+
+    def new_pod(self, name, units, node):
+        """A pending pod, known to the API and seen by filter on `node`."""
+        pod = make_pod(name, units)
+        self.api.add_pod(copy.deepcopy(pod))
+        client = Client(self.url)
+        status, result = client.post("filter", extender_args(pod, [node]))
+        client.close()
+        self.assertEqual(status, 200, result)
+        return pod, result["NodeNames"] == [node]
+
+    def burst(self, pod, node, threads=8):
+        """`threads` binds of one pod to one node at once; their replies."""
+        replies = [None] * threads
+        barrier = threading.Barrier(threads)
+
+        def bind(i):
+            client = Client(self.url)
+            barrier.wait()
+            try:
+                replies[i] = self.bind(client, pod, node)
+            except (OSError, http.client.HTTPException) as e:  # A killed extender.
+                replies[i] = {"Error": "connection: %r" % e}
+            finally:
+                client.close()
+
+        workers = [threading.Thread(target=bind, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        return workers, replies
+
+    def check_no_gpu_promised_twice(self):
+        capacity = self.api.gpu_capacity()
+        for key, pods in self.api.bound().items():
+            self.assertLessEqual(sum(u for _, u in pods), capacity[key],
+                                 "GPU %s promised twice in the API: %s" % (key, pods))
+
+    def extender_view(self):
+        client = Client(self.url)
+        view = client.inspect()
+        client.close()
+        return {(n["name"], d["id"]): sorted((p["name"], p["usedGPU"]) for p in d["pods"])
+                for n in view["nodes"] for d in n["devs"] if d["pods"]}
+
+    def check_inspect_agrees(self):
+        api = {k: sorted(v) for k, v in self.api.bound().items()}
+        ok = wait_for(lambda: self.extender_view() == api, timeout=5)
+        self.assertTrue(ok, "inspect %s != API %s" % (self.extender_view(), api))
+
+    def test_bursts_of_eight_binds_of_one_pod_bind_it_once(self):
+        self.api.binding_delay = 0.15  # The winning Binding answers slowly.
+        node = "sd-cluster-04"  # One GPU of 14 units.
+        for i in range(10):
+            pod, fits = self.new_pod("race-%d" % i, 14, node)
+            self.assertTrue(fits)
+            workers, replies = self.burst(pod, node)
+            for w in workers:
+                w.join()
+            # The pod is bound, so every reply says so; the API saw one bind.
+            self.assertEqual([r["Error"] for r in replies], [""] * 8, replies)
+            self.assertEqual(self.api.calls_about(pod["metadata"]["name"]), (1, 1))
+            # The GPU is full: a rival is refused and not bound.
+            rival, fits = self.new_pod("rival-%d" % i, 14, node)
+            self.assertFalse(fits)
+            client = Client(self.url)
+            self.assertNotEqual(self.bind(client, rival, node)["Error"], "")
+            client.close()
+            self.check_no_gpu_promised_twice()
+            self.check_inspect_agrees()
+            # The pod ends; the resync frees its GPU for the next burst.
+            self.api.delete_pod(pod["metadata"]["name"])
+            self.api.delete_pod(rival["metadata"]["name"])
+            self.check_inspect_agrees()
+
+    def test_api_faults_never_lose_or_double_a_bind(self):
+        node = "v100-node"  # Four GPUs of 15 units.
+        cases = [
+            # (faults, whether the first reply already succeeds)
+            # The API client retries what surely was not applied (a 429) and
+            # idempotent calls (the PATCH, the GET of the pod) by itself.
+            ([("BINDING", "429")], True),
+            ([("BINDING", "500")], False),
+            ([("BINDING", "drop")], False),
+            ([("BINDING", "slow-drop")], False),
+            ([("PATCH", "500")], True),
+            ([("PATCH", "drop")], True),
+            # The Binding is applied, but the reply is lost or an error: the
+            # extender reads the pod and keeps the bind.
+            ([("BINDING", "500-after")], True),
+            ([("BINDING", "drop-after")], True),
+            ([("BINDING", "500-after"), ("GET", "500")], True),
+            # A Binding whose fate is unknown and a pod not bound: forgotten,
+            # and kube-scheduler's retry binds it.
+            ([("BINDING", "drop"), ("GET", "drop")], False),
+        ]
+        client = Client(self.url)
+        for i, (faults, first_ok) in enumerate(cases):
+            name = "fault-%d" % i
+            with self.subTest(faults=faults):
+                pod, fits = self.new_pod(name, 4, node)
+                self.assertTrue(fits)
+                for verb, kind in faults:
+                    self.api.add_fault(verb, name, kind)
+                replies = []
+                for _ in range(4):  # kube-scheduler retries a failed bind.
+                    replies.append(self.bind(client, pod, node)["Error"])
+                    if replies[-1] == "":
+                        break
+                self.assertEqual(replies[-1], "", replies)
+                self.assertEqual(replies[0] == "", first_ok, replies)
+                with self.api.lock:
+                    self.assertEqual(self.api.pods[("default", name)]["spec"]["nodeName"], node)
+                self.check_no_gpu_promised_twice()
+                self.check_inspect_agrees()
+        client.close()
+
+    def test_a_restart_mid_burst_loses_nothing(self):
+        self.api.binding_delay = 1.0
+        node = "sd-cluster-04"
+        pod, fits = self.new_pod("restart-0", 14, node)
+        self.assertTrue(fits)
+        workers, replies = self.burst(pod, node)
+        # The winning Binding is applied and still answering: kill the extender.
+        self.assertTrue(wait_for(lambda: self.api.bound().get((node, 0)), timeout=5))
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stderr.close()
+        self.proc = None
+        for w in workers:
+            w.join()
+        # The new extender rebuilds from the pods' annotations; kube-scheduler's
+        # retry is answered at once, without binding again.
+        self.start_extender()
+        client = Client(self.url)
+        self.assertEqual(self.bind(client, pod, node)["Error"], "")
+        self.assertEqual(self.api.calls_about("restart-0"), (1, 1))
+        rival, fits = self.new_pod("rival", 14, node)
+        self.assertFalse(fits)
+        self.assertNotEqual(self.bind(client, rival, node)["Error"], "")
+        client.close()
+        self.check_no_gpu_promised_twice()
+        self.check_inspect_agrees()
+
+
 def load_tests(loader, standard_tests, pattern):
     """E2E_ORDER=reverse runs the tests in reverse order (they must not care)."""
     if os.environ.get("E2E_ORDER") != "reverse":
         return standard_tests
     loader.sortTestMethodsUsing = lambda a, b: (a < b) - (a > b)
     suite = unittest.TestSuite()
-    for case in reversed([ExtenderE2ETest, ApiServerTest, RestartTest]):
+    for case in reversed([ExtenderE2ETest, ApiServerTest, RestartTest, HostileApiTest]):
         suite.addTests(loader.loadTestsFromTestCase(case))
     return suite
 

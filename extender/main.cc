@@ -21,10 +21,16 @@
 // event (Extender::ApplyNodeEvent / ApplyPodEvent); a full list every
 // --resync-ms is only a safety net. It binds: at /bind it reserves the GPUs,
 // patches the pod's annotations (merge patch), posts the Binding and
-// confirms; on any API error it forgets the reservation and replies with the
-// error, so kube-scheduler retries. When a deletion frees GPUs, pending GPU
-// pods that now fit are touched so that kube-scheduler retries them at once
-// (extender/requeue.h; --requeue-pending false turns it off).
+// confirms; on an API error it replies with the error, so kube-scheduler
+// retries, and forgets the reservation unless the pod may be bound (409
+// Conflict, 429, 5xx, timeout): then it reads the pod, keeps the GPUs if it is
+// bound to the node (and replies success), and forgets them if not; if the
+// pod cannot be read, the reservation waits for the watch or its
+// time-to-live. Concurrent binds of one pod wait for the first one's outcome;
+// a retried bind of a bound pod writes nothing again. When a deletion frees
+// GPUs, pending GPU pods that now fit are touched so that kube-scheduler
+// retries them at once (extender/requeue.h; --requeue-pending false turns it
+// off).
 //
 // With --nodes and --pods (`kubectl get nodes -o json`, `kubectl get pods -A
 // -o json`) it only reserves at /bind; whoever binds the pod posts /confirm,
@@ -317,6 +323,9 @@ int main(int argc, char** argv) {
   if (api) {
     ext_options.binder = [&api](const gpushare::k8s::BindTarget& t,
                                 const gpushare::k8s::BindResult& r) { return api->Bind(t, r); };
+    ext_options.pod_reader = [&api](const gpushare::k8s::BindTarget& t) {
+      return api->GetPod(t);
+    };
   }
   gpushare::k8s::Extender ext(scheduler->get(), ext_options);
   if (absl::Status s = ext.RememberPods(pods_json); !s.ok()) {

@@ -185,6 +185,28 @@ TEST(PodTest, RejectsMalformedPodsNamingTheValue) {
               StatusIs(absl::StatusCode::kInvalidArgument, "metadata.name"));
 }
 
+TEST(NodeTest, GpuMemCapacityTakesSharedWorkUnlessALabelOptsOut) {
+  // As gpushare-scheduler-extender: the device plugin's capacity is enough.
+  ASSERT_OK_AND_ASSIGN(Node plain, ParseNode(GpuNode("a", "10.0.0.1", 1, 14, {}).dump()));
+  EXPECT_TRUE(TakesSharedGpuWork(plain));
+  for (const char* key : {"gpushare", "cgpu"}) {
+    ASSERT_OK_AND_ASSIGN(Node out,
+                         ParseNode(GpuNode("b", "10.0.0.2", 1, 14, {{key, "false"}}).dump()));
+    EXPECT_FALSE(TakesSharedGpuWork(out)) << key;
+  }
+  // Whole GPUs only (nvidia.com/gpu): the labels decide, as before.
+  json whole = GpuNode("c", "10.0.0.3", 2, 1, {});
+  whole["status"]["capacity"].erase("aliyun.com/gpu-mem");
+  whole["status"]["capacity"].erase("aliyun.com/gpu-count");
+  whole["status"]["capacity"]["nvidia.com/gpu"] = "2";
+  ASSERT_OK_AND_ASSIGN(Node w, ParseNode(whole.dump()));
+  EXPECT_EQ(w.gpus.size(), 2u);
+  EXPECT_FALSE(TakesSharedGpuWork(w));
+  whole["metadata"]["labels"]["gpushare"] = "true";
+  ASSERT_OK_AND_ASSIGN(Node labelled, ParseNode(whole.dump()));
+  EXPECT_TRUE(TakesSharedGpuWork(labelled));
+}
+
 TEST(NodeTest, SplitsGpuMemoryOverTheGpuCount) {
   json node = GpuNode("v100", "10.0.0.7", 4, 15, {{"gpushare", "true"},
                                                  {"nvidia.com/gpu.product", "V100"}});
@@ -352,7 +374,7 @@ TEST(ExtenderTest, FilterWithNodeObjectsLearnsNodesAndHonoursAffinity) {
              {{"items",
                {GpuNode("n1", "10.0.0.1", 1, 14, {{"gpushare", "true"}, {"pool", "a"}}),
                 GpuNode("n2", "10.0.0.2", 1, 14, {{"gpushare", "true"}, {"pool", "b"}}),
-                GpuNode("n3", "10.0.0.3", 1, 14, {{"pool", "a"}})}}}},
+                GpuNode("n3", "10.0.0.3", 1, 14, {{"gpushare", "false"}, {"pool", "a"}})}}}},
             {"NodeNames", nullptr}};
   json f = json::parse(*ext.Filter(args.dump()));
   ASSERT_EQ(f["Nodes"]["items"].size(), 1u);
@@ -469,7 +491,7 @@ TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {
     calls.push_back(t.pod_name + "@" + t.node + ":" +
                     json::parse(r.patch)["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
                         .get<std::string>());
-    if (t.pod_name == "refused") return absl::UnavailableError("apiserver said 409");
+    if (t.pod_name == "refused") return absl::PermissionDeniedError("apiserver said 403");
     return absl::OkStatus();
   };
   Extender ext(scheduler.get(), options);
@@ -478,7 +500,7 @@ TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {
   EXPECT_FALSE(scheduler->IsReserved("default/ok"));  // Confirmed: no TTL.
   ASSERT_OK(ext.Filter(Args(GpuPod("refused", 8), {"n1"})).status());
   EXPECT_THAT(json::parse(*ext.Bind(Binding("refused", "n1")))["Error"].get<std::string>(),
-              HasSubstr("409"));
+              HasSubstr("403"));
   EXPECT_THAT(calls, ElementsAre("ok@n1:0", "refused@n1:0"));
   // The refused pod's units are free again; the bound one keeps its six.
   EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["usedGPU"], 6);

@@ -105,8 +105,10 @@ struct Pod {
 };
 
 // Parses a v1.Pod. Errors: InvalidArgument for malformed JSON, a missing
-// metadata.name, a malformed quantity or gpu-count label (naming the
-// container and resource), or an unsupported affinity operator.
+// metadata.name, a malformed quantity (naming the container and resource), a
+// gpu-count label that is not a positive integer ("0", "-1", "two") on a pod
+// asking for GPUs (naming the value; on a pod asking for none the label is
+// ignored), or an unsupported affinity operator.
 absl::StatusOr<Pod> ParsePod(std::string_view json);
 
 // Parses a v1.Node into a Node: status.capacity (else allocatable)
@@ -114,7 +116,10 @@ absl::StatusOr<Pod> ParsePod(std::string_view json);
 // each, rounded down), or nvidia.com/gpu GPUs of 1 unit each when no gpu-mem
 // is offered; GPU model from the label nvidia.com/gpu.product or
 // aliyun.accelerator/nvidia_name; labels; spec.unschedulable; the first
-// InternalIP (else the first) address.
+// InternalIP (else the first) address. A node offering aliyun.com/gpu-mem
+// takes shared GPU work (Node::gpu_sharing set) unless labelled
+// gpushare=false or cgpu=false, as with gpushare-scheduler-extender; other
+// nodes take it only when labelled for it (see TakesSharedGpuWork()).
 // Errors: InvalidArgument for malformed JSON, a missing metadata.name or a
 // malformed quantity.
 absl::StatusOr<Node> ParseNode(std::string_view json);
@@ -188,13 +193,32 @@ struct ExtenderOptions {
   std::string version = "gpushare";
   // Writes a bind to the API server: typically a merge patch of the pod with
   // `result.patch`, then a POST of BindingJson(target). Called without any
-  // lock held, from the thread that called Bind(). When set, Bind() reserves
-  // the GPUs, calls it, then confirms the reservation if it returns OK, or
-  // forgets it if not (the reply carries its error). When empty, Bind() only
-  // reserves: the host confirms once the pod is bound (Confirm(), or Sync()
-  // seeing spec.nodeName), else the reservation expires after the
-  // scheduler's time-to-live.
+  // lock held, from the thread that called Bind(), at most once at a time per
+  // pod. When set, Bind() reserves the GPUs, calls it, and reads its status:
+  //  - OK: the pod is bound; the reservation is confirmed.
+  //  - AlreadyExists (HTTP 409 on the Binding): the pod was already bound,
+  //    by an earlier try or another replica;
+  //  - Unavailable, DeadlineExceeded, Unknown, Internal: the outcome is
+  //    unknown (the Binding may have been applied);
+  //    in both cases Bind() reads the pod with `pod_reader`: bound to this
+  //    node, it keeps the GPUs its bind annotations name (a success); bound
+  //    elsewhere or not bound, the reservation is forgotten (an error). If the
+  //    pod cannot be read (or `pod_reader` is empty), the reservation is kept
+  //    until Sync() or the time-to-live settles it, so that the GPUs of a pod
+  //    that may be bound are never promised to another;
+  //  - any other code: the pod was not bound; the reservation is forgotten.
+  // When empty, Bind() only reserves: the host confirms once the pod is bound
+  // (Confirm(), or Sync() seeing spec.nodeName), else the reservation expires
+  // after the scheduler's time-to-live.
   std::function<absl::Status(const BindTarget& target, const BindResult& result)> binder;
+  // Reads the pod of a bind from the API server (GET
+  // /api/v1/namespaces/NS/pods/NAME) as v1.Pod JSON, to learn where it is
+  // bound when the binder's outcome says "already bound" or "unknown" (see
+  // above). Called without any lock held.
+  std::function<absl::StatusOr<std::string>(const BindTarget& target)> pod_reader;
+  // How long a bind waits for a concurrent bind of the same pod to the same
+  // node, whose outcome it then returns, milliseconds.
+  int64_t bind_wait_ms = 30'000;
 };
 
 // The scheduler-extender protocol over a Scheduler. JSON keys are the Go
@@ -224,9 +248,19 @@ class Extender {
   // "Node" under the policy (the pod must have been seen by Filter or
   // Prioritize), then binds it through options.binder if set (see
   // ExtenderOptions). The reply adds "Placement" and "Annotations" to "Error".
+  //
+  // Binds of one pod are atomic: while one is in progress, a bind of the same
+  // pod (UID) to the same node waits for it (up to options.bind_wait_ms) and
+  // returns its outcome; one to another node, or of another UID, is
+  // Unavailable (kube-scheduler retries). With a binder, a retried bind of a
+  // pod already bound to that node returns its placement without calling the
+  // binder again. A bind of a pod whose name holds a placement made for
+  // another UID (the pod was deleted and recreated) releases that placement
+  // first.
   absl::StatusOr<std::string> Bind(std::string_view body);
   // The same, typed. Errors: NotFound if the pod was never seen; those of
-  // Scheduler::Reserve(); the binder's error (the reservation is forgotten).
+  // Scheduler::Reserve(); Unavailable for a concurrent bind (see above); the
+  // binder's error (see ExtenderOptions for what is kept).
   absl::StatusOr<BindResult> BindPod(const BindTarget& target);
 
   // ExtenderPreemptionArgs -> ExtenderPreemptionResult: for each candidate
@@ -241,6 +275,9 @@ class Extender {
   // Pod lifecycle, by {"PodNamespace","PodName"} or {"PodUID"}: confirm (the
   // device plugin took the GPUs), forget (binding failed) and release (the
   // pod ended or was deleted). Replies {"Error": ""} or the error message.
+  // Given both a name and a UID, a call about a pod that no longer holds the
+  // name's placement (it was made for a newer pod of the same name) is an
+  // error and changes nothing.
   absl::StatusOr<std::string> Confirm(std::string_view body);
   absl::StatusOr<std::string> Forget(std::string_view body);
   absl::StatusOr<std::string> Release(std::string_view body);
@@ -278,11 +315,14 @@ class Extender {
   //  - nodes missing from the list are removed once they hold nothing;
   //  - a reservation whose pod is bound to its node (spec.nodeName) is
   //    confirmed;
-  //  - a placement whose pod is missing, completed or bound to another node is
-  //    released, unless it was bound after `mark`;
+  //  - a placement whose pod is missing, completed, bound to another node or
+  //    to other GPUs than its bind annotations name, or replaced by a pod of
+  //    the same name with another UID, is released, unless it was bound after
+  //    `mark` or its bind is in progress;
   //  - a pod bound to a known node with bind annotations that the scheduler
   //    does not hold is restored as a confirmed placement (as RebuildCluster()
-  //    does), and a conflict is a warning;
+  //    does), whatever happened to an earlier reservation of it; a conflict
+  //    (the GPUs are held by others) is a warning;
   //  - the pods are remembered as by RememberPods().
   // Errors: InvalidArgument for malformed JSON or objects; nothing changes.
   absl::StatusOr<SyncReport> Sync(std::string_view nodes_json, std::string_view pods_json,
@@ -327,6 +367,20 @@ class Extender {
 
  private:
   struct PodCache;
+  // BindPod() once the pod's bind is known to be the only one in progress.
+  absl::StatusOr<BindResult> BindExclusively(const Pod& pod, const BindTarget& target);
+  // Settles a bind whose binder said "already bound" or "outcome unknown".
+  absl::StatusOr<BindResult> SettleBind(const Pod& pod, const BindTarget& target,
+                                        const Placement& reserved, absl::Status error);
+  // The result of a bind to `placement` (annotations and patch).
+  absl::StatusOr<BindResult> MakeBindResult(const Placement& placement) const;
+  // Confirms the placement of a pod the API has bound; recommits it if its
+  // reservation ran out meanwhile.
+  absl::Status ConfirmBound(const Placement& placement);
+  // Records the UIDs of bound pods whose placements the scheduler holds on
+  // their node, where no owner is known yet.
+  void NoteOwners(const std::vector<Pod>& pods);
+
   Scheduler* scheduler_;
   ExtenderOptions options_;
   std::unique_ptr<PodCache> cache_;

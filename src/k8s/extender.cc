@@ -2,8 +2,11 @@
 // Scheduler: filter, prioritize, bind, preempt, lifecycle calls and inspect.
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -38,8 +41,60 @@ struct Extender::PodCache {
   uint64_t binds = 0;                                       // Guarded by mu.
   absl::flat_hash_map<std::string, uint64_t> bound_at;      // Guarded by mu.
 
+  // Binds in progress, by id: one per pod at a time; a concurrent bind of the
+  // same pod waits for `done` and returns `result`.
+  struct InFlight {
+    std::string node, uid;
+    bool done = false;
+    absl::StatusOr<BindResult> result = absl::UnknownError("bind in progress");
+  };
+  absl::flat_hash_map<std::string, std::shared_ptr<InFlight>> in_flight;  // Guarded by mu.
+  std::condition_variable bind_done;  // Signalled when an InFlight is done.
+  // The UID of the pod each placement was bound or restored for (when known),
+  // so that news about an older pod of the same name cannot release it.
+  absl::flat_hash_map<std::string, std::string> owner;  // Guarded by mu.
+
+  std::string Owner(const std::string& id) {
+    std::lock_guard lock(mu);
+    auto it = owner.find(id);
+    return it == owner.end() ? "" : it->second;
+  }
+  void SetOwner(const std::string& id, const std::string& uid) {
+    std::lock_guard lock(mu);
+    if (uid.empty()) {
+      owner.erase(id);
+    } else {
+      owner[id] = uid;
+    }
+  }
+  // FailedPrecondition if the placement of `id` was made for a pod other
+  // than `uid` (both known).
+  absl::Status CheckOwner(const std::string& id, const std::string& uid) {
+    std::lock_guard lock(mu);
+    auto it = owner.find(id);
+    if (uid.empty() || it == owner.end() || it->second == uid) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("the placement of ", id,
+                                                      " belongs to pod uid '", it->second,
+                                                      "', not '", uid, "'; nothing changed"));
+  }
+  // Forgets the owners of ids that hold nothing (`placed` false) and whose
+  // bind is not in progress.
+  void PruneOwners(const std::set<std::string>& placed) {
+    std::lock_guard lock(mu);
+    absl::erase_if(owner, [&](const auto& e) {
+      return !placed.count(e.first) && !in_flight.contains(e.first);
+    });
+  }
+  bool InFlightNow(const std::string& id) {
+    std::lock_guard lock(mu);
+    return in_flight.contains(id);
+  }
+
   void NoteBind(const std::string& id) {
     std::lock_guard lock(mu);
+    NoteBindLocked(id);
+  }
+  void NoteBindLocked(const std::string& id) {
     bound_at[id] = ++binds;
     // Without Sync() nothing prunes the map: keep it about `limit` long.
     if (static_cast<int64_t>(bound_at.size()) > 2 * static_cast<int64_t>(limit)) {
@@ -186,7 +241,23 @@ absl::Status Extender::RememberPods(std::string_view pods_json) {
     pods.push_back(std::move(pod));
   }
   for (const Pod& pod : pods) cache_->Put(pod);
+  NoteOwners(pods);
   return absl::OkStatus();
+}
+
+void Extender::NoteOwners(const std::vector<Pod>& pods) {
+  std::vector<std::pair<std::string, std::string>> owners;
+  scheduler_->Read([&](const Cluster& c) {
+    for (const Pod& pod : pods) {
+      const Placement* p = pod.node_name.empty() || pod.completed() || pod.uid.empty()
+                               ? nullptr
+                               : c.FindPlacement(pod.request.id);
+      if (p != nullptr && p->node == pod.node_name) owners.emplace_back(pod.request.id, pod.uid);
+    }
+  });
+  for (const auto& [id, uid] : owners) {
+    if (cache_->Owner(id).empty()) cache_->SetOwner(id, uid);
+  }
 }
 
 // ---- Filter and prioritize -----------------------------------------------------
@@ -310,26 +381,183 @@ absl::StatusOr<BindResult> Extender::BindPod(const BindTarget& target) {
     return absl::NotFoundError(absl::StrCat("pod ", id, " (uid '", target.pod_uid,
                                             "') was not seen by filter; cannot bind it"));
   }
-  bool already = false;
-  scheduler_->Read(
-      [&](const Cluster& c) { already = c.FindPlacement(pod->request.id) != nullptr; });
+  // One bind per pod at a time: a second one could otherwise undo the first
+  // one's reservation (kube-scheduler retries binds; replicas race).
+  const std::string& key = pod->request.id;
+  std::shared_ptr<PodCache::InFlight> mine;
+  {
+    std::unique_lock lock(cache_->mu);
+    auto [it, inserted] = cache_->in_flight.try_emplace(key);
+    if (!inserted) {
+      const std::shared_ptr<PodCache::InFlight> other = it->second;
+      if (other->node != target.node || other->uid != target.pod_uid) {
+        return absl::UnavailableError(absl::StrCat("pod ", key, " (uid '", other->uid,
+                                                   "') is being bound to node ", other->node,
+                                                   "; retry"));
+      }
+      constexpr int64_t kMaxWaitMs = 24 * 3600 * 1000;
+      const auto wait = std::chrono::milliseconds(
+          std::clamp<int64_t>(options_.bind_wait_ms, 0, kMaxWaitMs));
+      if (!cache_->bind_done.wait_for(lock, wait, [&] { return other->done; })) {
+        return absl::UnavailableError(absl::StrCat("pod ", key, " is still being bound to node ",
+                                                   target.node, " after ",
+                                                   options_.bind_wait_ms, " ms; retry"));
+      }
+      return other->result;
+    }
+    mine = std::make_shared<PodCache::InFlight>();
+    mine->node = target.node;
+    mine->uid = target.pod_uid;
+    it->second = mine;
+    cache_->NoteBindLocked(key);
+  }
+  absl::StatusOr<BindResult> result = BindExclusively(*pod, target);
+  {
+    std::lock_guard lock(cache_->mu);
+    mine->result = result;
+    mine->done = true;
+    cache_->in_flight.erase(key);
+  }
+  cache_->bind_done.notify_all();
+  return result;
+}
+
+absl::StatusOr<BindResult> Extender::MakeBindResult(const Placement& placement) const {
   BindResult result;
-  GPUSHARE_ASSIGN_OR_RETURN(result.placement, scheduler_->Reserve(pod->request, target.node));
-  if (!already) cache_->NoteBind(pod->request.id);
+  result.placement = placement;
   absl::StatusOr<DeviceView> view = absl::UnknownError("unset");
-  scheduler_->Read([&](const Cluster& c) { view = MakeDeviceView(c, result.placement); });
+  scheduler_->Read([&](const Cluster& c) { view = MakeDeviceView(c, placement); });
   if (!view.ok()) return view.status();
   result.annotations = view->annotations;
   result.patch = json{{"metadata", {{"annotations", result.annotations}}}}.dump();
-  if (!options_.binder) return result;
-  if (absl::Status s = options_.binder(target, result); !s.ok()) {
-    // A retried bind of a placement made earlier keeps it: only this call's
-    // reservation is undone.
-    if (!already) scheduler_->Forget(pod->request.id).IgnoreError();
-    return s;
-  }
-  if (absl::Status s = scheduler_->Confirm(pod->request.id); !s.ok()) return s;
   return result;
+}
+
+absl::Status Extender::ConfirmBound(const Placement& placement) {
+  if (scheduler_->Confirm(placement.request_id).ok()) return absl::OkStatus();
+  // The reservation ran out (or was forgotten) while the binder worked, yet
+  // the pod is bound: hold its GPUs again if they are still free.
+  absl::Status s = scheduler_->Commit(placement);
+  if (s.ok()) return s;
+  return absl::FailedPreconditionError(
+      absl::StrCat("pod ", placement.request_id, " is bound to node ", placement.node,
+                   ", but its reservation ran out while binding and its GPUs could not be "
+                   "held again: ",
+                   s.message()));
+}
+
+absl::StatusOr<BindResult> Extender::BindExclusively(const Pod& pod, const BindTarget& target) {
+  const std::string& id = pod.request.id;
+  const std::string uid = target.pod_uid.empty() ? pod.uid : target.pod_uid;
+  auto forget = [&] {
+    if (scheduler_->IsReserved(id) && scheduler_->Forget(id).ok()) cache_->SetOwner(id, "");
+  };
+  std::optional<Placement> held;
+  scheduler_->Read([&](const Cluster& c) {
+    if (const Placement* p = c.FindPlacement(id)) held = *p;
+  });
+  const bool reserved = held && scheduler_->IsReserved(id);
+  // A placement made for an older pod of the same name: that pod is gone,
+  // since this one exists.
+  const std::string owner = cache_->Owner(id);
+  if (held && !owner.empty() && !uid.empty() && owner != uid) {
+    if (absl::Status s = scheduler_->Release(id); !s.ok() && !absl::IsNotFound(s)) return s;
+    cache_->SetOwner(id, "");
+    held.reset();
+  }
+  if (held && options_.binder) {
+    if (held->node == target.node && !reserved) {
+      // A retry of a bind that succeeded: the API has it; write nothing again.
+      return MakeBindResult(*held);
+    }
+    if (held->node != target.node && reserved && options_.pod_reader) {
+      // Left by a bind whose outcome was unknown: did it bind the pod?
+      absl::StatusOr<std::string> read = options_.pod_reader(target);
+      absl::StatusOr<Pod> now = read.ok() ? ParsePod(*read) : read.status();
+      if (now.ok() && now->node_name.empty()) forget();
+    }
+  }
+  GPUSHARE_ASSIGN_OR_RETURN(Placement placement, scheduler_->Reserve(pod.request, target.node));
+  cache_->SetOwner(id, uid);
+  absl::StatusOr<BindResult> result = MakeBindResult(placement);
+  if (!result.ok() || !options_.binder) {
+    if (!result.ok()) forget();
+    return result;
+  }
+  absl::Status s = options_.binder(target, *result);
+  if (s.ok()) {
+    GPUSHARE_RETURN_IF_ERROR(ConfirmBound(placement));
+    return result;
+  }
+  switch (s.code()) {
+    case absl::StatusCode::kAlreadyExists:     // 409: bound already.
+    case absl::StatusCode::kUnavailable:       // The outcome is unknown.
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+      return SettleBind(pod, target, placement, s);
+    default:  // Not bound.
+      forget();
+      return s;
+  }
+}
+
+absl::StatusOr<BindResult> Extender::SettleBind(const Pod& pod, const BindTarget& target,
+                                                const Placement& reserved, absl::Status error) {
+  const std::string& id = pod.request.id;
+  auto keep = [&](std::string_view why) {
+    return absl::Status(error.code(),
+                        absl::StrCat(error.message(), "; ", ::gpushare::internal::Sv(why),
+                                     ": its GPUs stay reserved until a resync or the "
+                                     "time-to-live settles whether it is bound"));
+  };
+  auto forget = [&] {
+    if (scheduler_->IsReserved(id) && scheduler_->Forget(id).ok()) cache_->SetOwner(id, "");
+  };
+  if (!options_.pod_reader) return keep("cannot read the pod");
+  absl::StatusOr<std::string> read = options_.pod_reader(target);
+  absl::StatusOr<Pod> now = read.ok() ? ParsePod(*read) : read.status();
+  if (!now.ok()) {
+    if (absl::IsNotFound(now.status())) {  // Deleted: it holds nothing.
+      forget();
+      return error;
+    }
+    return keep(absl::StrCat("reading the pod failed (", now.status().message(), ")"));
+  }
+  if (!target.pod_uid.empty() && !now->uid.empty() && now->uid != target.pod_uid) {
+    forget();
+    return absl::NotFoundError(absl::StrCat("pod ", id, " uid '", target.pod_uid,
+                                            "' is gone (the name now has uid '", now->uid,
+                                            "'): ", error.message()));
+  }
+  if (now->node_name.empty() || now->completed()) {
+    forget();
+    return error;
+  }
+  if (now->node_name != target.node) {
+    forget();  // Sync() restores it where it is bound.
+    return absl::AlreadyExistsError(absl::StrCat("pod ", id, " is bound to node ",
+                                                 now->node_name, ", not ", target.node, ": ",
+                                                 error.message()));
+  }
+  // Bound to this node: it runs on the GPUs its bind annotations name.
+  absl::StatusOr<std::optional<Placement>> recorded = absl::UnknownError("unset");
+  scheduler_->Read([&](const Cluster& c) { recorded = internal::RecordedPlacement(c, *now); });
+  if (!recorded.ok() || !recorded->has_value() || **recorded == reserved) {
+    GPUSHARE_RETURN_IF_ERROR(ConfirmBound(reserved));
+    return MakeBindResult(reserved);
+  }
+  // Another writer's annotations (a replica's): hold what they name instead.
+  forget();
+  if (absl::Status s = scheduler_->Commit(**recorded); !s.ok()) {
+    scheduler_->Commit(reserved).IgnoreError();  // Hold at least as much as before.
+    return absl::FailedPreconditionError(
+        absl::StrCat("pod ", id, " is bound to node ", target.node,
+                     " on the GPUs its annotations name, which gpushare cannot hold: ",
+                     s.message()));
+  }
+  cache_->SetOwner(id, now->uid);
+  return MakeBindResult(**recorded);
 }
 
 absl::StatusOr<std::string> Extender::Bind(std::string_view body) {
@@ -486,21 +714,26 @@ absl::StatusOr<PodRef> ParsePodRef(std::string_view body, const char* what) {
 absl::StatusOr<std::string> Extender::Confirm(std::string_view body) {
   GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "confirm request"));
   if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
-  absl::Status s = scheduler_->Confirm(ref.id);
+  absl::Status s = cache_->CheckOwner(ref.id, ref.uid);
+  if (s.ok()) s = scheduler_->Confirm(ref.id);
   return Reply(s.ok() ? "" : std::string(s.message()));
 }
 
 absl::StatusOr<std::string> Extender::Forget(std::string_view body) {
   GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "forget request"));
   if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
-  absl::Status s = scheduler_->Forget(ref.id);
+  absl::Status s = cache_->CheckOwner(ref.id, ref.uid);
+  if (s.ok()) s = scheduler_->Forget(ref.id);
+  if (s.ok()) cache_->SetOwner(ref.id, "");
   return Reply(s.ok() ? "" : std::string(s.message()));
 }
 
 absl::StatusOr<std::string> Extender::Release(std::string_view body) {
   GPUSHARE_ASSIGN_OR_RETURN(PodRef ref, ParsePodRef(body, "release request"));
   if (ref.id.empty()) ref.id = cache_->IdOfUid(ref.uid).value_or(ref.uid);
-  absl::Status s = scheduler_->Release(ref.id);
+  absl::Status s = cache_->CheckOwner(ref.id, ref.uid);
+  if (s.ok()) s = scheduler_->Release(ref.id);
+  if (s.ok()) cache_->SetOwner(ref.id, "");
   return Reply(s.ok() ? "" : std::string(s.message()));
 }
 
@@ -604,14 +837,32 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
     }
   });
   for (const Held& h : held) {
-    if (cache_->BoundAfter(h.id, mark)) continue;  // The lists may predate this bind.
+    // The lists may predate this bind, or it is being settled right now.
+    if (cache_->BoundAfter(h.id, mark) || cache_->InFlightNow(h.id)) continue;
     auto it = by_id.find(h.id);
     const Pod* pod = it == by_id.end() ? nullptr : it->second;
-    if (pod == nullptr || pod->completed() ||
-        (!pod->node_name.empty() && pod->node_name != h.node)) {
-      if (scheduler_->Release(h.id).ok()) ++r.released;
-    } else if (h.reserved && pod->node_name == h.node) {
-      if (scheduler_->Confirm(h.id).ok()) ++r.confirmed;
+    // A pod of the same name with another UID: the one we placed is gone.
+    const std::string owner = cache_->Owner(h.id);
+    const bool replaced =
+        pod != nullptr && !owner.empty() && !pod->uid.empty() && pod->uid != owner;
+    bool moved = pod != nullptr && !pod->node_name.empty() && pod->node_name != h.node;
+    if (pod != nullptr && !replaced && pod->node_name == h.node) {
+      // Bound here, but to other GPUs than its annotations name (another
+      // writer's): release, and step 3 restores what they name.
+      scheduler_->Read([&](const Cluster& c) {
+        absl::StatusOr<std::optional<Placement>> recorded = internal::RecordedPlacement(c, *pod);
+        const Placement* p = c.FindPlacement(h.id);
+        moved = recorded.ok() && recorded->has_value() && p != nullptr && **recorded != *p;
+      });
+    }
+    if (pod == nullptr || replaced || moved || pod->completed()) {
+      if (scheduler_->Release(h.id).ok()) {
+        ++r.released;
+        cache_->SetOwner(h.id, "");
+      }
+    } else if (pod->node_name == h.node) {
+      if (h.reserved && scheduler_->Confirm(h.id).ok()) ++r.confirmed;
+      if (cache_->Owner(h.id).empty()) cache_->SetOwner(h.id, pod->uid);
     }
   }
 
@@ -634,6 +885,7 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
     absl::Status s = p.ok() ? scheduler_->Commit(**p) : p.status();
     if (s.ok()) {
       ++r.restored;
+      cache_->SetOwner(pod->request.id, pod->uid);
     } else {
       warn("pod ", pod->request.id, " on node ", pod->node_name, " not restored: ", s.message());
     }
@@ -658,6 +910,13 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
 
   for (const Pod& pod : pods) cache_->Put(pod);
   cache_->ForgetBindsUpTo(mark);
+  std::set<std::string> placed;
+  scheduler_->Read([&](const Cluster& c) {
+    for (const std::string& name : c.node_names()) {
+      for (const std::string& id : c.FindNode(name)->requests) placed.insert(id);
+    }
+  });
+  cache_->PruneOwners(placed);
   return r;
 }
 

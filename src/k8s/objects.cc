@@ -243,15 +243,19 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
       pod.request.host_memory += host;
     }
   }
+  // The label splits gpu-mem over M GPUs. On a pod that asks for GPUs (of
+  // either kind) it must be a positive integer: "0" or "-1" is a mistake, not
+  // "no GPUs". On a pod that asks for none it means nothing and is ignored.
   auto count = pod.labels.find(kGpuCountResource);
-  if (count != pod.labels.end() && pod.request.gpu_memory > 0) {
+  if (count != pod.labels.end() &&
+      (pod.request.gpu_memory > 0 || pod.request.whole_gpus > 0)) {
     absl::StatusOr<int64_t> m = QuantityInteger(count->second);
     if (!m.ok() || *m < 1) {
       return absl::InvalidArgumentError(absl::StrCat(who, ": label ", kGpuCountResource, "=\"",
                                                      count->second,
                                                      "\" is not a positive integer"));
     }
-    pod.request.gpu_count = *m;
+    if (pod.request.gpu_memory > 0) pod.request.gpu_count = *m;
   }
   const json* affinity = Member(*spec, "affinity");
   const json* node_affinity = affinity ? Member(*affinity, "nodeAffinity") : nullptr;
@@ -347,6 +351,16 @@ absl::StatusOr<Node> NodeFromJson(const json& j) {
                                                    kGpuMemResource, " over ", count, " GPUs"));
   }
   for (int64_t i = 0; i < count; ++i) node.gpus.push_back(Gpu{per_gpu, model, "", true});
+  // As gpushare-scheduler-extender does, a node whose capacity offers
+  // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless
+  // a label opts it out; without that capacity the labels decide.
+  if (memory > 0) {
+    auto opted_out = [&](const char* key) {
+      auto it = node.labels.find(key);
+      return it != node.labels.end() && it->second == "false";
+    };
+    node.gpu_sharing = !opted_out("gpushare") && !opted_out("cgpu");
+  }
   return node;
 }
 

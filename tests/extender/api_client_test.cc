@@ -386,16 +386,17 @@ TEST_F(TlsTest, RejectsBadPemAndMismatchedKeys) {
 // ---- Status mapping, retries, streams (plain HTTP) ------------------------------------
 
 TEST(ApiClientTest, MapsStatusesInOnePlace) {
-  EXPECT_EQ(CodeForHttpStatus(201), absl::StatusCode::kOk);
-  EXPECT_EQ(CodeForHttpStatus(409), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(CodeForHttpStatus(404), absl::StatusCode::kNotFound);
-  EXPECT_EQ(CodeForHttpStatus(403), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(CodeForHttpStatus(401), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(CodeForHttpStatus(410), absl::StatusCode::kOutOfRange);
-  EXPECT_TRUE(IsGone(absl::Status(CodeForHttpStatus(410), "gone")));
-  EXPECT_EQ(CodeForHttpStatus(429), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(CodeForHttpStatus(503), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(CodeForHttpStatus(422), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatusCodeOfHttp(201), absl::StatusCode::kOk);
+  EXPECT_EQ(StatusCodeOfHttp(409), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(StatusCodeOfHttp(404), absl::StatusCode::kNotFound);
+  EXPECT_EQ(StatusCodeOfHttp(403), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(StatusCodeOfHttp(401), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(StatusCodeOfHttp(410), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(IsGone(absl::Status(StatusCodeOfHttp(410), "gone")));
+  EXPECT_EQ(StatusCodeOfHttp(429), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeOfHttp(408), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeOfHttp(503), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeOfHttp(422), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ApiClientTest, RetriesIdempotentCallsOn429And5xxButNotAPostOn5xx) {

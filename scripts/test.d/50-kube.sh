@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# End-to-end tests of gpushare-extender against a real control plane on
+# 127.0.0.1: etcd (Debian's etcd-server), kube-apiserver and kube-scheduler
+# built from the Kubernetes release pinned in tests/kube/go.mod (cached
+# outside the build folders by tests/kube/build-kube.sh, so only a cold
+# machine pays the build), then the pytest scenarios of tests/kube/.
+#
+# Environment: BUILD (the CMake build folder, default build);
+# GPUSHARE_KUBE_CACHE (binary cache root); GPUSHARE_KUBE_VENV (the virtual
+# environment with pytest, default $BUILD/venv-kube) when python3 has no
+# pytest; PYTEST_ARGS (e.g. "-k s1").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+
+if ! command -v etcd >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "50-kube: installing etcd-server and openssl"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends etcd-server openssl >/dev/null
+fi
+
+start=$(date +%s)
+kube_bin=$(tests/kube/build-kube.sh)
+echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s)"
+
+[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null
+# The extender's target: gpushare-extender (extender/), formerly
+# gpushare_extender (examples/extender/).
+if cmake --build "$build" --target help | grep -q '^gpushare-extender:'; then
+  cmake --build "$build" --target gpushare-extender
+  extender="$PWD/$build/extender/gpushare-extender"
+else
+  cmake --build "$build" --target gpushare_extender
+  extender="$PWD/$build/examples/extender/gpushare_extender"
+fi
+
+py=python3
+if ! python3 -c 'import pytest' 2>/dev/null; then
+  venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest
+  py="$venv/bin/python"
+fi
+# shellcheck disable=SC2086
+GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_EXTENDER="$extender" \
+  timeout 1800 "$py" -m pytest tests/kube -v -p no:cacheprovider ${PYTEST_ARGS:-}

@@ -1,0 +1,698 @@
+"""A real Kubernetes control plane on 127.0.0.1 for gpushare's end-to-end tests.
+
+etcd (Debian's etcd-server), kube-apiserver and kube-scheduler (built by
+build-kube.sh) and gpushare-extender, each on free loopback ports, with TLS and
+client certificates everywhere: a throwaway CA made with `openssl`, an admin
+in system:masters for the tests, kube-scheduler as system:kube-scheduler, and
+the extender as user `gpushare-extender` with a least-privilege ClusterRole.
+No kubelet and no kube-controller-manager: the tests create Nodes (with their
+status) through the API and delete pods with grace period 0.
+
+Everything started is stopped by ControlPlane.stop(), also after a failure;
+each component logs to <workdir>/logs/<name>.log. Every wait has a deadline.
+Standard library only.
+"""
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.parse
+
+GPU_MEM = "aliyun.com/gpu-mem"
+GPU_COUNT = "aliyun.com/gpu-count"
+WHOLE_GPU = "nvidia.com/gpu"
+NAMESPACE = "default"
+
+# Deadlines (seconds).
+START_TIMEOUT = 60
+STOP_TIMEOUT = 10
+REQUEST_TIMEOUT = 30
+
+
+class HarnessError(Exception):
+    pass
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, predicate, timeout, interval=0.1):
+    """Calls predicate() until it returns a true value (returned) or timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = predicate()
+        except (OSError, http.client.HTTPException, ApiError) as e:
+            last = None
+            error = e
+        else:
+            error = None
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise HarnessError(f"timed out after {timeout}s waiting for {what}"
+                               + (f" (last error: {error})" if error else ""))
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- certificates
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, timeout=60,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+class Pki:
+    """A CA and the certificates of one test cluster, in `directory`."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.ca_crt = self.path("ca.crt")
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+                 "-out", "ca.crt", "-days", "2", "-subj", "/CN=gpushare-e2e-ca", cwd=directory)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def issue(self, name, subject, server=False, client=False):
+        """Signs an EC P-256 key for `subject`; returns (cert path, key path)."""
+        usages = []
+        lines = ["basicConstraints=critical,CA:FALSE",
+                 "keyUsage=critical,digitalSignature,keyEncipherment"]
+        if server:
+            usages.append("serverAuth")
+            lines.append("subjectAltName=IP:127.0.0.1,DNS:localhost")
+        if client:
+            usages.append("clientAuth")
+        lines.append("extendedKeyUsage=" + ",".join(usages))
+        with open(self.path(name + ".ext"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                 "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj", subject,
+                 cwd=self.dir)
+        _openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", name + ".crt", "-days", "2",
+                 "-extfile", name + ".ext", cwd=self.dir)
+        return self.path(name + ".crt"), self.path(name + ".key")
+
+    def rsa_key(self, name):
+        _openssl("genrsa", "-out", name + ".key", "2048", cwd=self.dir)
+        _openssl("rsa", "-in", name + ".key", "-pubout", "-out", name + ".pub", cwd=self.dir)
+        return self.path(name + ".key"), self.path(name + ".pub")
+
+
+def write_kubeconfig(path, server, ca, cert, key, user):
+    """A kubeconfig in the form kubeadm writes (certificates embedded)."""
+    def b64(p):
+        with open(p, "rb") as f:
+            return base64.b64encode(f.read()).decode()
+    text = f"""apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: {b64(ca)}
+    server: {server}
+  name: e2e
+contexts:
+- context:
+    cluster: e2e
+    user: {user}
+  name: {user}@e2e
+current-context: {user}@e2e
+preferences: {{}}
+users:
+- name: {user}
+  user:
+    client-certificate-data: {b64(cert)}
+    client-key-data: {b64(key)}
+"""
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path
+
+
+# ---------------------------------------------------------------- API client
+
+class ApiError(Exception):
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body[:500]}")
+        self.status = status
+        self.body = body
+
+
+class Api:
+    """A JSON client of kube-apiserver with a client certificate (one keep-alive
+    connection per thread)."""
+
+    def __init__(self, host, port, ca, cert, key):
+        self.host, self.port = host, port
+        self.context = ssl.create_default_context(cafile=ca)
+        self.context.load_cert_chain(cert, key)
+        self.local = threading.local()
+
+    def _connection(self):
+        c = getattr(self.local, "conn", None)
+        if c is None:
+            c = http.client.HTTPSConnection(self.host, self.port, context=self.context,
+                                            timeout=REQUEST_TIMEOUT)
+            self.local.conn = c
+        return c
+
+    def request(self, method, path, body=None, content_type="application/json", ok=(200, 201)):
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        for attempt in range(2):
+            c = self._connection()
+            try:
+                c.request(method, path, body=data, headers=headers)
+                r = c.getresponse()
+                text = r.read().decode()
+                break
+            except (OSError, http.client.HTTPException):
+                c.close()
+                self.local.conn = None
+                if attempt == 1:
+                    raise
+        if r.status not in ok:
+            raise ApiError(r.status, text)
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text  # /readyz and friends answer plain text.
+
+    def get(self, path, **params):
+        if params:
+            path += "?" + urllib.parse.urlencode(params)
+        return self.request("GET", path)
+
+    # Objects.
+    def create_node(self, name, gpus, gpu_memory, labels=None, cpu="64", memory="256Gi",
+                    extra_capacity=None):
+        """A Node with `gpus` GPUs of `gpu_memory` units each, Ready, labelled
+        gpushare=true; its status is kept on create (no kubelet here)."""
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110",
+                    GPU_MEM: str(gpus * gpu_memory), GPU_COUNT: str(gpus), WHOLE_GPU: str(gpus)}
+        capacity.update(extra_capacity or {})
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"gpushare": "true",
+                                                  "kubernetes.io/hostname": name,
+                                                  **(labels or {})}},
+            "spec": {},
+            "status": {
+                "capacity": capacity, "allocatable": dict(capacity),
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "hand-made node of the e2e tests",
+                                "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            },
+        }
+        return self.request("POST", "/api/v1/nodes", node)
+
+    def delete_node(self, name):
+        self.request("DELETE", f"/api/v1/nodes/{name}", ok=(200, 202, 404))
+
+    def create_pod(self, name, gpu_memory=None, gpu_count=None, whole_gpus=None,
+                   namespace=NAMESPACE, labels=None):
+        """A pod as users write it: limits aliyun.com/gpu-mem, the label
+        aliyun.com/gpu-count for multi-card, limits nvidia.com/gpu for whole GPUs."""
+        limits = {}
+        if gpu_memory is not None:
+            limits[GPU_MEM] = str(gpu_memory)
+        if whole_gpus is not None:
+            limits[WHOLE_GPU] = str(whole_gpus)
+        pod_labels = {"app": "gpushare-e2e", **(labels or {})}
+        if gpu_count is not None:
+            pod_labels[GPU_COUNT] = str(gpu_count)
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": pod_labels},
+            "spec": {
+                "containers": [{"name": "main", "image": "registry.invalid/e2e:never-pulled",
+                                "resources": {"limits": limits}}],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        return self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+    def pod(self, name, namespace=NAMESPACE):
+        return self.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def pods(self, namespace=NAMESPACE):
+        return self.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+
+    def delete_pod(self, name, namespace=NAMESPACE):
+        """Force delete: with no kubelet, a graceful delete never completes."""
+        self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                     {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+                     ok=(200, 202, 404))
+
+    def nodes(self):
+        return self.get("/api/v1/nodes")["items"]
+
+    def events_for(self, pod_name, namespace=NAMESPACE):
+        return self.get(f"/api/v1/namespaces/{namespace}/events",
+                        fieldSelector=f"involvedObject.name={pod_name}")["items"]
+
+    def wait_bound(self, name, timeout=30):
+        return wait_until(f"pod {name} bound",
+                          lambda: self.pod(name)["spec"].get("nodeName"), timeout)
+
+
+# ---------------------------------------------------------------- processes
+
+class Process:
+    def __init__(self, name, argv, log_path, env=None):
+        self.name, self.argv, self.log_path = name, argv, log_path
+        self.log = open(log_path, "ab")
+        self.log.write(("$ " + " ".join(argv) + "\n").encode())
+        self.log.flush()
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     env=env)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def check_alive(self):
+        if not self.alive():
+            raise HarnessError(f"{self.name} exited with {self.proc.returncode}; "
+                               f"log: {self.log_path}\n{tail(self.log_path)}")
+        return True
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=STOP_TIMEOUT)
+        self.log.close()
+
+    def kill(self):
+        """SIGKILL, as a crash."""
+        self.stop(signal.SIGKILL)
+
+
+def tail(path, lines=60):
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def extender_has_api_client(binary):
+    """True when the extender takes --kubeconfig (its own Kubernetes client)."""
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+    return "--kubeconfig" in (r.stdout + r.stderr)
+
+
+# ---------------------------------------------------------------- the control plane
+
+EXTENDER_RBAC = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+     "metadata": {"name": "gpushare-extender"},
+     "rules": [
+         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+     ]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "gpushare-extender"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                 "name": "gpushare-extender"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                   "name": "gpushare-extender"}]},
+]
+
+
+class ControlPlane:
+    """etcd + kube-apiserver (started by start()), then kube-scheduler and the
+    extender, which each test may start and stop (start_scheduler,
+    start_extender)."""
+
+    def __init__(self, kube_bin, extender_bin, workdir, extender_tls=True):
+        self.kube_bin, self.extender_bin, self.workdir = kube_bin, extender_bin, workdir
+        self.extender_tls = extender_tls
+        self.logs = os.path.join(workdir, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.procs = {}
+        self.api = None
+        self.extender_port = None
+        self.scheduler_port = None
+        self.legacy_extender = None  # Set by start_extender().
+
+    def _start(self, name, argv, env=None):
+        old = self.procs.pop(name, None)
+        if old:
+            old.stop()
+        p = Process(name, argv, os.path.join(self.logs, name + ".log"), env=env)
+        self.procs[name] = p
+        return p
+
+    def start(self):
+        try:
+            self._start_pki()
+            self._start_etcd()
+            self._start_apiserver()
+            for obj in EXTENDER_RBAC:
+                kind = obj["kind"].lower() + "s"
+                self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_pki(self):
+        pki = self.pki = Pki(os.path.join(self.workdir, "pki"))
+        self.etcd_server = pki.issue("etcd", "/CN=etcd", server=True, client=True)
+        self.etcd_client = pki.issue("apiserver-etcd", "/CN=kube-apiserver-etcd-client",
+                                     client=True)
+        self.apiserver_cert = pki.issue("apiserver", "/CN=kube-apiserver", server=True)
+        self.admin = pki.issue("admin", "/O=system:masters/CN=e2e-admin", client=True)
+        self.scheduler_client = pki.issue("scheduler", "/CN=system:kube-scheduler", client=True)
+        self.scheduler_serving = pki.issue("scheduler-serving", "/CN=kube-scheduler",
+                                           server=True)
+        self.extender_client = pki.issue("extender", "/CN=gpushare-extender", client=True)
+        self.extender_serving = pki.issue("extender-serving", "/CN=gpushare-extender",
+                                          server=True)
+        self.sa_key, self.sa_pub = pki.rsa_key("service-account")
+
+    def _start_etcd(self):
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"https://127.0.0.1:{client}"
+        cert, key = self.etcd_server
+        p = self._start("etcd", [
+            "etcd", "--name", "e2e", "--data-dir", os.path.join(self.workdir, "etcd"),
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{peer}",
+            "--cert-file", cert, "--key-file", key, "--client-cert-auth",
+            "--trusted-ca-file", self.pki.ca_crt,
+            "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}",
+            "--logger", "zap", "--log-level", "warn", "--unsafe-no-fsync"])
+        ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
+        ctx.load_cert_chain(*self.etcd_client)
+
+        def healthy():
+            p.check_alive()
+            c = http.client.HTTPSConnection("127.0.0.1", client, context=ctx, timeout=5)
+            try:
+                c.request("GET", "/health")
+                return b'"true"' in c.getresponse().read()
+            finally:
+                c.close()
+        wait_until("etcd healthy", healthy, START_TIMEOUT, 0.2)
+
+    def _start_apiserver(self):
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        cert, key = self.apiserver_cert
+        ecert, ekey = self.etcd_client
+        p = self._start("kube-apiserver", [
+            os.path.join(self.kube_bin, "kube-apiserver"),
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--etcd-servers={self.etcd_url}", f"--etcd-cafile={self.pki.ca_crt}",
+            f"--etcd-certfile={ecert}", f"--etcd-keyfile={ekey}",
+            f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
+            f"--client-ca-file={self.pki.ca_crt}",
+            "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+            f"--service-account-key-file={self.sa_pub}",
+            f"--service-account-signing-key-file={self.sa_key}",
+            f"--service-account-issuer=https://127.0.0.1:{port}",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            # Without kube-controller-manager the `default` ServiceAccount never
+            # appears, and nothing removes the not-ready taint of a new Node.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--profiling=false", "--v=1"])
+        self.api = Api("127.0.0.1", port, self.pki.ca_crt, *self.admin)
+        self.admin_kubeconfig = write_kubeconfig(
+            os.path.join(self.workdir, "admin.kubeconfig"), self.server, self.pki.ca_crt,
+            *self.admin, "e2e-admin")
+        self.scheduler_kubeconfig = write_kubeconfig(
+            os.path.join(self.workdir, "scheduler.kubeconfig"), self.server, self.pki.ca_crt,
+            *self.scheduler_client, "system:kube-scheduler")
+        self.extender_kubeconfig = write_kubeconfig(
+            os.path.join(self.workdir, "extender.kubeconfig"), self.server, self.pki.ca_crt,
+            *self.extender_client, "gpushare-extender")
+
+        def ready():
+            p.check_alive()
+            try:
+                self.api.request("GET", "/readyz")
+            except ApiError:
+                return False
+            # The bootstrap RBAC of kube-scheduler must be in place too.
+            self.api.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/system:kube-scheduler")
+            self.api.get(f"/api/v1/namespaces/{NAMESPACE}")
+            return True
+        wait_until("kube-apiserver ready", ready, START_TIMEOUT * 2, 0.25)
+
+    # -- the extender ---------------------------------------------------------
+
+    def start_extender(self, restart=False):
+        """Starts gpushare-extender against the API server; returns its URL prefix."""
+        name = "gpushare-extender"
+        if restart and name in self.procs:
+            self.procs[name].stop()
+        port_file = os.path.join(self.workdir, "extender.port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        # The first start picks a free port; a restart keeps it, as kube-scheduler's
+        # configuration names it.
+        port = self.extender_port or 0
+        if self.legacy_extender is None:
+            self.legacy_extender = not extender_has_api_client(self.extender_bin)
+        if self.legacy_extender:
+            argv = self._legacy_extender_argv()
+            self.extender_scheme = "http"
+        else:
+            argv = [self.extender_bin, "--kubeconfig", self.extender_kubeconfig,
+                    "--address", "127.0.0.1", "--policy", "binpack",
+                    "--access-log", os.path.join(self.logs, "extender-access.log")]
+            if self.extender_tls:
+                argv += ["--tls-cert-file", self.extender_serving[0],
+                         "--tls-private-key-file", self.extender_serving[1]]
+            self.extender_scheme = "https" if self.extender_tls else "http"
+        argv += ["--port", str(port), "--port-file", port_file]
+        p = self._start(name, argv)
+        got = wait_until("extender port file",
+                         lambda: p.check_alive() and os.path.exists(port_file)
+                         and open(port_file).read().strip(), START_TIMEOUT, 0.05)
+        self.extender_port = int(got)
+        return self.extender_url()
+
+    def extender_url(self):
+        return f"{self.extender_scheme}://127.0.0.1:{self.extender_port}/gpushare-scheduler"
+
+    def kill_extender(self):
+        p = self.procs.get("gpushare-extender")
+        if p:
+            p.kill()
+
+    def _legacy_extender_argv(self):
+        # ---- LEGACY: the extender before its own API client has no Kubernetes
+        # client of its own; it reaches the API over plain HTTP through
+        # `kubectl proxy`, which authenticates with the extender's own client
+        # certificate (so the RBAC above is exercised). Used only when the
+        # binary's usage lacks --kubeconfig; remove once the client lands.
+        proxy = self.procs.get("kubectl-proxy")
+        if proxy is None or not proxy.alive():
+            proxy_port = free_port()
+            proxy = self._start("kubectl-proxy", [
+                os.path.join(self.kube_bin, "kubectl"), "proxy",
+                f"--kubeconfig={self.extender_kubeconfig}",
+                "--address=127.0.0.1", f"--port={proxy_port}"])
+            self.legacy_proxy_port = proxy_port
+            wait_until("kubectl proxy", lambda: proxy.check_alive()
+                       and "Starting to serve" in tail(proxy.log_path), START_TIMEOUT, 0.05)
+        return [self.extender_bin, "--apiserver", f"http://127.0.0.1:{self.legacy_proxy_port}",
+                "--address", "127.0.0.1", "--policy", "binpack"]
+
+    # -- kube-scheduler -------------------------------------------------------
+
+    def start_scheduler(self, with_extender=True, node_cache_capable=False):
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": self.scheduler_kubeconfig,
+                                 "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+        }
+        if with_extender:
+            ext = {
+                "urlPrefix": self.extender_url(),
+                "filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind",
+                # Extender scores are 0..10, scaled by weight x 10 against the
+                # plugins' 0..100: weight 10 lets binpack decide among nodes
+                # that kube-scheduler's own scores leave close.
+                "weight": 10,
+                # False: every call carries the full Node objects, so the
+                # extender needs no node cache of its own.
+                "nodeCacheCapable": node_cache_capable,
+                "httpTimeout": "10s",
+                "ignorable": False,
+                "managedResources": [
+                    # kube-scheduler's node-total check of gpu-mem is a true
+                    # necessary condition: keep it (cheap pre-filter).
+                    {"name": GPU_MEM, "ignoredByScheduler": False},
+                    # Whole GPUs: only the extender knows which GPUs are idle.
+                    {"name": WHOLE_GPU, "ignoredByScheduler": True},
+                ],
+            }
+            if self.extender_scheme == "https":
+                ext["enableHTTPS"] = True
+                ext["tlsConfig"] = {"caFile": self.pki.ca_crt}
+            config["extenders"] = [ext]
+        path = os.path.join(self.workdir, "scheduler-config.json")
+        with open(path, "w") as f:
+            json.dump(config, f, indent=1)
+        self.scheduler_port = free_port()
+        kc = self.scheduler_kubeconfig
+        p = self._start("kube-scheduler", [
+            os.path.join(self.kube_bin, "kube-scheduler"), f"--config={path}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            f"--client-ca-file={self.pki.ca_crt}",
+            f"--tls-cert-file={self.scheduler_serving[0]}",
+            f"--tls-private-key-file={self.scheduler_serving[1]}", "--v=2"])
+        ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
+
+        def healthy():
+            p.check_alive()
+            c = http.client.HTTPSConnection("127.0.0.1", self.scheduler_port, context=ctx,
+                                            timeout=5)
+            try:
+                c.request("GET", "/readyz")
+                return c.getresponse().status == 200
+            finally:
+                c.close()
+        wait_until("kube-scheduler ready", healthy, START_TIMEOUT, 0.2)
+
+    def stop_scheduler(self):
+        p = self.procs.pop("kube-scheduler", None)
+        if p:
+            p.stop()
+
+    def scheduler_metrics(self):
+        """kube-scheduler's /metrics, fetched as the admin (delegated authn/authz)."""
+        ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
+        ctx.load_cert_chain(*self.admin)
+        c = http.client.HTTPSConnection("127.0.0.1", self.scheduler_port, context=ctx,
+                                        timeout=REQUEST_TIMEOUT)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            body = r.read().decode()
+            if r.status != 200:
+                raise HarnessError(f"/metrics: HTTP {r.status}: {body[:300]}")
+            return body
+        finally:
+            c.close()
+
+    # -- state between tests ----------------------------------------------------
+
+    def reset(self):
+        """Stops kube-scheduler and the extender, deletes every pod, node and event."""
+        for name in ("kube-scheduler", "gpushare-extender"):
+            p = self.procs.pop(name, None)
+            if p:
+                p.stop()
+        self.extender_port = None
+        for pod in self.api.pods():
+            self.api.delete_pod(pod["metadata"]["name"])
+        for node in self.api.nodes():
+            self.api.delete_node(node["metadata"]["name"])
+        self.api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/events", ok=(200,))
+        wait_until("pods and nodes gone",
+                   lambda: not self.api.pods() and not self.api.nodes(), 30, 0.2)
+
+    def log_tails(self, lines=80):
+        out = []
+        for name in sorted(os.listdir(self.logs)):
+            out.append(f"----- {name} (last {lines} lines) -----")
+            out.append(tail(os.path.join(self.logs, name), lines))
+        return "\n".join(out)
+
+    def stop(self):
+        # Reverse start order: clients first, etcd last.
+        for name in reversed(list(self.procs)):
+            try:
+                self.procs[name].stop()
+            except Exception:  # Keep stopping the others.
+                pass
+        self.procs.clear()
+
+
+# ---------------------------------------------------------------- allocation views
+
+def gpu_allocation(pod):
+    """{gpu index: units} that the bind annotations give this pod, or None."""
+    ann = pod["metadata"].get("annotations") or {}
+    alloc = ann.get("scheduler.framework.gpushare.allocation")
+    if alloc:
+        per_container = json.loads(alloc)
+        total = {}
+        for gpus in per_container.values():
+            for g, units in gpus.items():
+                total[int(g)] = total.get(int(g), 0) + int(units)
+        return total
+    idx = ann.get("ALIYUN_COM_GPU_MEM_IDX")
+    if idx is None:
+        return None
+    gpus = [int(g) for g in idx.replace(",", "-").split("-")]
+    pod_units = int(ann["ALIYUN_COM_GPU_MEM_POD"])
+    return {g: pod_units // len(gpus) for g in gpus}
+
+
+def node_gpus(node):
+    """(GPU count, units per GPU) from a Node's capacity."""
+    cap = node["status"]["capacity"]
+    count = int(cap.get(GPU_COUNT, cap.get(WHOLE_GPU, "0")))
+    memory = int(cap.get(GPU_MEM, "0"))
+    return count, (memory // count if count else 0)
+
+
+def used_per_gpu(api):
+    """{node: {gpu: units}} over the bound pods, from their annotations."""
+    used = {}
+    for pod in api.pods():
+        node = pod["spec"].get("nodeName")
+        alloc = gpu_allocation(pod)
+        if node and alloc:
+            for g, units in alloc.items():
+                used.setdefault(node, {}).setdefault(g, 0)
+                used[node][g] += units
+    return used
+

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools lists the Kubernetes commands the tests build, so that
+// `go mod tidy` keeps their dependencies in go.sum.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
