@@ -1,44 +1,94 @@
 // File: extender/api_client.h
 // -----------------------------------------------------------------------------
-// A client of the Kubernetes API for gpushare-extender: lists nodes and pods
-// and writes binds (the device plugin's annotations, then the v1.Binding).
+// A client of the Kubernetes API for gpushare-extender: lists and watches
+// nodes and pods, and writes binds (the device plugin's annotations, then the
+// v1.Binding).
 //
-//   auto api = gpushare::extender::ApiClient::Create("http://127.0.0.1:8001");
-//   absl::StatusOr<std::string> nodes = api->Get("/api/v1/nodes");
+//   absl::StatusOr<RestConfig> config = ResolveRestConfig({.kubeconfig = path});
+//   auto api = gpushare::extender::ApiClient::Create(*config);
+//   absl::StatusOr<std::string> nodes = (*api)->Get("/api/v1/nodes");
 //
-// Today: plain HTTP to a URL such as `kubectl proxy`, one connection per call
-// (binds and resyncs are rare next to filter calls). Thread-safe: every call
-// uses its own connection.
+// HTTPS (OpenSSL through Boost.Asio) verifies the server's certificate
+// against the config's CA (else the system's) and its host name (DNS name or
+// IP address, or tls_server_name); a client certificate and a bearer token
+// (from a file re-read when it rotates) authenticate. Plain http:// is used
+// only when the server URL says so (e.g. `kubectl proxy`).
+//
+// Connections are kept alive and reused (at most ClientOptions::max_idle
+// idle ones); each call has a timeout; a client-side token bucket limits the
+// request rate (ClientOptions::qps / burst). Idempotent calls (GET, and the
+// merge PATCH of a bind, which sets the same annotations again) are retried
+// with exponential backoff on transport errors, 429 and 5xx, honouring
+// Retry-After; a POST only when it surely was not processed (the connection
+// failed, or 429).
+//
+// Thread-safe: any number of threads may call at once.
 
 #ifndef GPUSHARE_EXTENDER_API_CLIENT_H_
 #define GPUSHARE_EXTENDER_API_CLIENT_H_
 
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 
 #include <boost/beast/http/verb.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "extender/kubeconfig.h"
 #include "gpushare/kubernetes.h"
 
 namespace gpushare::extender {
 
-// The canonical code of a non-2xx HTTP status of the API server: 400/422
-// InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 404 NotFound,
-// 409 AlreadyExists, 408/429/5xx Unavailable, others Unknown.
+// The canonical code of an HTTP status from the API server, in one place:
+// 2xx OK; 400 and 422 InvalidArgument; 401 Unauthenticated; 403
+// PermissionDenied; 404 NotFound; 409 AlreadyExists (a conflict: e.g. the pod
+// is already bound); 410 OutOfRange (a watch's resource version is too old:
+// see IsGone()); 408, 429 and 5xx Unavailable; others Unknown.
 absl::StatusCode StatusCodeOfHttp(unsigned http_status);
+
+// Whether `status` says "410 Gone / too old resource version": the watcher
+// must list again.
+bool IsGone(const absl::Status& status);
+
+struct ClientOptions {
+  // Client-side rate limit: a token bucket of `burst` requests refilled at
+  // `qps` per second (qps <= 0: unlimited). client-go's defaults (5/10) are
+  // meant for controllers; each bind costs two requests (patch + binding), so
+  // these match kube-scheduler's own client (50/100): 25 binds/s sustained and
+  // bursts of 50, while still protecting the API server from a loop.
+  double qps = 50;      // Requests per second.
+  int burst = 100;      // Requests.
+  std::chrono::milliseconds timeout{30'000};      // Connect + one request and reply.
+  int max_attempts = 5;                           // Per call, the first one included.
+  std::chrono::milliseconds backoff_initial{200};  // Doubles each retry, +/- 25% jitter.
+  std::chrono::milliseconds backoff_max{10'000};
+  int max_idle = 4;  // Kept-alive idle connections.
+  std::string user_agent = "gpushare-extender";
+};
 
 class ApiClient {
  public:
-  // `url` is http://HOST[:PORT][/PATH]. Errors: InvalidArgument for any other
-  // scheme or a URL without a host.
-  static absl::StatusOr<ApiClient> Create(const std::string& url);
+  // Errors: InvalidArgument for a server URL that is not http(s)://HOST[:PORT]
+  // [/PREFIX], or TLS material OpenSSL refuses (naming which).
+  static absl::StatusOr<std::unique_ptr<ApiClient>> Create(const RestConfig& config,
+                                                           ClientOptions options = {});
+  // A server URL alone, no credentials (e.g. http://127.0.0.1:8001 for
+  // `kubectl proxy`).
+  static absl::StatusOr<std::unique_ptr<ApiClient>> Create(const std::string& url);
+
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
 
   // The body of a 2xx reply to `method` `path` (with `body` of
-  // `content_type` unless GET). Errors, with the status and the start of the
-  // API's message: Unavailable for transport errors (including timeouts and
-  // dropped connections); for non-2xx replies, StatusCodeOfHttp() of the
-  // HTTP status.
+  // `content_type` unless GET). Errors: StatusCodeOfHttp() of the reply's
+  // status (message: method, path, status and the API's message), after the
+  // retries above; Unavailable for transport errors (TLS verification
+  // failures say why: "certificate has expired", "hostname mismatch", ...);
+  // DeadlineExceeded when a reply takes longer than options.timeout.
   absl::StatusOr<std::string> Call(boost::beast::http::verb method, const std::string& path,
                                    const std::string& body = "",
                                    const char* content_type = "application/json") const;
@@ -50,14 +100,29 @@ class ApiClient {
   // Writes a bind: a merge patch of the pod's annotations, then the Binding.
   // Errors: Aborted if the PATCH failed (the Binding was not sent); else
   // those of Call() for the Binding, e.g. AlreadyExists (409) when the pod is
-  // bound already, Unavailable when its outcome is unknown.
+  // bound already, Unavailable or DeadlineExceeded when its outcome is
+  // unknown.
   absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result) const;
 
   // The v1.Pod of a bind target (GET /api/v1/namespaces/NS/pods/NAME).
   absl::StatusOr<std::string> GetPod(const k8s::BindTarget& target) const;
 
+  // GETs `path` on a connection of its own and hands each piece of the body
+  // to `on_data` as it arrives (a watch: pieces do not follow line or event
+  // boundaries). Returns OK when the server ends the reply, Cancelled when
+  // `on_data` returns false, DeadlineExceeded when nothing arrives for
+  // `idle_timeout`, the mapped status of a non-2xx reply, or Unavailable.
+  // Not retried: the caller decides.
+  absl::Status Stream(const std::string& path,
+                      const std::function<bool(std::string_view)>& on_data,
+                      std::chrono::milliseconds idle_timeout) const;
+
+  const RestConfig& config() const;
+
  private:
-  std::string host_, port_, base_;
+  struct Impl;
+  explicit ApiClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace gpushare::extender

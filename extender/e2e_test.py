@@ -385,10 +385,15 @@ class RestartTest(unittest.TestCase):
 
 
 class FakeApiServer:
-    """The few Kubernetes API calls the extender makes, over loopback HTTP,
+    """The few Kubernetes API calls the extender makes, over loopback HTTP/1.1,
     answered as the real API server answers them.
 
-    GET /api/v1/nodes and /api/v1/pods list the objects, GET
+    GET /api/v1/nodes and /api/v1/pods list the objects with the list's
+    resourceVersion; with ?watch=1&resourceVersion=RV they stream the events
+    after RV as chunked newline-delimited JSON until timeoutSeconds (an RV
+    older than drop_watches_and_compact() left gets an ERROR event with code
+    410, as etcd compaction does); every change bumps the resourceVersion and
+    records a watch event. GET
     /api/v1/namespaces/NS/pods/NAME reads one; PATCH of a pod takes a JSON merge
     patch of its annotations; POST .../binding sets spec.nodeName once: a pod
     already bound, or a Binding whose metadata.uid is not the pod's, gets 409
@@ -405,15 +410,26 @@ class FakeApiServer:
 
     def __init__(self, nodes, pods):
         self.lock = threading.Lock()
-        self.nodes = list(nodes)
-        self.pods = {(p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
-                     for p in pods}
+        self.changed = threading.Condition(self.lock)
+        self.rv = 100
+        self.compacted = 0
+        self.generation = 0  # Bumped by drop_watches_and_compact(): open watches end.
+        self.stopped = False
+        self.events = []  # (rv, "nodes"|"pods", type, object)
+        self.nodes = {}
+        self.pods = {}
+        for n in nodes:
+            self.add_node(n)
+        for p in pods:
+            self.add_pod(p)
         self.calls = []
         self.faults = {}  # (verb, name) -> [kind, ...]
         self.binding_delay = 0.0
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args):
                 pass
 
@@ -460,16 +476,59 @@ class FakeApiServer:
                     return False
                 return True
 
+            def chunk(self, obj):
+                data = (json.dumps(obj) + "\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def watch(self, kind, query):
+                since = int(query.get("resourceVersion", ["0"])[0] or 0)
+                timeout = float(query.get("timeoutSeconds", ["30"])[0])
+                deadline = time.monotonic() + timeout
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                with api.lock:
+                    generation = api.generation
+                    if since < api.compacted:
+                        self.chunk({"type": "ERROR", "object": {
+                            "kind": "Status", "status": "Failure", "reason": "Expired",
+                            "code": 410,
+                            "message": "too old resource version: %d (%d)" % (
+                                since, api.compacted)}})
+                        self.wfile.write(b"0\r\n\r\n")
+                        return
+                    while not api.stopped and generation == api.generation:
+                        for rv, k, type_, obj in api.events:
+                            if rv > since and k == kind:
+                                self.chunk({"type": type_, "object": obj})
+                                since = rv
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        api.changed.wait(min(left, 0.5))
+                    if generation != api.generation:
+                        self.close_connection = True  # Dropped: no last chunk.
+                        return
+                self.wfile.write(b"0\r\n\r\n")
+
             def do_GET(self):
                 parts = self.path.split("/")
                 if self.early_fault(self.fault("GET", parts)):
                     return
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
+                if kind is not None and query.get("watch") == ["1"]:
+                    return self.watch(kind, query)
                 with api.lock:
-                    if self.path == "/api/v1/nodes":
-                        return self.reply(200, {"kind": "NodeList", "items": api.nodes})
-                    if self.path == "/api/v1/pods":
-                        return self.reply(200, {"kind": "PodList",
-                                                "items": list(api.pods.values())})
+                    if kind is not None:
+                        items = list(api.nodes.values() if kind == "nodes"
+                                     else api.pods.values())
+                        return self.reply(200, {
+                            "kind": "NodeList" if kind == "nodes" else "PodList",
+                            "metadata": {"resourceVersion": str(api.rv)}, "items": items})
                     pod = self.pod_of(parts)
                     if pod is not None and len(parts) == 7:
                         return self.reply(200, pod)
@@ -491,6 +550,7 @@ class FakeApiServer:
                         return self.reply(404, {"kind": "Status", "code": 404})
                     pod["metadata"].setdefault("annotations", {}).update(
                         patch["metadata"]["annotations"])
+                    api._record("pods", "MODIFIED", pod)
                     self.reply(200, pod)
 
             def do_POST(self):
@@ -521,6 +581,7 @@ class FakeApiServer:
                                        % (name, name, pod["spec"]["nodeName"])})
                     pod["spec"]["nodeName"] = binding["target"]["name"]
                     pod["status"]["phase"] = "Running"
+                    api._record("pods", "MODIFIED", pod)
                     delay = api.binding_delay
                 time.sleep(delay)
                 if kind == "500-after":
@@ -541,13 +602,46 @@ class FakeApiServer:
         self.thread.start()
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
 
+    def _record(self, kind, type_, obj):
+        """Bumps the resourceVersion and records an event; self.lock is held."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.events.append((self.rv, kind, type_, copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def add_node(self, node):
+        with self.lock:
+            self.nodes[node["metadata"]["name"]] = node
+            self._record("nodes", "ADDED", node)
+
+    def delete_node(self, name):
+        with self.lock:
+            node = self.nodes.pop(name)
+            self._record("nodes", "DELETED", node)
+
     def add_pod(self, pod):
         with self.lock:
-            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+            self.pods[(pod["metadata"].get("namespace", "default"),
+                       pod["metadata"]["name"])] = pod
+            self._record("pods", "ADDED", pod)
 
     def delete_pod(self, name, namespace="default"):
         with self.lock:
-            del self.pods[(namespace, name)]
+            pod = self.pods.pop((namespace, name))
+            self._record("pods", "DELETED", pod)
+
+    def drop_watches_and_compact(self):
+        """Ends every open watch without its last chunk, and forgets the
+        events so far: watching from an older resourceVersion gets 410."""
+        with self.lock:
+            self.generation += 1
+            self.compacted = self.rv
+            self.events = []
+            self.changed.notify_all()
+
+    def pod_calls(self, method, name):
+        with self.lock:
+            return [c for c in self.calls if c[0] == method and c[1].endswith("/pods/" + name)]
 
     def add_fault(self, verb, name, kind):
         with self.lock:
@@ -584,7 +678,7 @@ class FakeApiServer:
         """{(node, gpu): units} from the nodes' capacity."""
         out = {}
         with self.lock:
-            for n in self.nodes:
+            for n in self.nodes.values():
                 cap = n["status"]["capacity"]
                 count = int(cap.get("aliyun.com/gpu-count", "1"))
                 for g in range(count):
@@ -592,6 +686,9 @@ class FakeApiServer:
         return out
 
     def stop(self):
+        with self.lock:
+            self.stopped = True
+            self.changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
 
@@ -621,11 +718,15 @@ class ApiServerTest(unittest.TestCase):
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
         proc, url = start_server(binary, None, None, tmp.name,
-                                 extra=("--apiserver", self.api.url, "--resync-ms", "100"))
+                                 # Changes must arrive by the watches, not
+                                 # by the safety-net resync.
+                                 extra=("--apiserver", self.api.url, "--resync-ms", "600000"))
         self.addCleanup(stop_server, proc)
         self.client = Client(url)
         self.addCleanup(self.client.close)
         self.names = [n["metadata"]["name"] for n in nodes]
+        status, ready = self.client.request("GET", "/readyz")
+        self.assertEqual(status, 200, ready)
 
     def pods_on(self, node):
         view = self.client.inspect(node)["nodes"][0]
@@ -662,10 +763,9 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(self.client.inspect(), before)
 
     def test_follows_new_nodes_deleted_pods_and_other_replicas(self):
-        late = copy.deepcopy(self.api.nodes[0])
+        late = copy.deepcopy(self.api.nodes["sd-cluster-04"])
         late["metadata"]["name"] = "late-node"
-        with self.api.lock:
-            self.api.nodes.append(late)
+        self.api.add_node(late)
         self.assertTrue(wait_for(lambda: any(
             n["name"] == "late-node" for n in self.client.inspect()["nodes"])))
         pod = make_pod("api-2", 6)
@@ -684,6 +784,60 @@ class ApiServerTest(unittest.TestCase):
         self.api.delete_pod("api-2")
         self.api.delete_pod("other-replica")
         self.assertTrue(wait_for(lambda: not self.pods_on("late-node")))
+
+    def test_a_delete_nudges_pending_pods_that_now_fit(self):
+        # Fill sd-cluster-04 (14 units), park a pod that fits nowhere else and
+        # not there now, then delete the holder and nothing else: the parked
+        # pod is touched, so kube-scheduler retries it at once.
+        holder = make_pod("holder", 14)
+        self.api.add_pod(copy.deepcopy(holder))
+        host, _ = schedule(self.client, holder, ["sd-cluster-04"])
+        self.assertEqual(host, "sd-cluster-04")
+        parked = make_pod("parked", 10)
+        parked["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["sd-cluster-04"]}]}]}}}
+        self.api.add_pod(copy.deepcopy(parked))
+        status, result = self.client.post("filter", extender_args(parked, ["sd-cluster-04"]))
+        self.assertEqual(result["NodeNames"], [])
+        time.sleep(0.3)
+        self.assertEqual(self.api.pod_calls("PATCH", "parked"), [])
+        self.api.delete_pod("holder")
+        self.assertTrue(wait_for(lambda: self.api.pod_calls("PATCH", "parked"), timeout=5))
+        patch = self.api.pod_calls("PATCH", "parked")[0][3]
+        self.assertIn("scheduler.framework.gpushare.requeue-at", patch["metadata"]["annotations"])
+        # And it now fits.
+        host, _ = schedule(self.client, parked, ["sd-cluster-04"])
+        self.assertEqual(host, "sd-cluster-04")
+
+    def test_a_deleted_node_goes_once_its_pods_are_gone(self):
+        pod = make_pod("on-doomed", 3)
+        self.api.add_pod(copy.deepcopy(pod))
+        host, _ = schedule(self.client, pod, ["sd-cluster-05"])
+        self.assertEqual(host, "sd-cluster-05")
+        self.api.delete_node("sd-cluster-05")
+        time.sleep(0.3)
+        # Still holding a pod: kept, cordoned, so nothing new lands there.
+        self.assertIn("on-doomed", self.pods_on("sd-cluster-05"))
+        status, result = self.client.post("filter", extender_args(make_pod("new", 1),
+                                                                  ["sd-cluster-05"]))
+        self.assertEqual(result["NodeNames"], [])
+        self.api.delete_pod("on-doomed")
+        self.assertTrue(wait_for(lambda: "sd-cluster-05" not in used_by_node(
+            self.client.inspect())))
+
+    def test_converges_after_a_dropped_watch_and_410(self):
+        pod = make_pod("api-3", 5)
+        self.api.add_pod(copy.deepcopy(pod))
+        host, _ = schedule(self.client, pod, ["v100-node"])
+        self.assertEqual(host, "v100-node")
+        self.assertTrue(wait_for(lambda: not self.pods_on("v100-node")["api-3"]["reserved"]))
+        # The watches drop and the history is compacted; meanwhile the pod
+        # goes away. The extender must list again (410) and release it.
+        self.api.drop_watches_and_compact()
+        self.api.delete_pod("api-3")
+        self.assertTrue(wait_for(lambda: "api-3" not in self.pods_on("v100-node"), timeout=15))
 
 
 class HostileApiTest(unittest.TestCase):
@@ -801,19 +955,21 @@ class HostileApiTest(unittest.TestCase):
         node = "v100-node"  # Four GPUs of 15 units.
         cases = [
             # (faults, whether the first reply already succeeds)
-            ([("BINDING", "429")], False),
+            # The API client retries what surely was not applied (a 429) and
+            # idempotent calls (the PATCH, the GET of the pod) by itself.
+            ([("BINDING", "429")], True),
             ([("BINDING", "500")], False),
             ([("BINDING", "drop")], False),
             ([("BINDING", "slow-drop")], False),
-            ([("PATCH", "500")], False),
-            ([("PATCH", "drop")], False),
+            ([("PATCH", "500")], True),
+            ([("PATCH", "drop")], True),
             # The Binding is applied, but the reply is lost or an error: the
             # extender reads the pod and keeps the bind.
             ([("BINDING", "500-after")], True),
             ([("BINDING", "drop-after")], True),
-            # ... and if the pod cannot be read either, the GPUs stay reserved
-            # until the retry, which learns the truth from the 409.
-            ([("BINDING", "500-after"), ("GET", "500")], False),
+            ([("BINDING", "500-after"), ("GET", "500")], True),
+            # A Binding whose fate is unknown and a pod not bound: forgotten,
+            # and kube-scheduler's retry binds it.
             ([("BINDING", "drop"), ("GET", "drop")], False),
         ]
         client = Client(self.url)

@@ -57,9 +57,14 @@ Reply FromStatus(const absl::StatusOr<std::string>& r) {
 }  // namespace
 
 Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
-            std::string_view body) {
+            std::string_view body, const ReadinessCheck& ready) {
   const std::string path(target.substr(0, target.find('?')));
   if (path == "/healthz") return {http::status::ok, "{\"status\":\"ok\"}"};
+  if (path == "/readyz") {
+    const absl::Status s = ready ? ready() : absl::OkStatus();
+    if (s.ok()) return {http::status::ok, "{\"status\":\"ready\"}"};
+    return {http::status::service_unavailable, k8s::ErrorJson(s)};
+  }
   if (path == "/version" || path == "/gpushare-scheduler/version") {
     return {http::status::ok, ext.Version()};
   }
@@ -749,7 +754,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       const size_t in = req->body().size();
       Reply reply = Route(*self->impl_->ext_, req->method(),
                           std::string_view(req->target().data(), req->target().size()),
-                          req->body());
+                          req->body(), self->impl_->options_.ready);
       // Free the body before returning its budget.
       std::string().swap(req->body());
       if (held > 0) self->impl_->budget_.Release(held);

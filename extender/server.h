@@ -78,11 +78,17 @@ struct Reply {
   std::string body;
 };
 
+// Readiness for GET /readyz: OK when the extender's state has been built
+// from the API server (the first full list of nodes and pods applied), else
+// a status whose message says what is missing. Empty: always ready.
+using ReadinessCheck = std::function<absl::Status()>;
+
 // Routes one request to `ext`. `target` is the request target (a query
 // string is ignored). Never throws; malformed bodies are 400 with
-// k8s::ErrorJson(), unknown routes 404, a wrong method 405.
+// k8s::ErrorJson(), unknown routes 404, a wrong method 405; /readyz is 200,
+// or 503 with the reason `ready` gives.
 Reply Route(k8s::Extender& ext, boost::beast::http::verb method, std::string_view target,
-            std::string_view body);
+            std::string_view body, const ReadinessCheck& ready = {});
 
 // Limits of one server; the defaults suit one kube-scheduler on the same
 // network. Sizes in bytes, rates in bytes per second.
@@ -125,6 +131,7 @@ struct ServerOptions {
   std::string tls_private_key_file;  // PEM; required with tls_cert_file.
   std::string client_ca_file;        // PEM CAs; clients must present a cert.
   std::string access_log;            // File path, "-" for stdout, "" for none.
+  ReadinessCheck ready;              // For /readyz (see Route()); empty: ready.
 };
 
 // Parses one serving flag of gpushare-extender (--max-body-bytes and the

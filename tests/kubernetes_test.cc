@@ -625,5 +625,171 @@ TEST(SyncTest, MalformedListsChangeNothing) {
   EXPECT_EQ(json::parse(*ext.Inspect()).dump(), before);
 }
 
+// ---- Watch events -------------------------------------------------------------------
+
+int UsedOn(const Extender& ext, const std::string& node) {
+  return json::parse(*ext.Inspect(node))["nodes"][0]["usedGPU"].get<int>();
+}
+
+TEST(WatchEventTest, NodeEventsAddReplaceCordonAndRemoveIdleNodes) {
+  const json n1 = GpuNode("n1", "10.0.0.1", 1, 14);
+  auto scheduler = MakeScheduler({n1});
+  Extender ext(scheduler.get());
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyNodeEvent("ADDED", GpuNode("n2", "10.0.0.2", 2, 16).dump()));
+  EXPECT_EQ(r.nodes_added, 1);
+  json cordoned = n1;
+  cordoned["spec"]["unschedulable"] = true;
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("MODIFIED", cordoned.dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  scheduler->Read([](const Cluster& c) { EXPECT_FALSE(c.FindNode("n1")->schedulable); });
+  // The same object again changes nothing.
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("MODIFIED", cordoned.dump()));
+  EXPECT_EQ(r.nodes_updated, 0);
+  // n2 holds a pod: a relabel waits, a delete cordons it; idle, it goes.
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 4), {"n2"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("a", "n2")))["Error"], "");
+  json relabelled = GpuNode("n2", "10.0.0.2", 2, 16, {{"zone", "b"}});
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("MODIFIED", relabelled.dump()));
+  EXPECT_EQ(r.nodes_updated, 0);
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("node n2 changed")));
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("DELETED", relabelled.dump()));
+  EXPECT_EQ(r.nodes_removed, 0);
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("cordoned")));
+  ASSERT_OK(scheduler->Release("default/a"));
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("DELETED", relabelled.dump()));
+  EXPECT_EQ(r.nodes_removed, 1);
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("MODIFIED", relabelled.dump()));
+  EXPECT_EQ(r.nodes_added, 1);  // Back with its new labels.
+  scheduler->Read([](const Cluster& c) { EXPECT_EQ(c.FindNode("n2")->labels.at("zone"), "b"); });
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(WatchEventTest, IdleChangedNodeIsReplaced) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyNodeEvent("MODIFIED", GpuNode("n1", "10.0.0.1", 2, 14).dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_EQ(json::parse(*ext.Inspect("n1"))["nodes"][0]["devs"].size(), 2u);
+}
+
+TEST(WatchEventTest, APodBoundToItsNodeConfirmsTheReservation) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 4), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("a", "n1")))["Error"], "");
+  ASSERT_TRUE(scheduler->IsReserved("default/a"));
+  // Still pending in this event (it predates the binding): nothing changes.
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyPodEvent("MODIFIED", GpuPod("a", 4).dump()));
+  EXPECT_EQ(r.confirmed + r.released, 0);
+  EXPECT_TRUE(scheduler->IsReserved("default/a"));
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", BoundPod("a", 4, "n1", "0").dump()));
+  EXPECT_EQ(r.confirmed, 1);
+  EXPECT_FALSE(scheduler->IsReserved("default/a"));
+  EXPECT_EQ(UsedOn(ext, "n1"), 4);
+}
+
+TEST(WatchEventTest, DeletedCompletedOrBoundElsewherePodsReleaseTheirPlacement) {
+  auto scheduler =
+      MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14), GpuNode("n2", "10.0.0.2", 1, 14)});
+  Extender ext(scheduler.get());
+  for (const char* name : {"gone", "done", "moved"}) {
+    ASSERT_OK(ext.Filter(Args(GpuPod(name, 4), {"n1"})).status());
+    ASSERT_EQ(json::parse(*ext.Bind(Binding(name, "n1")))["Error"], "");
+  }
+  ASSERT_EQ(UsedOn(ext, "n1"), 12);
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyPodEvent("DELETED", BoundPod("gone", 4, "n1", "0").dump()));
+  EXPECT_EQ(r.released, 1);
+  ASSERT_OK_AND_ASSIGN(
+      r, ext.ApplyPodEvent("MODIFIED", BoundPod("done", 4, "n1", "0", "Succeeded").dump()));
+  EXPECT_EQ(r.released, 1);
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", BoundPod("moved", 4, "n2", "").dump()));
+  EXPECT_EQ(r.released, 1);
+  EXPECT_EQ(UsedOn(ext, "n1"), 0);
+  // A terminating pod still holds its GPUs until it is deleted.
+  ASSERT_OK(ext.Filter(Args(GpuPod("slow", 4), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("slow", "n1")))["Error"], "");
+  json slow = BoundPod("slow", 4, "n1", "0");
+  slow["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", slow.dump()));
+  EXPECT_EQ(r.released, 0);
+  EXPECT_EQ(UsedOn(ext, "n1"), 4);
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(WatchEventTest, ALateDeleteOfAnOlderPodKeepsTheNewerPodsPlacement) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  // "web" was recreated: the extender bound the new one (uid-new) before the
+  // watch delivered the old one's (uid-old) last events.
+  ASSERT_OK(ext.Filter(Args(GpuPod("web", 6, 0, "uid-new"), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(json{{"PodName", "web"}, {"PodUID", "uid-new"},
+                                       {"Node", "n1"}}.dump()))["Error"], "");
+  json old_pod = BoundPod("web", 6, "n1", "0");
+  old_pod["metadata"]["uid"] = "uid-old";
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyPodEvent("MODIFIED", old_pod.dump()));
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("DELETED", old_pod.dump()));
+  EXPECT_EQ(r.released, 0);
+  EXPECT_EQ(UsedOn(ext, "n1"), 6);
+  // The new pod's own delete does release it.
+  json new_pod = BoundPod("web", 6, "n1", "0");
+  new_pod["metadata"]["uid"] = "uid-new";
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("DELETED", new_pod.dump()));
+  EXPECT_EQ(r.released, 1);
+  EXPECT_EQ(UsedOn(ext, "n1"), 0);
+}
+
+TEST(WatchEventTest, WithoutUidsABindSinceTheLastSyncIsKept) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 5), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("a", "n1")))["Error"], "");
+  json no_uid = BoundPod("a", 5, "n1", "0");
+  no_uid["metadata"].erase("uid");
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyPodEvent("DELETED", no_uid.dump()));
+  EXPECT_EQ(r.released, 0);
+  // After a full list that has the pod, the bind is no longer recent.
+  const std::string nodes = NodeList({GpuNode("n1", "10.0.0.1", 1, 14)}).dump();
+  ASSERT_OK(ext.Sync(nodes, PodList({BoundPod("a", 5, "n1", "0")}).dump(), ext.SyncMark())
+                .status());
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("DELETED", no_uid.dump()));
+  EXPECT_EQ(r.released, 1);
+}
+
+TEST(WatchEventTest, RestoresABoundPodWithBindAnnotations) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 2, 8)});
+  Extender ext(scheduler.get());
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyPodEvent("ADDED", BoundPod("other", 5, "n1", "1").dump()));
+  EXPECT_EQ(r.restored, 1);
+  json view = json::parse(*ext.Inspect("n1"));
+  EXPECT_EQ(view["nodes"][0]["devs"][1]["usedGPU"], 5);
+  // Seen again: nothing more.
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", BoundPod("other", 5, "n1", "1").dump()));
+  EXPECT_EQ(r.restored, 0);
+  // No room: a warning, nothing promised twice.
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("ADDED", BoundPod("clash", 5, "n1", "1").dump()));
+  EXPECT_EQ(r.restored, 0);
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("default/clash")));
+  // On a node gpushare does not know: a warning too.
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("ADDED", BoundPod("far", 1, "n9", "0").dump()));
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("n9")));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(WatchEventTest, UnknownTypesAndMalformedObjectsChangeNothing) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  const std::string before = *ext.Inspect();
+  EXPECT_THAT(ext.ApplyPodEvent("BOOKMARK", GpuPod("a", 1).dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "BOOKMARK"));
+  EXPECT_THAT(ext.ApplyNodeEvent("ADDED", "{"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ext.ApplyPodEvent("DELETED", "{\"metadata\":{}}"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(*ext.Inspect(), before);
+}
+
 }  // namespace
 }  // namespace gpushare::k8s

@@ -328,6 +328,43 @@ class Extender {
   absl::StatusOr<SyncReport> Sync(std::string_view nodes_json, std::string_view pods_json,
                                   uint64_t mark);
 
+  // ---- Following watch events ----------------------------------------------------
+  //
+  // A host that watches the API server (list, then `?watch=1`) applies each
+  // event as it arrives, instead of calling Sync() on whole lists:
+  //   extender.ApplyNodeEvent("MODIFIED", node_json);
+  //   extender.ApplyPodEvent("DELETED", pod_json);
+  // `type` is the watch event's type: "ADDED", "MODIFIED" or "DELETED" (the
+  // host handles "BOOKMARK" and "ERROR" itself). The returned SyncReport counts
+  // what this one event changed. Errors: InvalidArgument for another type or a
+  // malformed object; nothing changes then.
+
+  // The rules of Sync() for one node: an added or modified node unknown to
+  // the scheduler is added; a known one whose labels, GPUs or address changed
+  // is replaced once it holds nothing (a warning until then); the schedulable
+  // flag follows spec.unschedulable. A deleted node is removed once it holds
+  // nothing, cordoned (with a warning) until then.
+  absl::StatusOr<SyncReport> ApplyNodeEvent(std::string_view type, std::string_view node_json);
+
+  // The rules of Sync() for one pod, judged by UID: the pod of an event is
+  // "the same pod" as the one the extender knows under that namespace/name
+  // (seen by Filter, remembered, or by an earlier event) when their
+  // metadata.uid agree. For the same pod:
+  //  - deleted, completed, or bound to another node: its placement is
+  //    released;
+  //  - bound to the node of its reservation: the reservation is confirmed;
+  //  - bound to a known node with bind annotations the scheduler does not
+  //    hold: the placement is restored (a conflict is a warning).
+  // An event about another pod of the same name (another UID) changes
+  // nothing: it may be a late event of an older pod, so a late DELETED never
+  // releases the placement of a newer pod this extender bound. When either
+  // UID is unknown, a placement this extender bound since the last Sync() is
+  // not released.
+  // A pending pod (no spec.nodeName) never releases anything: the event may
+  // predate a bind in flight. Added and modified pods are remembered as by
+  // RememberPods().
+  absl::StatusOr<SyncReport> ApplyPodEvent(std::string_view type, std::string_view pod_json);
+
  private:
   struct PodCache;
   // BindPod() once the pod's bind is known to be the only one in progress.

@@ -972,3 +972,132 @@ absl::StatusOr<std::string> Extender::Inspect(std::string_view node_name) const 
 }
 
 }  // namespace gpushare::k8s
+
+// ---- Following watch events ------------------------------------------------------
+
+namespace gpushare::k8s {
+
+namespace {
+
+enum class EventType { kAdded, kModified, kDeleted };
+
+absl::StatusOr<EventType> ParseEventType(std::string_view type) {
+  if (type == "ADDED") return EventType::kAdded;
+  if (type == "MODIFIED") return EventType::kModified;
+  if (type == "DELETED") return EventType::kDeleted;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "watch event type '", ::gpushare::internal::Sv(type),
+      "' is not ADDED, MODIFIED or DELETED"));
+}
+
+}  // namespace
+
+absl::StatusOr<SyncReport> Extender::ApplyNodeEvent(std::string_view type,
+                                                    std::string_view node_json) {
+  GPUSHARE_ASSIGN_OR_RETURN(EventType event, ParseEventType(type));
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(node_json, "node"));
+  GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(j));
+  SyncReport r;
+  auto warn = [&](auto&&... parts) { r.warnings.push_back(absl::StrCat(parts...)); };
+  std::optional<NodeStatus> known;
+  scheduler_->Read([&](const Cluster& c) {
+    if (const NodeStatus* s = c.FindNode(node.name)) known = *s;
+  });
+  if (event == EventType::kDeleted) {
+    if (!known) return r;
+    if (absl::Status s = scheduler_->RemoveNode(node.name); s.ok()) {
+      ++r.nodes_removed;
+    } else if (scheduler_->SetNodeSchedulable(node.name, false).ok()) {
+      warn("node ", node.name, " was deleted; cordoned until it holds nothing");
+    }
+    return r;
+  }
+  if (!known) {
+    if (absl::Status s = scheduler_->AddNode(node); s.ok()) {
+      ++r.nodes_added;
+    } else {
+      warn("node ", node.name, " not added: ", s.message());
+    }
+    return r;
+  }
+  if (!SameNode(node, *known)) {
+    if (!known->requests.empty()) {
+      warn("node ", node.name, " changed; the change applies once its ", known->requests.size(),
+           " placements are released");
+    } else if (scheduler_->RemoveNode(node.name).ok() && scheduler_->AddNode(node).ok()) {
+      ++r.nodes_updated;
+      return r;
+    }
+  }
+  if (known->schedulable != node.schedulable &&
+      scheduler_->SetNodeSchedulable(node.name, node.schedulable).ok()) {
+    ++r.nodes_updated;
+  }
+  return r;
+}
+
+absl::StatusOr<SyncReport> Extender::ApplyPodEvent(std::string_view type,
+                                                   std::string_view pod_json) {
+  GPUSHARE_ASSIGN_OR_RETURN(EventType event, ParseEventType(type));
+  GPUSHARE_ASSIGN_OR_RETURN(json j, internal::ParseJson(pod_json, "pod"));
+  GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(j));
+  SyncReport r;
+  const std::string& id = pod.request.id;
+  std::optional<std::string> held_node;
+  bool reserved = false;
+  scheduler_->Read([&](const Cluster& c, const std::vector<Reservation>& reservations) {
+    if (const Placement* p = c.FindPlacement(id)) held_node = p->node;
+    for (const Reservation& res : reservations) {
+      if (res.placement.request_id == id) reserved = true;
+    }
+  });
+  const std::optional<Pod> known = cache_->Get("", id);
+  const bool uids_known = known && !known->uid.empty() && !pod.uid.empty();
+  const bool same = !uids_known || known->uid == pod.uid;
+  auto release = [&] {
+    if (!held_node) return;
+    if (!uids_known) {
+      // Without UIDs to compare, a bind made since the last full list may be
+      // newer than this event.
+      std::lock_guard lock(cache_->mu);
+      if (cache_->bound_at.count(id)) return;
+    }
+    if (scheduler_->Release(id).ok()) ++r.released;
+    held_node.reset();
+  };
+  // Another pod under this name: the event does not say which of the two is
+  // newer (a late event of a deleted pod looks like a newer pod's), so it
+  // changes nothing; the placement is judged by events of its own pod, and
+  // by the next full list.
+  if (!same) return r;
+  if (event == EventType::kDeleted) {
+    release();
+    return r;
+  }
+  cache_->Put(pod);
+  if (held_node) {
+    if (pod.completed() || (!pod.node_name.empty() && pod.node_name != *held_node)) {
+      release();
+    } else if (reserved && pod.node_name == *held_node) {
+      if (scheduler_->Confirm(id).ok()) ++r.confirmed;
+    }
+  }
+  if (held_node || !pod.uses_gpus() || pod.node_name.empty() || pod.completed()) return r;
+  absl::StatusOr<std::optional<Placement>> p = absl::UnknownError("unset");
+  bool placed = false;
+  scheduler_->Read([&](const Cluster& c) {
+    placed = c.FindPlacement(id) != nullptr;
+    if (!placed) p = internal::RecordedPlacement(c, pod);
+  });
+  if (placed || (p.ok() && !p->has_value())) return r;
+  absl::Status s = p.ok() ? scheduler_->Commit(**p) : p.status();
+  if (s.ok()) {
+    ++r.restored;
+  } else {
+    r.warnings.push_back(
+        absl::StrCat("pod ", id, " on node ", pod.node_name, " not restored: ", s.message()));
+  }
+  return r;
+}
+
+}  // namespace gpushare::k8s
