@@ -149,7 +149,7 @@ def main():
         for node, gpus in used.items():
             for g, units in gpus.items():
                 assert units <= nodes[node][1], f"{node} GPU {g} oversubscribed"
-        mode = "legacy (kubectl proxy)" if cp.legacy_extender else "--kubeconfig"
+        mode = "--kubeconfig"
         print(f"burst: {args.pods} pods on {args.nodes} nodes x {args.gpus} GPUs x {args.units} "
               f"units, extender {mode}, "
               f"nodeCacheCapable {args.node_cache_capable}")

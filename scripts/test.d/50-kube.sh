@@ -27,15 +27,8 @@ kube_bin=$(tests/kube/build-kube.sh)
 echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s)"
 
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null
-# The extender's target: gpushare-extender (extender/), formerly
-# gpushare_extender (examples/extender/).
-if cmake --build "$build" --target help | grep -q '^gpushare-extender:'; then
-  cmake --build "$build" --target gpushare-extender
-  extender="$PWD/$build/extender/gpushare-extender"
-else
-  cmake --build "$build" --target gpushare_extender
-  extender="$PWD/$build/examples/extender/gpushare_extender"
-fi
+cmake --build "$build" --target gpushare-extender
+extender="$PWD/$build/extender/gpushare-extender"
 
 py=python3
 if ! python3 -c 'import pytest' 2>/dev/null; then
@@ -46,4 +39,4 @@ if ! python3 -c 'import pytest' 2>/dev/null; then
 fi
 # shellcheck disable=SC2086
 GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_EXTENDER="$extender" \
-  timeout 1800 "$py" -m pytest tests/kube -v -p no:cacheprovider ${PYTEST_ARGS:-}
+  timeout 1800 "$py" -m pytest tests/kube -v -s -p no:cacheprovider ${PYTEST_ARGS:-}

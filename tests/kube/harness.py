@@ -329,12 +329,6 @@ def tail(path, lines=60):
     return "\n".join(text.splitlines()[-lines:])
 
 
-def extender_has_api_client(binary):
-    """True when the extender takes --kubeconfig (its own Kubernetes client)."""
-    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
-    return "--kubeconfig" in (r.stdout + r.stderr)
-
-
 # ---------------------------------------------------------------- the control plane
 
 EXTENDER_RBAC = [
@@ -369,7 +363,6 @@ class ControlPlane:
         self.api = None
         self.extender_port = None
         self.scheduler_port = None
-        self.legacy_extender = None  # Set by start_extender().
 
     def _start(self, name, argv, env=None):
         old = self.procs.pop(name, None)
@@ -492,19 +485,13 @@ class ControlPlane:
         # The first start picks a free port; a restart keeps it, as kube-scheduler's
         # configuration names it.
         port = self.extender_port or 0
-        if self.legacy_extender is None:
-            self.legacy_extender = not extender_has_api_client(self.extender_bin)
-        if self.legacy_extender:
-            argv = self._legacy_extender_argv()
-            self.extender_scheme = "http"
-        else:
-            argv = [self.extender_bin, "--kubeconfig", self.extender_kubeconfig,
-                    "--address", "127.0.0.1", "--policy", "binpack",
-                    "--access-log", os.path.join(self.logs, "extender-access.log")]
-            if self.extender_tls:
-                argv += ["--tls-cert-file", self.extender_serving[0],
-                         "--tls-private-key-file", self.extender_serving[1]]
-            self.extender_scheme = "https" if self.extender_tls else "http"
+        argv = [self.extender_bin, "--kubeconfig", self.extender_kubeconfig,
+                "--address", "127.0.0.1", "--policy", "binpack",
+                "--access-log", os.path.join(self.logs, "extender-access.log")]
+        if self.extender_tls:
+            argv += ["--tls-cert-file", self.extender_serving[0],
+                     "--tls-private-key-file", self.extender_serving[1]]
+        self.extender_scheme = "https" if self.extender_tls else "http"
         argv += ["--port", str(port), "--port-file", port_file]
         p = self._start(name, argv)
         got = wait_until("extender port file",
@@ -520,25 +507,6 @@ class ControlPlane:
         p = self.procs.get("gpushare-extender")
         if p:
             p.kill()
-
-    def _legacy_extender_argv(self):
-        # ---- LEGACY: the extender before its own API client has no Kubernetes
-        # client of its own; it reaches the API over plain HTTP through
-        # `kubectl proxy`, which authenticates with the extender's own client
-        # certificate (so the RBAC above is exercised). Used only when the
-        # binary's usage lacks --kubeconfig; remove once the client lands.
-        proxy = self.procs.get("kubectl-proxy")
-        if proxy is None or not proxy.alive():
-            proxy_port = free_port()
-            proxy = self._start("kubectl-proxy", [
-                os.path.join(self.kube_bin, "kubectl"), "proxy",
-                f"--kubeconfig={self.extender_kubeconfig}",
-                "--address=127.0.0.1", f"--port={proxy_port}"])
-            self.legacy_proxy_port = proxy_port
-            wait_until("kubectl proxy", lambda: proxy.check_alive()
-                       and "Starting to serve" in tail(proxy.log_path), START_TIMEOUT, 0.05)
-        return [self.extender_bin, "--apiserver", f"http://127.0.0.1:{self.legacy_proxy_port}",
-                "--address", "127.0.0.1", "--policy", "binpack"]
 
     # -- kube-scheduler -------------------------------------------------------
 
