@@ -73,5 +73,30 @@ TEST(FuzzRegressionTest, ErrorJsonOfMessagesThatAreNotUtf8) {
   EXPECT_THAT(body, HasSubstr("n\xef\xbf\xbd"));
 }
 
+// Every reply of the extender is written with bad bytes as U+FFFD: a
+// cluster loaded from an openb CSV or a snapshot may hold names that are not
+// UTF-8, and Inspect() or a bind's reply must not throw for them.
+TEST(FuzzRegressionTest, ExtenderRepliesOfNamesThatAreNotUtf8) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("n\xff", {8}, "T\xc3")));
+  Request r;
+  r.id = "default/pod-\xc0";
+  r.gpu_memory = 2;
+  ASSERT_OK(c.Place(r).status());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(c));
+  k8s::Extender extender(scheduler.get());
+  absl::StatusOr<std::string> all;
+  ASSERT_NO_THROW(all = extender.Inspect());
+  ASSERT_OK(all.status());
+  EXPECT_THAT(*all, HasSubstr("n\xef\xbf\xbd"));
+  EXPECT_THAT(*all, HasSubstr("pod-\xef\xbf\xbd"));
+  absl::StatusOr<std::string> one;
+  ASSERT_NO_THROW(one = extender.Inspect("n\xff"));
+  EXPECT_OK(one.status());
+  std::string binding;
+  ASSERT_NO_THROW(binding = k8s::BindingJson({"default", "pod-\xc0", "", "n\xff"}));
+  EXPECT_THAT(binding, HasSubstr("n\xef\xbf\xbd"));
+}
+
 }  // namespace
 }  // namespace gpushare

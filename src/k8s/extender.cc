@@ -21,6 +21,7 @@
 #include "gpushare/device_plugin.h"
 #include "gpushare/kubernetes.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
 #include "src/k8s/json_util.h"
 
@@ -213,7 +214,7 @@ json PlacementJson(const Placement& p) {
               {"exclusive", p.exclusive}};
 }
 
-std::string Reply(const std::string& error) { return json{{"Error", error}}.dump(); }
+std::string Reply(const std::string& error) { return ::gpushare::internal::DumpJson(json{{"Error", error}}); }
 
 }  // namespace
 
@@ -227,12 +228,11 @@ Extender::~Extender() = default;
 std::string ErrorJson(const absl::Status& status) {
   // Messages may quote bytes from outside (a request path) that are not
   // UTF-8: they become U+FFFD rather than an exception from dump().
-  return json{{"Error", std::string(status.message())},
-              {"Code", absl::StatusCodeToString(status.code())}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  return ::gpushare::internal::DumpJson(json{{"Error", std::string(status.message())},
+                                 {"Code", absl::StatusCodeToString(status.code())}});
 }
 
-std::string Extender::Version() const { return json{{"version", options_.version}}.dump(); }
+std::string Extender::Version() const { return ::gpushare::internal::DumpJson(json{{"version", options_.version}}); }
 
 absl::Status Extender::RememberPods(std::string_view pods_json) {
   GPUSHARE_ASSIGN_OR_RETURN(json list, internal::ParseJson(pods_json, "pod list"));
@@ -336,7 +336,7 @@ absl::StatusOr<std::string> Extender::Filter(std::string_view body) {
     reply["Nodes"] = nullptr;
     reply["NodeNames"] = names;
   }
-  return reply.dump();
+  return ::gpushare::internal::DumpJson(reply);
 }
 
 absl::StatusOr<std::string> Extender::Prioritize(std::string_view body) {
@@ -359,7 +359,7 @@ absl::StatusOr<std::string> Extender::Prioritize(std::string_view body) {
     auto it = score.find(name);
     list.push_back(json{{"Host", name}, {"Score", it == score.end() ? 0 : it->second}});
   }
-  return list.dump();
+  return ::gpushare::internal::DumpJson(list);
 }
 
 // ---- Bind ------------------------------------------------------------------------
@@ -368,11 +368,11 @@ std::string BindingJson(const BindTarget& target) {
   json meta{{"name", target.pod_name},
             {"namespace", target.pod_namespace.empty() ? "default" : target.pod_namespace}};
   if (!target.pod_uid.empty()) meta["uid"] = target.pod_uid;
-  return json{{"apiVersion", "v1"},
-              {"kind", "Binding"},
-              {"metadata", meta},
-              {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", target.node}}}}
-      .dump();
+  return ::gpushare::internal::DumpJson(
+      json{{"apiVersion", "v1"},
+           {"kind", "Binding"},
+           {"metadata", meta},
+           {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", target.node}}}});
 }
 
 absl::StatusOr<BindResult> Extender::BindPod(const BindTarget& target) {
@@ -431,7 +431,7 @@ absl::StatusOr<BindResult> Extender::MakeBindResult(const Placement& placement) 
   scheduler_->Read([&](const Cluster& c) { view = MakeDeviceView(c, placement); });
   if (!view.ok()) return view.status();
   result.annotations = view->annotations;
-  result.patch = json{{"metadata", {{"annotations", result.annotations}}}}.dump();
+  result.patch = ::gpushare::internal::DumpJson(json{{"metadata", {{"annotations", result.annotations}}}});
   return result;
 }
 
@@ -579,7 +579,7 @@ absl::StatusOr<std::string> Extender::Bind(std::string_view body) {
   json reply{{"Error", ""},
              {"Placement", PlacementJson(bound->placement)},
              {"Annotations", bound->annotations}};
-  return reply.dump();
+  return ::gpushare::internal::DumpJson(reply);
 }
 
 // ---- Preempt -----------------------------------------------------------------------
@@ -685,7 +685,7 @@ absl::StatusOr<std::string> Extender::Preempt(std::string_view body) {
       result[c.node] = json{{"Pods", pods}, {"NumPDBViolations", c.pdb}};
     }
   });
-  return json{{"NodeNameToMetaVictims", result}}.dump();
+  return ::gpushare::internal::DumpJson(json{{"NodeNameToMetaVictims", result}});
 }
 
 // ---- Lifecycle ---------------------------------------------------------------------
@@ -968,7 +968,7 @@ absl::StatusOr<std::string> Extender::Inspect(std::string_view node_name) const 
     return absl::NotFoundError(
         absl::StrCat("unknown node '", ::gpushare::internal::Sv(node_name), "'"));
   }
-  return json{{"nodes", nodes}}.dump();
+  return ::gpushare::internal::DumpJson(json{{"nodes", nodes}});
 }
 
 }  // namespace gpushare::k8s
