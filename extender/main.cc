@@ -2,7 +2,7 @@
 // gpushare-scheduler-extender, built on gpushare::k8s::Extender and Boost.Beast.
 //
 //   gpushare-extender [--kubeconfig FILE] [--context NAME] [--apiserver URL]
-//                     [--kube-api-qps 50] [--kube-api-burst 100]
+//                     [--kube-api-qps 100] [--kube-api-burst 200]
 //                     [--resync-ms 300000] [--startup-timeout-ms 120000]
 //                     [--requeue-pending true]
 //                     [--address 127.0.0.1] [--port 32766] [--policy binpack]
@@ -123,8 +123,8 @@ void Help(std::ostream& out) {
          "  --apiserver URL          API server URL; overrides the kubeconfig's server. Without\n"
          "                           --kubeconfig it is used alone (no credentials, $KUBECONFIG\n"
          "                           ignored); http://HOST:PORT is plain HTTP, e.g. kubectl proxy\n"
-         "  --kube-api-qps N         client-side request rate limit (default 50/s)\n"
-         "  --kube-api-burst N       requests allowed in a burst (default 100)\n"
+         "  --kube-api-qps N         client-side request rate limit, 0 = none (default 100/s)\n"
+         "  --kube-api-burst N       requests allowed in a burst (default 200)\n"
          "  --resync-ms MS           full list of nodes and pods this often, a safety net\n"
          "                           beside the watches (default 300000, at least 100)\n"
          "  --startup-timeout-ms MS  keep trying the first list this long (default 120000)\n"
@@ -234,9 +234,18 @@ int main(int argc, char** argv) {
     } else if (arg == "--context" && (v = value())) {
       flags.context = v;
     } else if (arg == "--kube-api-qps" && (v = value())) {
-      flags.qps = std::atof(v);
+      char* end = nullptr;
+      flags.qps = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(flags.qps >= 0) || flags.qps > 1e6) {
+        return Usage(std::string("--kube-api-qps takes requests per second in 0..1e6, not ") + v);
+      }
     } else if (arg == "--kube-api-burst" && (v = value())) {
-      flags.burst = std::atoi(v);
+      char* end = nullptr;
+      const long burst = std::strtol(v, &end, 10);
+      if (end == v || *end != '\0' || burst < 1 || burst > 1'000'000) {
+        return Usage(std::string("--kube-api-burst takes a count in 1..1000000, not ") + v);
+      }
+      flags.burst = static_cast<int>(burst);
     } else if (arg == "--resync-ms" && (v = value())) {
       flags.resync_ms = std::atoll(v);
     } else if (arg == "--startup-timeout-ms" && (v = value())) {
