@@ -138,8 +138,10 @@ void RegisterPolicy(py::module_& m) {
   py::class_<Demand>(m, "Demand",
                      "What a validated request needs from one node: the per-GPU shape "
                      "(made by Cluster.validate(), passed to Policy.evaluate()).")
-      .def(py::init([](const std::string& kind, int gpu_count, int64_t memory_per_gpu,
-                       int64_t compute_per_gpu, int64_t cpu, int64_t host_memory) {
+      .def(py::init([](const std::string& kind, Int<int, arg::gpu_count> gpu_count,
+                       Int<int64_t, arg::memory_per_gpu> memory_per_gpu,
+                       Int<int64_t, arg::compute_per_gpu> compute_per_gpu,
+                       Int<int64_t, arg::cpu> cpu, Int<int64_t, arg::host_memory> host_memory) {
              Demand d;
              d.kind = KindOf(kind);
              d.gpu_count = gpu_count;
@@ -196,7 +198,7 @@ void RegisterPolicy(py::module_& m) {
   m.def("policy_names", &PolicyNames, "The names of the built-in policies, sorted.");
   m.def(
       "make_policy",
-      [](const std::string& name, uint64_t seed) {
+      [](const std::string& name, Int<uint64_t, arg::seed> seed) {
         PolicyOptions options;
         options.seed = seed;
         return ValueOrThrow(MakePolicy(name, options));
