@@ -214,8 +214,8 @@ void RegisterSimulate(py::module_& m) {
       [](py::object nodes, py::object tasks, const std::string& policy, py::object seed,
          double inflate, bool shuffle, bool through_cluster,
          Int<int, arg::threads> threads) -> py::object {
-        // One seed (an int, numpy's too; a bool to reject it) or several.
-        const bool one_seed = PyBool_Check(seed.ptr()) || PyIndex_Check(seed.ptr());
+        // One seed (an int, numpy's too) or several (a bool is neither).
+        const bool one_seed = PyIndex_Check(seed.ptr()) && !PyBool_Check(seed.ptr());
         const uint64_t single = one_seed ? ReadInt<uint64_t>(seed, arg::seed) : 0;
         const std::vector<uint64_t> seeds = one_seed ? std::vector<uint64_t>{} : SeedsArg(seed);
         const std::vector<Node> n = NodesArg(nodes);

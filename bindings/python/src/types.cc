@@ -23,14 +23,19 @@ struct GpuSize {
 
 namespace pybind11::detail {
 
-// Takes ints and bools (to reject them by name), not other types.
+// Consulted only for what is not a Gpu: takes ints (as ReadInt() does) and
+// raises TypeError naming the list for anything else.
 template <>
 struct type_caster<gpushare::python::GpuSize> {
   PYBIND11_TYPE_CASTER(gpushare::python::GpuSize, const_name("int"));
 
   bool load(handle src, bool /*convert*/) {
-    if (!PyBool_Check(src.ptr()) && !PyIndex_Check(src.ptr())) return false;
-    value.memory = gpushare::python::ReadInt<int64_t>(src, "an item of gpus");
+    constexpr const char* kName = "an item of gpus";
+    if (PyBool_Check(src.ptr()) || !PyIndex_Check(src.ptr())) {
+      throw type_error(std::string(kName) + " must be a gpushare.Gpu or an int, not " +
+                       std::string(str(type::handle_of(src).attr("__name__"))));
+    }
+    value.memory = gpushare::python::ReadInt<int64_t>(src, kName);
     return true;
   }
 
