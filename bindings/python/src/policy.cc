@@ -67,7 +67,9 @@ NodeChoice PyPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
       }
       py::tuple pair = py::reinterpret_borrow<py::tuple>(result);
       choice.score = ToScore(pair[0]);
-      choice.gpus = pair[1].cast<std::vector<int>>();
+      for (py::handle gpu : py::iter(pair[1])) {
+        choice.gpus.push_back(ReadInt<int>(gpu, "an item of the gpus evaluate() returned"));
+      }
       return choice;
     } catch (py::error_already_set& e) {
       error_ = std::make_unique<py::error_already_set>(std::move(e));
