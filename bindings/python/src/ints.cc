@@ -69,7 +69,10 @@ T ReadInt(py::handle src, const char* name) {
   // operator.index() gives.
   py::object number = py::reinterpret_steal<py::object>(PyNumber_Index(p));
   if (!number) {
-    PyErr_Clear();  // E.g. numpy.bool_, whose __index__ raises.
+    // A TypeError means "not an integer" (e.g. numpy.bool_); anything else is
+    // a bug in __index__ and is raised as it is.
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+    PyErr_Clear();
     NotAnInt(src, name);
   }
   return FromPyLong<T>(number, name);

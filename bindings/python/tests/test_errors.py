@@ -356,6 +356,13 @@ def test_integer_arguments_take_what_operator_index_takes(name, kind, call, good
     with pytest.raises(gs.InvalidArgumentError, match=f"^{name} "):
         call(wrap(Index(2**64), good))
 
+    class Broken:
+        def __index__(self) -> int:
+            raise ZeroDivisionError("a bug in __index__")
+
+    with pytest.raises(ZeroDivisionError, match="a bug in __index__"):
+        call(wrap(Broken(), good))
+
 
 @pytest.mark.parametrize("name,kind,call,good", INT_ARGUMENTS, ids=INT_IDS)
 def test_integer_arguments_take_numpy_integers(name, kind, call, good) -> None:
