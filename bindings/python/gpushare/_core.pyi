@@ -334,7 +334,7 @@ class SimulationResult:
 
 def simulate(nodes: Union[str, "os.PathLike[str]", Sequence[Node]],
              tasks: Union[str, "os.PathLike[str]", Sequence[Request]],
-             policy: str = "fgd", seed: Union[int, Sequence[int]] = 42,
+             policy: str = "fgd", seed: Union[int, Iterable[int]] = 42,
              inflate: float = 1.3, shuffle: bool = True, through_cluster: bool = False,
              threads: int = 0) -> Union[SimulationResult, list[SimulationResult]]: ...
 def replay(nodes: Union[str, "os.PathLike[str]", Sequence[Node]],

@@ -12,12 +12,12 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
-#include <vector>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +54,76 @@ template <typename T>
 T ValueOrThrow(absl::StatusOr<T> value) {
   ThrowIfError(value.status());
   return *std::move(value);
+}
+
+// ---- Integer arguments (ints.cc) ---------------------------------------------
+
+// Reads an integer a user passed as argument `name`: a Python int or any
+// object with __index__ (numpy integers), never a bool. Raises TypeError
+// naming `name` for a bool or a non-integer, and InvalidArgumentError (a
+// ValueError) naming `name`, the value and the range of T when it does not fit
+// in T. Only the representable range is checked here; the library checks what
+// the value means (e.g. sizes up to MAX_QUANTITY). T: int, int64_t, uint64_t.
+template <typename T>
+T ReadInt(py::handle src, const char* name);
+
+// An integer parameter called `kName` (the name of its py::arg): declare a
+// binding's parameter as Int<int64_t, arg::gpu_memory> instead of int64_t and
+// pybind11 reads it with ReadInt(), so that every integer argument is checked
+// the same way. The .pyi stubs still say `int`.
+template <typename T, const char* kName>
+struct Int {
+  T value = 0;
+  operator T() const { return value; }  // NOLINT: used where a T is expected.
+};
+
+// The names of integer parameters (see Int), one per spelling.
+namespace arg {
+#define GPUSHARE_PY_ARG(n) inline constexpr char n[] = #n
+GPUSHARE_PY_ARG(arrived_pct);
+GPUSHARE_PY_ARG(assume_time_ns);
+GPUSHARE_PY_ARG(compute);
+GPUSHARE_PY_ARG(compute_per_gpu);
+GPUSHARE_PY_ARG(compute_used);
+GPUSHARE_PY_ARG(count);
+GPUSHARE_PY_ARG(cpu);
+GPUSHARE_PY_ARG(cpu_used);
+GPUSHARE_PY_ARG(gpu);
+GPUSHARE_PY_ARG(gpu_count);
+GPUSHARE_PY_ARG(gpu_memory);
+GPUSHARE_PY_ARG(gpu_memory_used);
+GPUSHARE_PY_ARG(gpus);
+GPUSHARE_PY_ARG(holders);
+GPUSHARE_PY_ARG(host_memory);
+GPUSHARE_PY_ARG(host_memory_used);
+GPUSHARE_PY_ARG(idle_gpus);
+GPUSHARE_PY_ARG(indent);
+GPUSHARE_PY_ARG(index);
+GPUSHARE_PY_ARG(limit);
+GPUSHARE_PY_ARG(memory);
+GPUSHARE_PY_ARG(memory_per_gpu);
+GPUSHARE_PY_ARG(memory_used);
+GPUSHARE_PY_ARG(placements);
+GPUSHARE_PY_ARG(remembered_releases);
+GPUSHARE_PY_ARG(seed);
+GPUSHARE_PY_ARG(threads);
+GPUSHARE_PY_ARG(tie_break_seed);
+GPUSHARE_PY_ARG(version);
+GPUSHARE_PY_ARG(whole_gpus);
+#undef GPUSHARE_PY_ARG
+// An element of a list of GPU indices.
+inline constexpr char gpus_item[] = "an item of gpus";
+}  // namespace arg
+
+// Defines the writable attribute `kName` of `cls`, read from and written to
+// `field`; assignments are read with ReadInt() (a def_readwrite would take
+// True as 1).
+template <const char* kName, typename Class, typename C, typename T>
+void IntAttribute(Class& cls, T C::*field, const char* doc) {
+  using Self = typename Class::type;
+  cls.def_property(
+      kName, [field](const Self& self) { return self.*field; },
+      [field](Self& self, Int<T, kName> value) { self.*field = value; }, doc);
 }
 
 // ---- Shared objects ------------------------------------------------------------
@@ -127,5 +197,25 @@ inline std::string PyQuote(const std::string& s) {
 }
 
 }  // namespace gpushare::python
+
+namespace pybind11::detail {
+
+// Reads gpushare::python::Int parameters with ReadInt(); see there.
+template <typename T, const char* kName>
+struct type_caster<gpushare::python::Int<T, kName>> {
+  using Value = gpushare::python::Int<T, kName>;
+  PYBIND11_TYPE_CASTER(Value, const_name("int"));
+
+  bool load(handle src, bool /*convert*/) {
+    value.value = gpushare::python::ReadInt<T>(src, kName);
+    return true;
+  }
+
+  static handle cast(const Value& src, return_value_policy, handle) {
+    return make_caster<T>::cast(src.value, return_value_policy::copy, handle());
+  }
+};
+
+}  // namespace pybind11::detail
 
 #endif  // GPUSHARE_BINDINGS_PYTHON_SRC_BINDINGS_H_

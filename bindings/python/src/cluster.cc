@@ -174,14 +174,15 @@ void RegisterCluster(py::module_& m) {
       "nothing. Results are snapshots (lists, dicts, value objects), not live views. "
       "Safe to share between threads: calls are serialised.");
 
-  cls.def(py::init([](const std::string& memory_unit, uint64_t tie_break_seed,
-                      int remembered_releases) {
+  cls.def(py::init([](const std::string& memory_unit,
+                      Int<uint64_t, arg::tie_break_seed> tie_break_seed,
+                      Int<int, arg::remembered_releases> remembered_releases) {
             ClusterOptions options;
             options.memory_unit = ParseUnit(memory_unit);
             options.tie_break_seed = tie_break_seed;
             if (remembered_releases < 0) {
               ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-                  "remembered_releases ", remembered_releases, " is negative")));
+                  "remembered_releases ", int{remembered_releases}, " is negative")));
             }
             options.remembered_releases = remembered_releases;
             return std::make_shared<ClusterBox>(Cluster(options));
@@ -218,7 +219,8 @@ void RegisterCluster(py::module_& m) {
   cls.def(
          "add_node",
          [](ClusterBox& self, const std::string& name, std::vector<Gpu> gpus, StrMap labels,
-            std::string address, int64_t cpu, int64_t host_memory, bool schedulable,
+            std::string address, Int<int64_t, arg::cpu> cpu,
+            Int<int64_t, arg::host_memory> host_memory, bool schedulable,
             std::optional<bool> gpu_sharing) {
            Node n;
            n.name = name;
@@ -256,7 +258,7 @@ void RegisterCluster(py::module_& m) {
           "an unknown node, ConflictError if requests are still placed on it.")
       .def(
           "set_gpu_healthy",
-          [](ClusterBox& self, const std::string& node, int gpu, bool healthy) {
+          [](ClusterBox& self, const std::string& node, Int<int, arg::gpu> gpu, bool healthy) {
             auto l = self.Lock();
             ThrowIfError(self.cluster.SetGpuHealthy(node, gpu, healthy));
           },
@@ -424,7 +426,7 @@ void RegisterCluster(py::module_& m) {
   // ---- Replicas and capacity ----
   cls.def(
          "place_replicas",
-         [](ClusterBox& self, const Request& r, int count, py::handle policy,
+         [](ClusterBox& self, const Request& r, Int<int, arg::count> count, py::handle policy,
             bool all_or_nothing) {
            const ReplicaMode mode =
                all_or_nothing ? ReplicaMode::kAllOrNothing : ReplicaMode::kAsManyAsFit;
@@ -440,7 +442,8 @@ void RegisterCluster(py::module_& m) {
          "fit, possibly none. Returns the placements.")
       .def(
           "capacity",
-          [](ClusterBox& self, const Request& r, const std::string& policy, int64_t limit) {
+          [](ClusterBox& self, const Request& r, const std::string& policy,
+             Int<int64_t, arg::limit> limit) {
             absl::StatusOr<int64_t> n;
             {
               Guard guard(self, true);
@@ -453,7 +456,7 @@ void RegisterCluster(py::module_& m) {
           "built-in policy `policy`; counts up to `limit`. Changes nothing.")
       .def(
           "nodes_needed",
-          [](ClusterBox& self, const Request& r, int64_t count, const Node& shape,
+          [](ClusterBox& self, const Request& r, Int<int64_t, arg::count> count, const Node& shape,
              const std::string& policy) {
             absl::StatusOr<int64_t> n;
             {
@@ -481,9 +484,9 @@ void RegisterCluster(py::module_& m) {
           "Recomputes every counter and checks capacities; raises gs.Error if broken.")
       .def(
           "to_json",
-          [](ClusterBox& self, std::optional<int> indent) {
+          [](ClusterBox& self, std::optional<Int<int, arg::indent>> indent) {
             Guard guard(self, true);
-            return self.cluster.ToJson(indent.value_or(-1));
+            return self.cluster.ToJson(indent.has_value() ? int{*indent} : -1);
           },
           py::arg("indent") = py::none(),
           "The whole state (options, nodes, health, placements) as a JSON string.")

@@ -58,7 +58,8 @@ void RegisterInspect(py::module_& m) {
   py::object cluster = m.attr("Cluster");
   py::reinterpret_borrow<py::class_<ClusterBox, std::shared_ptr<ClusterBox>>>(cluster).def(
       "device_view",
-      [](ClusterBox& self, const BoundPlacement& p, int64_t assume_time_ns) {
+      [](ClusterBox& self, const BoundPlacement& p,
+         Int<int64_t, arg::assume_time_ns> assume_time_ns) {
         auto lock = self.Lock();
         return ValueOrThrow(MakeDeviceView(self.cluster, p, assume_time_ns));
       },

@@ -67,7 +67,9 @@ NodeChoice PyPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
       }
       py::tuple pair = py::reinterpret_borrow<py::tuple>(result);
       choice.score = ToScore(pair[0]);
-      choice.gpus = pair[1].cast<std::vector<int>>();
+      for (py::handle gpu : py::iter(pair[1])) {
+        choice.gpus.push_back(ReadInt<int>(gpu, "an item of the gpus evaluate() returned"));
+      }
       return choice;
     } catch (py::error_already_set& e) {
       error_ = std::make_unique<py::error_already_set>(std::move(e));
@@ -138,8 +140,10 @@ void RegisterPolicy(py::module_& m) {
   py::class_<Demand>(m, "Demand",
                      "What a validated request needs from one node: the per-GPU shape "
                      "(made by Cluster.validate(), passed to Policy.evaluate()).")
-      .def(py::init([](const std::string& kind, int gpu_count, int64_t memory_per_gpu,
-                       int64_t compute_per_gpu, int64_t cpu, int64_t host_memory) {
+      .def(py::init([](const std::string& kind, Int<int, arg::gpu_count> gpu_count,
+                       Int<int64_t, arg::memory_per_gpu> memory_per_gpu,
+                       Int<int64_t, arg::compute_per_gpu> compute_per_gpu,
+                       Int<int64_t, arg::cpu> cpu, Int<int64_t, arg::host_memory> host_memory) {
              Demand d;
              d.kind = KindOf(kind);
              d.gpu_count = gpu_count;
@@ -196,7 +200,7 @@ void RegisterPolicy(py::module_& m) {
   m.def("policy_names", &PolicyNames, "The names of the built-in policies, sorted.");
   m.def(
       "make_policy",
-      [](const std::string& name, uint64_t seed) {
+      [](const std::string& name, Int<uint64_t, arg::seed> seed) {
         PolicyOptions options;
         options.seed = seed;
         return ValueOrThrow(MakePolicy(name, options));

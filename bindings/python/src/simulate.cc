@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,39 @@ std::vector<Node> NodesArg(py::handle nodes) {
 std::vector<Request> RequestsArg(py::handle tasks) {
   if (IsPath(tasks)) return ToRequests(ValueOrThrow(LoadOpenbTasks(PathOf(tasks))));
   return tasks.cast<std::vector<Request>>();
+}
+
+// More seeds than this is a typing error, as in `gpushare simulate --seeds`
+// (each seed is a whole run).
+constexpr size_t kMaxSeeds = 10000;
+
+// The seeds of gs.simulate(seed=[...]): any iterable of ints (a list, a
+// range, a generator), each at most once, at most kMaxSeeds of them. Reads no
+// more than kMaxSeeds + 1 items, so that range(10**18) fails at once.
+std::vector<uint64_t> SeedsArg(py::handle seed) {
+  py::iterator items;
+  try {
+    items = py::iter(seed);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    throw py::type_error(absl::StrCat(
+        "seed must be an int or an iterable of ints, not ",
+        std::string(py::str(py::type::handle_of(seed).attr("__name__")))));
+  }
+  std::vector<uint64_t> seeds;
+  std::unordered_set<uint64_t> seen;
+  for (py::handle item : items) {
+    if (seeds.size() == kMaxSeeds) {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat("seed gives more than ", kMaxSeeds, " seeds")));
+    }
+    const uint64_t s = ReadInt<uint64_t>(item, "an item of seed");
+    if (!seen.insert(s).second) {
+      ThrowIfError(absl::InvalidArgumentError(absl::StrCat("seed lists seed ", s, " twice")));
+    }
+    seeds.push_back(s);
+  }
+  return seeds;
 }
 
 py::dict Failures(const FailureCounts& f) {
@@ -113,9 +147,11 @@ TargetWorkload TargetArg(py::handle target, FragResource resource, double covera
   for (py::handle item : target) {
     py::dict d = item.cast<py::dict>();
     TargetTask task;
-    task.cpu = d.contains("cpu") ? d["cpu"].cast<int64_t>() : 0;
-    task.gpu_share = d.contains("gpu_share") ? d["gpu_share"].cast<int64_t>() : 0;
-    task.gpu_count = d.contains("gpu_count") ? d["gpu_count"].cast<int>() : 0;
+    task.cpu = d.contains("cpu") ? ReadInt<int64_t>(d["cpu"], "target cpu") : 0;
+    task.gpu_share =
+        d.contains("gpu_share") ? ReadInt<int64_t>(d["gpu_share"], "target gpu_share") : 0;
+    task.gpu_count =
+        d.contains("gpu_count") ? ReadInt<int>(d["gpu_count"], "target gpu_count") : 0;
     if (d.contains("gpu_models")) task.gpu_models = d["gpu_models"].cast<std::vector<std::string>>();
     task.weight = d.contains("weight") ? d["weight"].cast<double>() : 0.0;
     t.tasks.push_back(std::move(task));
@@ -176,12 +212,16 @@ void RegisterSimulate(py::module_& m) {
   m.def(
       "simulate",
       [](py::object nodes, py::object tasks, const std::string& policy, py::object seed,
-         double inflate, bool shuffle, bool through_cluster, int threads) -> py::object {
+         double inflate, bool shuffle, bool through_cluster,
+         Int<int, arg::threads> threads) -> py::object {
+        // One seed (an int, numpy's too) or several (a bool is neither).
+        const bool one_seed = PyIndex_Check(seed.ptr()) && !PyBool_Check(seed.ptr());
+        const uint64_t single = one_seed ? ReadInt<uint64_t>(seed, arg::seed) : 0;
+        const std::vector<uint64_t> seeds = one_seed ? std::vector<uint64_t>{} : SeedsArg(seed);
         const std::vector<Node> n = NodesArg(nodes);
         const std::vector<Request> r = RequestsArg(tasks);
-        if (py::isinstance<py::int_>(seed)) {
-          const SimulationOptions o =
-              Options(policy, seed.cast<uint64_t>(), inflate, shuffle, through_cluster);
+        if (one_seed) {
+          const SimulationOptions o = Options(policy, single, inflate, shuffle, through_cluster);
           absl::StatusOr<SimulationResult> result;
           {
             py::gil_scoped_release release;
@@ -189,7 +229,6 @@ void RegisterSimulate(py::module_& m) {
           }
           return py::cast(ValueOrThrow(std::move(result)));
         }
-        const std::vector<uint64_t> seeds = seed.cast<std::vector<uint64_t>>();
         const SimulationOptions o = Options(policy, 0, inflate, shuffle, through_cluster);
         absl::StatusOr<std::vector<SimulationResult>> results;
         {
@@ -202,12 +241,14 @@ void RegisterSimulate(py::module_& m) {
       py::arg("inflate") = 1.3, py::arg("shuffle") = true, py::arg("through_cluster") = false,
       py::arg("threads") = 0,
       "Runs the FGD trace experiment. `nodes` and `tasks` are openb CSV paths or lists of\n"
-      "gs.Node / gs.Request; `seed` an int (one SimulationResult) or a list of ints (a\n"
-      "list, run in parallel on `threads` threads, 0 = all cores).");
+      "gs.Node / gs.Request; `seed` an int (one SimulationResult) or an iterable of ints,\n"
+      "each at most once, at most 10,000 (a list, run in parallel on `threads` threads,\n"
+      "0 = all cores).");
 
   m.def(
       "replay",
-      [](py::object nodes, py::object tasks, const std::string& policy, uint64_t seed) {
+      [](py::object nodes, py::object tasks, const std::string& policy,
+         Int<uint64_t, arg::seed> seed) {
         const std::vector<Node> n = NodesArg(nodes);
         std::vector<TimedRequest> timed;
         if (IsPath(tasks)) {
@@ -218,8 +259,8 @@ void RegisterSimulate(py::module_& m) {
         } else {
           for (py::handle item : tasks) {
             py::tuple t = item.cast<py::tuple>();
-            timed.push_back(TimedRequest{t[0].cast<Request>(), t[1].cast<int64_t>(),
-                                         t[2].cast<int64_t>()});
+            timed.push_back(TimedRequest{t[0].cast<Request>(), ReadInt<int64_t>(t[1], "start_s"),
+                                         ReadInt<int64_t>(t[2], "end_s")});
           }
         }
         const SimulationOptions o = Options(policy, seed, 0, false, false);

@@ -13,9 +13,48 @@
 #include "bindings.h"
 
 namespace gpushare::python {
+
+// What may stand for a Gpu in a list of GPUs: a memory size.
+struct GpuSize {
+  int64_t memory = 0;
+};
+
+}  // namespace gpushare::python
+
+namespace pybind11::detail {
+
+// Consulted only for what is not a Gpu: takes ints (as ReadInt() does) and
+// raises TypeError naming the list for anything else.
+template <>
+struct type_caster<gpushare::python::GpuSize> {
+  PYBIND11_TYPE_CASTER(gpushare::python::GpuSize, const_name("int"));
+
+  bool load(handle src, bool /*convert*/) {
+    constexpr const char* kName = "an item of gpus";
+    if (PyBool_Check(src.ptr()) || !PyIndex_Check(src.ptr())) {
+      throw type_error(std::string(kName) + " must be a gpushare.Gpu or an int, not " +
+                       std::string(str(type::handle_of(src).attr("__name__"))));
+    }
+    value.memory = gpushare::python::ReadInt<int64_t>(src, kName);
+    return true;
+  }
+
+  static handle cast(const gpushare::python::GpuSize& src, return_value_policy, handle) {
+    return PyLong_FromLongLong(src.memory);
+  }
+};
+
+}  // namespace pybind11::detail
+
+namespace gpushare::python {
 namespace {
 
 using StrMap = std::map<std::string, std::string>;
+using GpuIndices = std::vector<Int<int, arg::gpus_item>>;
+
+std::vector<int> ToInts(const GpuIndices& gpus) {
+  return std::vector<int>(gpus.begin(), gpus.end());
+}
 
 // Snapshot types compare field by field (requests of a node as a set).
 bool SameGpu(const Gpu& a, const Gpu& b) {
@@ -108,32 +147,36 @@ void RegisterTypes(py::module_& m) {
   m.attr("MAX_GPUS_PER_NODE") = kMaxGpusPerNode;
   m.def("version", &Version, "The library's version, e.g. '0.1.0'.");
 
-  py::class_<Gpu>(m, "Gpu", "One GPU as it is installed in a node.")
-      .def(py::init([](int64_t memory, std::string model, std::string uuid, bool healthy) {
+  py::class_<Gpu> gpu(m, "Gpu", "One GPU as it is installed in a node.");
+  gpu.def(py::init([](Int<int64_t, arg::memory> memory, std::string model, std::string uuid,
+                      bool healthy) {
              return Gpu{memory, std::move(model), std::move(uuid), healthy};
            }),
            py::arg("memory"), py::arg("model") = "", py::arg("uuid") = "",
            py::arg("healthy") = true,
            "A GPU with `memory` memory units (1..MAX_QUANTITY), an optional model name "
-           "(e.g. 'T4') and UUID; unhealthy GPUs take no new work.")
-      .def_readwrite("memory", &Gpu::memory, "Memory capacity, memory units.")
-      .def_readwrite("model", &Gpu::model, "Model name, e.g. 'T4'; may be empty.")
+           "(e.g. 'T4') and UUID; unhealthy GPUs take no new work.");
+  IntAttribute<arg::memory>(gpu, &Gpu::memory, "Memory capacity, memory units.");
+  gpu.def_readwrite("model", &Gpu::model, "Model name, e.g. 'T4'; may be empty.")
       .def_readwrite("uuid", &Gpu::uuid, "UUID, e.g. 'GPU-0b3c...'; empty when unknown.")
       .def_readwrite("healthy", &Gpu::healthy, "Unhealthy GPUs take no new work.")
       .def("__repr__", &Repr<Gpu>, kReprDoc)
       .def("__eq__", &SameGpu, py::arg("other"), py::is_operator(), kEqDoc)
       .def(py::pickle([](const Gpu& g) { return py::make_tuple(g.memory, g.model, g.uuid, g.healthy); },
                       [](py::tuple t) {
-                        return Gpu{t[0].cast<int64_t>(), t[1].cast<std::string>(),
+                        return Gpu{ReadInt<int64_t>(t[0], arg::memory), t[1].cast<std::string>(),
                                    t[2].cast<std::string>(), t[3].cast<bool>()};
                       }));
-  py::implicitly_convertible<py::int_, Gpu>();
+  // A plain int in a list of GPUs is a GPU of that memory size (checked as
+  // ReadInt() checks arguments, so that True is no GPU of 1 unit).
+  py::implicitly_convertible<GpuSize, Gpu>();
 
-  py::class_<Node>(m, "Node",
-                   "A node (a machine) and everything it can offer; the argument of "
-                   "Cluster.add_node() and Cluster.nodes_needed().")
-      .def(py::init([](std::string name, std::vector<Gpu> gpus, StrMap labels,
-                       std::string address, int64_t cpu, int64_t host_memory,
+  py::class_<Node> node(m, "Node",
+                        "A node (a machine) and everything it can offer; the argument of "
+                        "Cluster.add_node() and Cluster.nodes_needed().");
+  node.def(py::init([](std::string name, std::vector<Gpu> gpus, StrMap labels,
+                       std::string address, Int<int64_t, arg::cpu> cpu,
+                       Int<int64_t, arg::host_memory> host_memory,
                        bool schedulable, std::optional<bool> gpu_sharing) {
              Node n;
              n.name = std::move(name);
@@ -155,10 +198,10 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("name", &Node::name, "Unique in the cluster.")
       .def_readwrite("address", &Node::address, "Optional, e.g. '192.168.1.214'.")
       .def_readwrite("labels", &Node::labels, "Labels (a copy: assign a new dict to change).")
-      .def_readwrite("gpus", &Node::gpus, "The GPUs (a copy: assign a new list to change).")
-      .def_readwrite("cpu", &Node::cpu, "Host CPU, thousandths of a core; 0 = not tracked.")
-      .def_readwrite("host_memory", &Node::host_memory, "Host memory, MiB; 0 = not tracked.")
-      .def_readwrite("schedulable", &Node::schedulable, "Unschedulable nodes take no new work.")
+      .def_readwrite("gpus", &Node::gpus, "The GPUs (a copy: assign a new list to change).");
+  IntAttribute<arg::cpu>(node, &Node::cpu, "Host CPU, thousandths of a core; 0 = not tracked.");
+  IntAttribute<arg::host_memory>(node, &Node::host_memory, "Host memory, MiB; 0 = not tracked.");
+  node.def_readwrite("schedulable", &Node::schedulable, "Unschedulable nodes take no new work.")
       .def_readwrite("gpu_sharing", &Node::gpu_sharing,
                      "Whether the node takes shared GPU work; None: decided by the labels.")
       .def_property_readonly("takes_shared_gpu_work", &TakesSharedGpuWork,
@@ -171,11 +214,13 @@ void RegisterTypes(py::module_& m) {
                std::equal(a.gpus.begin(), a.gpus.end(), b.gpus.begin(), b.gpus.end(), SameGpu);
       }, py::arg("other"), py::is_operator(), kEqDoc);
 
-  py::class_<Request>(m, "Request",
-                      "A request for resources: one pod. Shared when gpu_memory or compute "
-                      "is set, exclusive when whole_gpus is set, else CPU-only.")
-      .def(py::init([](std::string id, int64_t gpu_memory, int64_t gpu_count, int64_t compute,
-                       int64_t whole_gpus, int64_t cpu, int64_t host_memory,
+  py::class_<Request> request(m, "Request",
+                              "A request for resources: one pod. Shared when gpu_memory or "
+                              "compute is set, exclusive when whole_gpus is set, else CPU-only.");
+  request.def(py::init([](std::string id, Int<int64_t, arg::gpu_memory> gpu_memory,
+                       Int<int64_t, arg::gpu_count> gpu_count, Int<int64_t, arg::compute> compute,
+                       Int<int64_t, arg::whole_gpus> whole_gpus, Int<int64_t, arg::cpu> cpu,
+                       Int<int64_t, arg::host_memory> host_memory,
                        std::vector<std::string> gpu_models, StrMap node_selector) {
              Request r;
              r.id = std::move(id);
@@ -198,14 +243,16 @@ void RegisterTypes(py::module_& m) {
            "thousandths of each; or `whole_gpus` exclusive GPUs; `cpu` in thousandths "
            "of a core, `host_memory` in MiB; `gpu_models` allowed (empty = any); "
            "`node_selector` label equality.")
-      .def_readwrite("id", &Request::id, "Unique among placed requests, e.g. 'ns/pod'.")
-      .def_readwrite("gpu_memory", &Request::gpu_memory, "Total GPU memory, memory units.")
-      .def_readwrite("gpu_count", &Request::gpu_count, "Distinct GPUs sharing gpu_memory; 1..64.")
-      .def_readwrite("compute", &Request::compute, "Per GPU, thousandths of a GPU; 0 or 1..1000.")
-      .def_readwrite("whole_gpus", &Request::whole_gpus, "Exclusive whole GPUs; 0 = none.")
-      .def_readwrite("cpu", &Request::cpu, "Host CPU, thousandths of a core.")
-      .def_readwrite("host_memory", &Request::host_memory, "Host memory, MiB.")
-      .def_readwrite("gpu_models", &Request::gpu_models, "Allowed GPU models; empty = any.")
+      .def_readwrite("id", &Request::id, "Unique among placed requests, e.g. 'ns/pod'.");
+  IntAttribute<arg::gpu_memory>(request, &Request::gpu_memory, "Total GPU memory, memory units.");
+  IntAttribute<arg::gpu_count>(request, &Request::gpu_count,
+                               "Distinct GPUs sharing gpu_memory; 1..64.");
+  IntAttribute<arg::compute>(request, &Request::compute,
+                             "Per GPU, thousandths of a GPU; 0 or 1..1000.");
+  IntAttribute<arg::whole_gpus>(request, &Request::whole_gpus, "Exclusive whole GPUs; 0 = none.");
+  IntAttribute<arg::cpu>(request, &Request::cpu, "Host CPU, thousandths of a core.");
+  IntAttribute<arg::host_memory>(request, &Request::host_memory, "Host memory, MiB.");
+  request.def_readwrite("gpu_models", &Request::gpu_models, "Allowed GPU models; empty = any.")
       .def_readwrite("node_selector", &Request::node_selector, "Required node labels.")
       .def("__repr__", &Repr<Request>, kReprDoc)
       .def("__eq__", [](const Request& a, const Request& b) {
@@ -215,17 +262,18 @@ void RegisterTypes(py::module_& m) {
                a.node_selector == b.node_selector;
       }, py::arg("other"), py::is_operator(), kEqDoc);
 
-  py::class_<BoundPlacement>(
+  py::class_<BoundPlacement> placement(
       m, "Placement",
       "Where a request went: returned by Cluster.place() and Cluster.plan(), taken back "
-      "by Cluster.commit(). A snapshot: changing it changes nothing in the cluster.")
-      .def(py::init([](std::string request_id, std::string node, std::vector<int> gpus,
-                       int64_t memory_per_gpu, int64_t compute_per_gpu, bool exclusive,
-                       int64_t cpu, int64_t host_memory) {
+      "by Cluster.commit(). A snapshot: changing it changes nothing in the cluster.");
+  placement.def(py::init([](std::string request_id, std::string node, GpuIndices gpus,
+                       Int<int64_t, arg::memory_per_gpu> memory_per_gpu,
+                       Int<int64_t, arg::compute_per_gpu> compute_per_gpu, bool exclusive,
+                       Int<int64_t, arg::cpu> cpu, Int<int64_t, arg::host_memory> host_memory) {
              BoundPlacement p;
              p.request_id = std::move(request_id);
              p.node = std::move(node);
-             p.gpus = std::move(gpus);
+             p.gpus = ToInts(gpus);
              p.memory_per_gpu = memory_per_gpu;
              p.compute_per_gpu = compute_per_gpu;
              p.exclusive = exclusive;
@@ -233,21 +281,24 @@ void RegisterTypes(py::module_& m) {
              p.host_memory = host_memory;
              return p;
            }),
-           py::arg("request_id") = "", py::arg("node") = "", py::arg("gpus") = std::vector<int>{},
+           py::arg("request_id") = "", py::arg("node") = "", py::arg("gpus") = GpuIndices{},
            py::arg("memory_per_gpu") = 0, py::arg("compute_per_gpu") = 0,
            py::arg("exclusive") = false, py::arg("cpu") = 0, py::arg("host_memory") = 0,
            "A placement by hand (e.g. to commit a plan edited by a host).")
       .def_readwrite("request_id", &Placement::request_id, "The request's id.")
       .def_readwrite("node", &Placement::node, "The node's name.")
-      .def_readwrite("gpus", &Placement::gpus, "GPU indices on `node`, ascending.")
-      .def_readwrite("memory_per_gpu", &Placement::memory_per_gpu,
-                     "Memory units on each GPU (shared requests).")
-      .def_readwrite("compute_per_gpu", &Placement::compute_per_gpu,
-                     "Thousandths of a GPU on each GPU (shared requests).")
-      .def_readwrite("exclusive", &Placement::exclusive, "The GPUs are held whole.")
-      .def_readwrite("cpu", &Placement::cpu, "Host CPU, thousandths of a core.")
-      .def_readwrite("host_memory", &Placement::host_memory, "Host memory, MiB.")
-      .def_property_readonly("total_memory", &Placement::total_memory,
+      .def_property(
+          "gpus", [](const BoundPlacement& p) { return p.gpus; },
+          [](BoundPlacement& p, const GpuIndices& gpus) { p.gpus = ToInts(gpus); },
+          "GPU indices on `node`, ascending.");
+  IntAttribute<arg::memory_per_gpu>(placement, &Placement::memory_per_gpu,
+                                    "Memory units on each GPU (shared requests).");
+  IntAttribute<arg::compute_per_gpu>(placement, &Placement::compute_per_gpu,
+                                     "Thousandths of a GPU on each GPU (shared requests).");
+  placement.def_readwrite("exclusive", &Placement::exclusive, "The GPUs are held whole.");
+  IntAttribute<arg::cpu>(placement, &Placement::cpu, "Host CPU, thousandths of a core.");
+  IntAttribute<arg::host_memory>(placement, &Placement::host_memory, "Host memory, MiB.");
+  placement.def_property_readonly("total_memory", &Placement::total_memory,
                              "Total GPU memory units: memory_per_gpu * len(gpus).")
       .def_property_readonly(
           "env", [](const BoundPlacement& p) { return DeviceViewOf(p, 0).env; },
@@ -281,8 +332,11 @@ void RegisterTypes(py::module_& m) {
       }, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<GpuStatus>(m, "GpuStatus", "A GPU as the cluster sees it now (a snapshot).")
-      .def(py::init([](int index, int64_t memory, int64_t memory_used, int64_t compute_used,
-                       int holders, bool healthy, std::string model, std::string uuid) {
+      .def(py::init([](Int<int, arg::index> index, Int<int64_t, arg::memory> memory,
+                       Int<int64_t, arg::memory_used> memory_used,
+                       Int<int64_t, arg::compute_used> compute_used,
+                       Int<int, arg::holders> holders, bool healthy, std::string model,
+                       std::string uuid) {
              GpuStatus g;
              g.index = index;
              g.memory = memory;
@@ -315,9 +369,11 @@ void RegisterTypes(py::module_& m) {
 
   py::class_<NodeStatus>(m, "NodeStatus", "A node as the cluster sees it now (a snapshot).")
       .def(py::init([](std::string name, std::vector<GpuStatus> gpus, std::string address,
-                       StrMap labels, bool schedulable, bool gpu_sharing, int64_t cpu,
-                       int64_t cpu_used, int64_t host_memory, int64_t host_memory_used,
-                       std::vector<std::string> requests, uint64_t version) {
+                       StrMap labels, bool schedulable, bool gpu_sharing,
+                       Int<int64_t, arg::cpu> cpu, Int<int64_t, arg::cpu_used> cpu_used,
+                       Int<int64_t, arg::host_memory> host_memory,
+                       Int<int64_t, arg::host_memory_used> host_memory_used,
+                       std::vector<std::string> requests, Int<uint64_t, arg::version> version) {
              NodeStatus n;
              n.name = std::move(name);
              n.gpus = std::move(gpus);
@@ -361,9 +417,14 @@ void RegisterTypes(py::module_& m) {
       .def("__eq__", &SameNodeStatus, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<Usage>(m, "Usage", "Totals over the cluster (a snapshot).")
-      .def(py::init([](int64_t gpu_memory, int64_t gpu_memory_used, int64_t gpus,
-                       int64_t idle_gpus, int64_t compute_used, int64_t cpu, int64_t cpu_used,
-                       int64_t host_memory, int64_t host_memory_used, int64_t placements) {
+      .def(py::init([](Int<int64_t, arg::gpu_memory> gpu_memory,
+                       Int<int64_t, arg::gpu_memory_used> gpu_memory_used,
+                       Int<int64_t, arg::gpus> gpus, Int<int64_t, arg::idle_gpus> idle_gpus,
+                       Int<int64_t, arg::compute_used> compute_used, Int<int64_t, arg::cpu> cpu,
+                       Int<int64_t, arg::cpu_used> cpu_used,
+                       Int<int64_t, arg::host_memory> host_memory,
+                       Int<int64_t, arg::host_memory_used> host_memory_used,
+                       Int<int64_t, arg::placements> placements) {
              Usage u;
              u.gpu_memory = gpu_memory;
              u.gpu_memory_used = gpu_memory_used;

@@ -258,6 +258,28 @@ def test_python_policy_errors_propagate_and_roll_back() -> None:
     c.check_invariants()
 
 
+def test_python_policy_gpu_indices_are_read_strictly() -> None:
+    class Returns(gs.Policy):
+        def __init__(self, gpus) -> None:
+            super().__init__()
+            self.gpus = gpus
+
+        def evaluate(self, demand, node, fitting):
+            return (1.0, self.gpus)
+
+    c = gs.Cluster()
+    c.add_node("n", gpus=[8, 8], labels={"gpushare": "true"})
+    # True is no GPU index 1.
+    bool_error = r"^an item of the gpus evaluate\(\) returned must be an int, not bool$"
+    with pytest.raises(TypeError, match=bool_error):
+        c.place(gs.Request("r", gpu_memory=1), policy=Returns([True]))
+    with pytest.raises(ValueError, match="returned 4294967297 is out of range"):
+        c.place(gs.Request("r", gpu_memory=1), policy=Returns([2**32 + 1]))
+    assert c.num_placements == 0
+    c.check_invariants()
+    assert c.place(gs.Request("r", gpu_memory=1), policy=Returns((i for i in [1]))).gpus == [1]
+
+
 def test_threads_can_share_a_cluster() -> None:
     c = gs.Cluster()
     for i in range(8):
