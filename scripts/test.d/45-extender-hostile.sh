@@ -9,22 +9,9 @@
 # About a minute; the server is always stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=${BUILD:-build}
-cmake --build "$build" --target gpushare-extender
-bin="$PWD/$build/extender/gpushare-extender"
+. scripts/lib/extender.sh
 
 (cd extender && GPUSHARE_EXTENDER="$bin" python3 hostile_test.py -v)
-
-tmp=$(mktemp -d)
-pid=""
-cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=gpushare e2e CA" \
         -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
@@ -34,18 +21,8 @@ printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tmp/san.e
 openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
         -CAcreateserial -days 2 -extfile "$tmp/san.ext" -out "$tmp/server.crt" 2>/dev/null
 
-"$bin" --nodes extender/samples/nodes.json --pods extender/samples/pods.json \
-       --address 127.0.0.1 --port 0 --port-file "$tmp/port" \
-       --tls-cert-file "$tmp/server.crt" --tls-private-key-file "$tmp/server.key" \
-       --access-log "$tmp/access.log" >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 150); do
-  [ -s "$tmp/port" ] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$tmp/server.log"; echo "extender exited" >&2; exit 1; }
-  sleep 0.1
-done
-[ -s "$tmp/port" ] || { cat "$tmp/server.log"; echo "extender did not start" >&2; exit 1; }
-port=$(cat "$tmp/port")
+start_sample_extender --tls-cert-file "$tmp/server.crt" --tls-private-key-file "$tmp/server.key" \
+                      --access-log "$tmp/access.log"
 echo "extender listening on https://127.0.0.1:$port"
 GPUSHARE_EXTENDER_URL="https://127.0.0.1:$port" GPUSHARE_EXTENDER_CA="$tmp/ca.crt" \
   GPUSHARE_EXTENDER="$bin" python3 extender/e2e_test.py -v ExtenderE2ETest
