@@ -1,6 +1,6 @@
 // The extender's HTTP handling: bytes go into a Boost.Beast request_parser
-// with the server's limits (extender/server.h ServerLimits, Beast's default
-// header limit), as ServeConnection() reads them, and every complete request
+// with the server's limits (extender/server.h ServerLimits: body and header
+// sizes), as the server's sessions read them, and every complete request
 // (up to kMaxRequests on one keep-alive connection) is routed by
 // extender::Route() to an Extender on the fixture of fuzz/extender_fixture.h.
 // Properties:
@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t pos = 0;
   for (int n = 0; n < kMaxRequests && pos < size; ++n) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(limits.body_limit);
+    parser.body_limit(limits.max_body_bytes);
+    parser.header_limit(limits.max_header_bytes);
     parser.eager(true);
     boost::beast::error_code ec;
     while (!parser.is_done()) {
