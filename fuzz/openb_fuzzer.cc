@@ -58,6 +58,13 @@ void CheckNodes(std::string_view text) {
   // What the simulator and the CLI do with them: save a snapshot.
   const std::string dump = cluster.ToJson();
   absl::StatusOr<gpushare::Cluster> again = gpushare::Cluster::FromJson(dump);
+  // Bytes that are not UTF-8 are written as U+FFFD (cluster.h), so two names
+  // that differ only in such bytes become one name and the snapshot is
+  // refused as a duplicate: documented, and only then allowed.
+  if (!again.ok() && dump.find("\xef\xbf\xbd") != std::string::npos) {
+    FUZZ_CHECK(absl::IsInvalidArgument(again.status()), again.status().ToString());
+    return;
+  }
   FUZZ_CHECK_OK(again.status(), "the snapshot of loaded nodes does not load: " + dump);
   FUZZ_CHECK(again->ToJson() == dump, "snapshot round trip changed " + dump);
 }

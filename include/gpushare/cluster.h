@@ -257,7 +257,9 @@ class Cluster {
 
   // The whole state (options, nodes in order, health, placements) as JSON.
   // Text that is not valid UTF-8 (names, labels, models) is written with
-  // U+FFFD in place of each invalid byte sequence, as JSON requires.
+  // U+FFFD in place of each invalid byte sequence, as JSON requires; such a
+  // snapshot does not load back byte for byte, and two names that differ
+  // only in invalid bytes become one (FromJson then refuses the duplicate).
   std::string ToJson(int indent = -1) const;
 
   // Rebuilds a cluster from ToJson() output. Errors: InvalidArgument for
