@@ -382,6 +382,10 @@ absl::StatusOr<std::string> ApiClient::Call(http::verb method, const std::string
       conn.reset();
     }
     const bool more = attempt + 1 < m.options.max_attempts;
+    const bool replied = conn && !ec && parser && parser->is_done();
+    if (m.options.on_reply) {
+      m.options.on_reply(method, replied ? static_cast<int>(parser->get().result_int()) : 0);
+    }
     if (!conn) {  // Nothing was sent: any method may go again.
       if (more) std::this_thread::sleep_for(pause);
       continue;

@@ -69,6 +69,10 @@ struct ClientOptions {
   std::chrono::milliseconds backoff_max{10'000};
   int max_idle = 4;  // Kept-alive idle connections.
   std::string user_agent = "gpushare-extender";
+  // Called after every attempt of Call() (retries included) with its method
+  // and the reply's HTTP status, 0 when none came (connection failure,
+  // timeout): for metrics. Must be thread-safe and quick.
+  std::function<void(boost::beast::http::verb method, int http_status)> on_reply;
 };
 
 class ApiClient {

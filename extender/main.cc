@@ -5,6 +5,12 @@
 //                     [--kube-api-qps 100] [--kube-api-burst 200]
 //                     [--resync-ms 300000] [--startup-timeout-ms 120000]
 //                     [--requeue-pending true]
+//                     [--leader-elect false] [--leader-elect-namespace NS]
+//                     [--leader-elect-name gpushare-extender] [--leader-elect-identity ID]
+//                     [--leader-elect-lease-duration-ms 15000]
+//                     [--leader-elect-renew-deadline-ms 10000]
+//                     [--leader-elect-retry-period-ms 2000]
+//                     [--leader-elect-url URL] [--leader-forward-ca FILE]
 //                     [--address 127.0.0.1] [--port 32766] [--policy binpack]
 //                     [--ttl-ms 60000] [--port-file FILE]
 //                     [serving flags: TLS, access log, limits; see --help]
@@ -33,6 +39,19 @@
 // retries them at once (extender/requeue.h; --requeue-pending false turns it
 // off).
 //
+// With --leader-elect true, several replicas share a coordination.k8s.io/v1
+// Lease (extender/leader.h): only the holder binds and requeues; the others
+// follow the watches like the leader and serve filter, prioritize and the
+// other calls from the same state; a /bind reaching a follower is forwarded
+// to the leader (the URL it wrote on the Lease, --leader-elect-url), or
+// refused with 503 when there is none (kube-scheduler retries the pod). A new
+// leader first lists nodes and pods again (consistent reads) and applies
+// them (Extender::Sync) before it binds, so it binds from a state at least as
+// new as the last binding of its predecessor. On SIGTERM it releases the
+// Lease.
+//
+// GET /metrics serves Prometheus metrics (extender/metrics.h).
+//
 // With --nodes and --pods (`kubectl get nodes -o json`, `kubectl get pods -A
 // -o json`) it only reserves at /bind; whoever binds the pod posts /confirm,
 // or the reservation expires after --ttl-ms. --port 0 picks a free port;
@@ -45,7 +64,7 @@
 //   POST /gpushare-scheduler/preempt     ExtenderPreemptionArgs -> ...Result
 //   POST /gpushare-scheduler/{confirm,forget,release}  {"PodNamespace","PodName"|"PodUID"}
 //   GET  /gpushare-scheduler/inspect[/<node>]
-//   GET  /version, /healthz, /readyz (503 until nodes and pods are listed)
+//   GET  /version, /healthz, /readyz (503 until nodes and pods are listed), /metrics
 // A malformed body gets HTTP 400 with {"Error": ..., "Code": ...} and changes
 // nothing. One thread per connection (at most ServerLimits::max_connections;
 // an idle one is closed after ServerLimits::idle_timeout); the library does the
@@ -62,10 +81,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -75,6 +96,8 @@
 
 #include "extender/api_client.h"
 #include "extender/kubeconfig.h"
+#include "extender/leader.h"
+#include "extender/metrics.h"
 #include "extender/reflector.h"
 #include "extender/requeue.h"
 #include "extender/server.h"
@@ -102,6 +125,9 @@ struct Flags {
   double qps = gpushare::extender::ClientOptions{}.qps;
   int burst = gpushare::extender::ClientOptions{}.burst;
   bool requeue = true;
+  bool leader_elect = false;
+  std::string forward_ca;  // CA of the leader's serving certificate (forwarded binds).
+  gpushare::extender::LeaseOptions lease;
   gpushare::extender::ServerOptions serving;  // Serving flags (ParseServingFlag).
 };
 
@@ -130,6 +156,22 @@ void Help(std::ostream& out) {
          "  --startup-timeout-ms MS  keep trying the first list this long (default 120000)\n"
          "  --requeue-pending BOOL   touch pending GPU pods that fit after GPUs are freed,\n"
          "                           so kube-scheduler retries them (default true)\n"
+         "Leader election (several replicas; only the leader binds):\n"
+         "  --leader-elect BOOL      hold a coordination.k8s.io/v1 Lease to bind (default false)\n"
+         "  --leader-elect-namespace NS   the Lease's namespace (default: the service\n"
+         "                           account's namespace, else kube-system)\n"
+         "  --leader-elect-name NAME the Lease's name (default gpushare-extender)\n"
+         "  --leader-elect-identity ID    this replica's name (default: host name + random)\n"
+         "  --leader-elect-lease-duration-ms MS  a takeover waits this long after the\n"
+         "                           last renewal seen (default 15000, whole seconds)\n"
+         "  --leader-elect-renew-deadline-ms MS  the leader stops binding when it could\n"
+         "                           not renew for this long (default 10000)\n"
+         "  --leader-elect-retry-period-ms MS    between tries (default 2000)\n"
+         "  --leader-elect-url URL   where the other replicas reach this one, e.g.\n"
+         "                           http://$(POD_IP):32766; followers forward /bind there\n"
+         "                           (default none: followers answer /bind with 503)\n"
+         "  --leader-forward-ca FILE PEM CAs of the leader's certificate for an https\n"
+         "                           leader URL (default: the system's)\n"
          "Files instead of the API (reserve only; no binding):\n"
          "  --nodes FILE --pods FILE `kubectl get nodes -o json`, `kubectl get pods -A -o json`\n"
          "Serving:\n"
@@ -193,6 +235,27 @@ class ApiTransport : public gpushare::extender::WatchTransport {
   const std::chrono::milliseconds idle_;
 };
 
+void DeclareMetrics(gpushare::extender::Metrics& m) {
+  using T = gpushare::extender::Metrics::Type;
+  m.Declare("gpushare_extender_requests_total", T::kCounter,
+            "HTTP requests served, by route (filter, prioritize, bind, ...) and status code.");
+  m.Declare("gpushare_extender_request_duration_seconds", T::kHistogram,
+            "Time to handle a request (from its parsed body to its reply), by route.",
+            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  m.Declare("gpushare_extender_binds_total", T::kCounter,
+            "Bind requests by result: bound, refused (no fit, a concurrent bind, an API "
+            "error), forwarded (a follower passed it to the leader), not_leader (a follower "
+            "refused it: no leader known or reachable), bad_request, error.");
+  m.Declare("gpushare_extender_bind_api_results_total", T::kCounter,
+            "Binds written to the API server (annotations patch, then Binding), by outcome "
+            "(a canonical status code: OK, ALREADY_EXISTS, UNAVAILABLE, ...).");
+  m.Declare("gpushare_extender_api_requests_total", T::kCounter,
+            "Requests to the Kubernetes API server (each retry counted), by method and HTTP "
+            "status (none: no reply).");
+  m.Declare("gpushare_extender_api_errors_total", T::kCounter,
+            "Requests to the API server that failed (no reply, or status 400 and above).");
+}
+
 bool ParseBool(const std::string& v, bool* out) {
   if (v == "true" || v == "1") return *out = true, true;
   if (v == "false" || v == "0") return *out = false, true;
@@ -203,6 +266,7 @@ bool ParseBool(const std::string& v, bool* out) {
 
 int main(int argc, char** argv) {
   Flags flags;
+  bool lease_namespace_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -252,6 +316,25 @@ int main(int argc, char** argv) {
       flags.startup_timeout_ms = std::atoll(v);
     } else if (arg == "--requeue-pending" && (v = value())) {
       if (!ParseBool(v, &flags.requeue)) return Usage("--requeue-pending takes true or false");
+    } else if (arg == "--leader-elect" && (v = value())) {
+      if (!ParseBool(v, &flags.leader_elect)) return Usage("--leader-elect takes true or false");
+    } else if (arg == "--leader-elect-namespace" && (v = value())) {
+      flags.lease.namespace_name = v;
+      lease_namespace_given = true;
+    } else if (arg == "--leader-elect-name" && (v = value())) {
+      flags.lease.name = v;
+    } else if (arg == "--leader-elect-url" && (v = value())) {
+      flags.lease.url = v;
+    } else if (arg == "--leader-forward-ca" && (v = value())) {
+      flags.forward_ca = v;
+    } else if (arg == "--leader-elect-identity" && (v = value())) {
+      flags.lease.identity = v;
+    } else if (arg == "--leader-elect-lease-duration-ms" && (v = value())) {
+      flags.lease.lease_duration = std::chrono::milliseconds(std::atoll(v));
+    } else if (arg == "--leader-elect-renew-deadline-ms" && (v = value())) {
+      flags.lease.renew_deadline = std::chrono::milliseconds(std::atoll(v));
+    } else if (arg == "--leader-elect-retry-period-ms" && (v = value())) {
+      flags.lease.retry_period = std::chrono::milliseconds(std::atoll(v));
     } else {
       return Usage("unknown or incomplete flag " + arg);
     }
@@ -267,12 +350,38 @@ int main(int argc, char** argv) {
   if (flags.resync_ms < 100) return Usage("--resync-ms must be at least 100");
   if (flags.burst < 1) return Usage("--kube-api-burst must be at least 1");
   if (flags.startup_timeout_ms < 0) return Usage("--startup-timeout-ms must not be negative");
+  if (flags.leader_elect) {
+    if (files) return Usage("--leader-elect needs the Kubernetes API, not --nodes/--pods");
+    if (!lease_namespace_given) {
+      std::string ns;
+      if (ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace", &ns) &&
+          !ns.empty()) {
+        flags.lease.namespace_name = ns.substr(0, ns.find_first_of(" \n"));
+      }
+    }
+    if (flags.lease.identity.empty()) {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      std::random_device rd;
+      std::ostringstream id;
+      id << host << "_" << std::hex << rd() << rd();
+      flags.lease.identity = id.str();
+    }
+    if (absl::Status s = gpushare::extender::ValidateLeaseOptions(flags.lease); !s.ok()) {
+      return Usage(std::string(s.message()));
+    }
+  }
   if (absl::Status s = gpushare::extender::ValidateServerOptions(flags.serving); !s.ok()) {
     std::cerr << "gpushare-extender: " << s.message() << "\n";  // Bad TLS files, limits.
     return 2;
   }
 
+  using gpushare::extender::Metrics;
+  Metrics metrics;
+  DeclareMetrics(metrics);
+
   std::unique_ptr<ApiClient> api;
+  std::unique_ptr<ApiClient> lease_api;  // Its own connections and rate limit.
   std::string nodes_json, pods_json;
   if (files) {
     if (!ReadFile(flags.nodes, &nodes_json)) return Usage("cannot read " + flags.nodes);
@@ -288,6 +397,27 @@ int main(int argc, char** argv) {
     gpushare::extender::ClientOptions client_options;
     client_options.qps = flags.qps;
     client_options.burst = flags.burst;
+    client_options.on_reply = [&metrics](http::verb method, int status) {
+      const std::string m(http::to_string(method));
+      metrics.Add("gpushare_extender_api_requests_total",
+                  {{"method", m}, {"code", status == 0 ? "none" : std::to_string(status)}});
+      if (status == 0 || status >= 400) {
+        metrics.Add("gpushare_extender_api_errors_total", {{"method", m}});
+      }
+    };
+    if (flags.leader_elect) {
+      // One try per round, well within the renew deadline.
+      gpushare::extender::ClientOptions lease_options = client_options;
+      lease_options.max_attempts = 1;
+      lease_options.timeout = flags.lease.renew_deadline / 2;
+      lease_options.qps = 0;
+      absl::StatusOr<std::unique_ptr<ApiClient>> c = ApiClient::Create(*config, lease_options);
+      if (!c.ok()) {
+        std::cerr << "gpushare-extender: " << c.status().message() << "\n";
+        return 1;
+      }
+      lease_api = *std::move(c);
+    }
     absl::StatusOr<std::unique_ptr<ApiClient>> client =
         ApiClient::Create(*config, client_options);
     if (!client.ok()) {
@@ -339,9 +469,25 @@ int main(int argc, char** argv) {
   }
   gpushare::k8s::ExtenderOptions ext_options;
   ext_options.version = std::string("gpushare-extender ") + gpushare::Version();
+  std::unique_ptr<gpushare::extender::LeaderElector> elector;
+  if (lease_api) {
+    elector = std::make_unique<gpushare::extender::LeaderElector>(
+        flags.lease, [&lease_api](http::verb m, const std::string& path, const std::string& body) {
+          return lease_api->Call(m, path, body);
+        });
+  }
   if (api) {
-    ext_options.binder = [&api](const gpushare::k8s::BindTarget& t,
-                                const gpushare::k8s::BindResult& r) { return api->Bind(t, r); };
+    ext_options.binder = [&](const gpushare::k8s::BindTarget& t,
+                             const gpushare::k8s::BindResult& r) {
+      // Checked again right before writing: leadership may have ended while
+      // the bind waited. FailedPrecondition: nothing was written.
+      absl::Status s = elector && !elector->may_bind()
+                           ? absl::FailedPreconditionError("not the leader: " + elector->Describe())
+                           : api->Bind(t, r);
+      metrics.Add("gpushare_extender_bind_api_results_total",
+                  {{"code", absl::StatusCodeToString(s.code())}});
+      return s;
+    };
     ext_options.pod_reader = [&api](const gpushare::k8s::BindTarget& t) {
       return api->GetPod(t);
     };
@@ -435,7 +581,11 @@ int main(int argc, char** argv) {
     };
     if (flags.requeue) {
       gpushare::extender::RequeueOptions ro;
-      ro.pods = [&] { return pod_reflector->SnapshotOnNode(""); };
+      // Only the leader touches pods.
+      ro.pods = [&] {
+        return elector && !elector->may_bind() ? std::vector<std::string>()
+                                               : pod_reflector->SnapshotOnNode("");
+      };
       ro.node_names = [&] {
         std::vector<std::string> names;
         (*scheduler)->Read([&](const gpushare::Cluster& c) { names = c.node_names(); });
@@ -451,6 +601,115 @@ int main(int argc, char** argv) {
   }
 
   flags.serving.ready = ready;
+  // Binds reaching a follower go to the leader (at the URL it wrote on the
+  // Lease) once, marked ?forwarded=1 so that they never bounce back; when
+  // there is no leader, or it cannot be reached, they get 503 and
+  // kube-scheduler retries the pod.
+  std::mutex forward_mu;
+  std::string forward_url;                  // Guarded by forward_mu.
+  std::shared_ptr<ApiClient> forward_client;  // Guarded by forward_mu.
+  if (elector) {
+    flags.serving.role = [&] { return elector->Describe(); };
+    flags.serving.before_bind = [&](std::string_view target, std::string_view body)
+        -> std::optional<gpushare::extender::Reply> {
+      if (elector->may_bind()) return std::nullopt;
+      auto refuse = [&](const std::string& why) {
+        metrics.Add("gpushare_extender_binds_total", {{"result", "not_leader"}});
+        return gpushare::extender::Reply{
+            http::status::service_unavailable,
+            gpushare::k8s::ErrorJson(absl::UnavailableError(why))};
+      };
+      const std::string url = elector->holder_url();
+      if (target.find("forwarded=1") != std::string_view::npos || url.empty() ||
+          elector->holder() == flags.lease.identity) {
+        return refuse("this replica does not bind: " + elector->Describe());
+      }
+      std::shared_ptr<ApiClient> client;
+      {
+        std::lock_guard lock(forward_mu);
+        if (url != forward_url || !forward_client) {
+          gpushare::extender::RestConfig rc;
+          rc.server = url;
+          if (!flags.forward_ca.empty() && !ReadFile(flags.forward_ca, &rc.ca_pem)) {
+            return refuse("cannot read --leader-forward-ca " + flags.forward_ca);
+          }
+          gpushare::extender::ClientOptions co;
+          co.max_attempts = 1;
+          co.timeout = std::chrono::seconds(8);  // Within kube-scheduler's usual 10 s.
+          co.qps = 0;
+          auto c = ApiClient::Create(rc, co);
+          if (!c.ok()) return refuse("cannot forward to the leader: " +
+                                     std::string(c.status().message()));
+          forward_client = std::shared_ptr<ApiClient>(std::move(*c));
+          forward_url = url;
+        }
+        client = forward_client;
+      }
+      absl::StatusOr<std::string> reply =
+          client->Call(http::verb::post, "/gpushare-scheduler/bind?forwarded=1", std::string(body));
+      if (!reply.ok()) {
+        return refuse("follower (leader: " + elector->holder() + ") could not forward: " +
+                      std::string(reply.status().message()));
+      }
+      metrics.Add("gpushare_extender_binds_total", {{"result", "forwarded"}});
+      gpushare::extender::Reply r{http::status::ok, *std::move(reply)};
+      r.forwarded = true;
+      return r;
+    };
+  }
+  flags.serving.on_request = [&metrics](const std::string& route,
+                                        const gpushare::extender::Reply& reply,
+                                        double seconds) {
+    const unsigned code = static_cast<unsigned>(reply.status);
+    metrics.Add("gpushare_extender_requests_total",
+                {{"route", route}, {"code", std::to_string(code)}});
+    metrics.Observe("gpushare_extender_request_duration_seconds", {{"route", route}}, seconds);
+    if (route != "bind" || reply.forwarded ||
+        reply.status == http::status::service_unavailable) {
+      return;  // Forwarded and refused binds are counted by before_bind.
+    }
+    std::string result = "error";
+    if (code == 200) {
+      const nlohmann::json j = nlohmann::json::parse(reply.body, nullptr, false);
+      result = j.is_object() && j.value("Error", "").empty() ? "bound" : "refused";
+    } else if (code == 400) {
+      result = "bad_request";
+    }
+    metrics.Add("gpushare_extender_binds_total", {{"result", result}});
+  };
+  flags.serving.metrics = [&]() {
+    std::string text = metrics.Render();
+    std::vector<std::pair<gpushare::extender::Labels, double>> restarts;
+    for (const Reflector* r : {node_reflector.get(), pod_reflector.get()}) {
+      if (r == nullptr) continue;
+      const std::string resource = r->path().substr(r->path().rfind('/') + 1);
+      restarts.push_back({{{"resource", resource}, {"reason", "closed"}},
+                          double(r->watch_ends(Reflector::Verdict::kContinue))});
+      restarts.push_back({{{"resource", resource}, {"reason", "expired"}},
+                          double(r->watch_ends(Reflector::Verdict::kRelist))});
+      restarts.push_back({{{"resource", resource}, {"reason", "error"}},
+                          double(r->watch_ends(Reflector::Verdict::kRewatch))});
+    }
+    text += gpushare::extender::GaugeFamily(
+        "gpushare_extender_watch_restarts_total",
+        "Watches of the API server that ended and were started again, by why they ended "
+        "(closed by the server, expired: 410 Gone then a new list, error).",
+        restarts, Metrics::Type::kCounter);
+    const bool leading = elector ? elector->may_bind() : api != nullptr;
+    text += gpushare::extender::GaugeFamily(
+        "gpushare_extender_leader",
+        "1 when this replica binds (it holds the Lease and has synced), else 0.",
+        {{{{"identity", elector ? flags.lease.identity : std::string()}}, leading ? 1.0 : 0.0}});
+    if (elector) {
+      text += gpushare::extender::GaugeFamily(
+          "gpushare_extender_leader_transitions",
+          "Leader changes recorded in the Lease (leaseTransitions) when last read.",
+          {{{}, double(elector->transitions())}});
+    }
+    (*scheduler)->Read(
+        [&](const gpushare::Cluster& c) { text += gpushare::extender::ClusterMetrics(c); });
+    return text;
+  };
   absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =
       gpushare::extender::Server::Create(&ext, flags.serving);
   if (!server.ok()) {
@@ -498,6 +757,46 @@ int main(int argc, char** argv) {
     }
     if (requeuer) threads.emplace_back([&] { requeuer->Run(stop); });
   }
+  // The elector: joined at shutdown so that the Lease is released.
+  std::thread elector_thread;
+  if (elector) {
+    std::cout << "gpushare-extender: leader election on Lease " << flags.lease.namespace_name
+              << "/" << flags.lease.name << " as " << flags.lease.identity << std::endl;
+    elector_thread = std::thread([&] {
+      elector->Run(
+          stop,
+          [&]() -> absl::Status {
+            // A new tenure: bring the state up to the API server's before
+            // binding (consistent lists; binds of the previous leader all
+            // happened before the Lease changed hands).
+            const uint64_t mark = ext.SyncMark();
+            absl::StatusOr<std::string> nodes = api->Get("/api/v1/nodes");
+            absl::StatusOr<std::string> pods =
+                nodes.ok() ? api->Get("/api/v1/pods") : absl::StatusOr<std::string>(nodes.status());
+            if (!pods.ok()) {
+              std::cerr << "gpushare-extender: leader resync failed: " << pods.status() << "\n";
+              return pods.status();
+            }
+            absl::StatusOr<gpushare::k8s::SyncReport> r = [&] {
+              std::lock_guard lock(pod_apply_mu);
+              return ext.Sync(*nodes, *pods, mark);
+            }();
+            if (!r.ok()) {
+              std::cerr << "gpushare-extender: leader resync failed: " << r.status() << "\n";
+              return r.status();
+            }
+            warnings.Log(r->warnings);
+            LogReport("leader resync", *r);
+            std::cout << "gpushare-extender: leading as " << flags.lease.identity
+                      << " (lease transitions " << elector->transitions() << ")" << std::endl;
+            if (requeuer) requeuer->Kick();
+            return absl::OkStatus();
+          },
+          [&] {
+            std::cout << "gpushare-extender: lost the lease; following" << std::endl;
+          });
+    });
+  }
 
   // SIGINT and SIGTERM stop the server; Run() then returns.
   asio::io_context signal_io;
@@ -506,6 +805,7 @@ int main(int argc, char** argv) {
   std::thread([&signal_io] { signal_io.run(); }).detach();
   (*server)->Run();
   stop.store(true);
+  if (elector_thread.joinable()) elector_thread.join();  // Releases the Lease.
   // Watch threads may be blocked in a read: leave without joining them.
   std::cout << "gpushare-extender: stopped" << std::endl;
   // Workers may still be handling requests: leave without destructors.

@@ -191,6 +191,12 @@ Reflector::Verdict Reflector::OnWatchData(std::string_view bytes) {
 }
 
 Reflector::Verdict Reflector::OnWatchEnd(const absl::Status& status) {
+  const Verdict v = JudgeWatchEnd(status);
+  watch_ends_[static_cast<int>(v)].fetch_add(1);
+  return v;
+}
+
+Reflector::Verdict Reflector::JudgeWatchEnd(const absl::Status& status) {
   partial_.clear();  // An event cut by the end of the stream never happened.
   if (IsGone(status)) {
     set_status(path_ + ": " + std::string(status.message()));

@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -90,6 +91,13 @@ class Reflector {
   // else what OnWatchData() last decided.
   Verdict OnWatchEnd(const absl::Status& status);
 
+  // Watches that ended with each verdict of OnWatchEnd() (kContinue: the
+  // server closed it normally; kRelist: 410 Gone; kRewatch: an error), for
+  // metrics; any thread.
+  int64_t watch_ends(Verdict verdict) const {
+    return watch_ends_[static_cast<int>(verdict)].load();
+  }
+
   const std::string& resource_version() const { return rv_; }
   const std::string& path() const { return path_; }
   // Events applied since construction (ADDED/MODIFIED/DELETED, listed or watched).
@@ -113,6 +121,7 @@ class Reflector {
     std::string object;
   };
   Verdict ApplyLine(std::string_view line);
+  Verdict JudgeWatchEnd(const absl::Status& status);
   void Emit(const std::string& type, const std::string& object);
 
   const std::string path_;
@@ -123,6 +132,7 @@ class Reflector {
   Verdict verdict_ = Verdict::kContinue;
   int64_t events_ = 0;
   std::atomic<bool> synced_{false};
+  std::atomic<int64_t> watch_ends_[3] = {0, 0, 0};
   mutable std::mutex mu_;
   std::map<std::string, Stored> store_;  // Guarded by mu_ (written by the driver only).
   std::string status_;                   // Guarded by mu_.

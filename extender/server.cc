@@ -32,6 +32,8 @@
 #include <boost/beast/ssl.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "extender/metrics.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::extender {
 
@@ -56,14 +58,42 @@ Reply FromStatus(const absl::StatusOr<std::string>& r) {
 
 }  // namespace
 
+std::string RouteName(std::string_view target) {
+  const std::string path(target.substr(0, target.find('?')));
+  static const char* const kVerbs[] = {"filter", "prioritize", "bind",   "preempt",
+                                       "confirm", "forget",    "release", "version"};
+  if (path.rfind(kRoutePrefix, 0) == 0) {
+    const std::string verb = path.substr(sizeof(kRoutePrefix) - 1);
+    if (verb == "inspect" || verb.rfind("inspect/", 0) == 0) return "inspect";
+    for (const char* v : kVerbs) {
+      if (verb == v) return v;
+    }
+    return "other";
+  }
+  for (const char* p : {"healthz", "readyz", "version", "metrics"}) {
+    if (path == std::string("/") + p) return p;
+  }
+  return "other";
+}
+
 Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
-            std::string_view body, const ReadinessCheck& ready) {
+            std::string_view body, const RouteHooks& hooks) {
   const std::string path(target.substr(0, target.find('?')));
   if (path == "/healthz") return {http::status::ok, "{\"status\":\"ok\"}"};
   if (path == "/readyz") {
-    const absl::Status s = ready ? ready() : absl::OkStatus();
+    const absl::Status s = hooks.ready ? hooks.ready() : absl::OkStatus();
+    if (s.ok() && hooks.role) {
+      return {http::status::ok, nlohmann::json{{"status", "ready"}, {"role", hooks.role()}}.dump()};
+    }
     if (s.ok()) return {http::status::ok, "{\"status\":\"ready\"}"};
     return {http::status::service_unavailable, k8s::ErrorJson(s)};
+  }
+  if (path == "/metrics" && hooks.metrics) {
+    if (method != http::verb::get) {
+      return {http::status::method_not_allowed,
+              k8s::ErrorJson(absl::InvalidArgumentError("metrics takes GET"))};
+    }
+    return {http::status::ok, hooks.metrics(), kMetricsContentType};
   }
   if (path == "/version" || path == "/gpushare-scheduler/version") {
     return {http::status::ok, ext.Version()};
@@ -85,7 +115,12 @@ Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
   }
   if (verb == "filter") return FromStatus(ext.Filter(body));
   if (verb == "prioritize") return FromStatus(ext.Prioritize(body));
-  if (verb == "bind") return FromStatus(ext.Bind(body));
+  if (verb == "bind") {
+    if (hooks.before_bind) {
+      if (std::optional<Reply> instead = hooks.before_bind(target, body)) return *instead;
+    }
+    return FromStatus(ext.Bind(body));
+  }
   if (verb == "preempt") return FromStatus(ext.Preempt(body));
   if (verb == "confirm") return FromStatus(ext.Confirm(body));
   if (verb == "forget") return FromStatus(ext.Forget(body));
@@ -752,9 +787,15 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     asio::post(impl_->workers_, [self = this->shared_from_this(), req,
                                  held = std::exchange(held_, 0)] {
       const size_t in = req->body().size();
-      Reply reply = Route(*self->impl_->ext_, req->method(),
-                          std::string_view(req->target().data(), req->target().size()),
-                          req->body(), self->impl_->options_.ready);
+      const ServerOptions& o = self->impl_->options_;
+      const std::string_view target(req->target().data(), req->target().size());
+      const auto began = Clock::now();
+      Reply reply = Route(*self->impl_->ext_, req->method(), target, req->body(),
+                          RouteHooks{o.ready, o.before_bind, o.metrics, o.role});
+      if (o.on_request) {
+        o.on_request(RouteName(target), reply,
+                     std::chrono::duration<double>(Clock::now() - began).count());
+      }
       // Free the body before returning its budget.
       std::string().swap(req->body());
       if (held > 0) self->impl_->budget_.Release(held);
@@ -768,7 +809,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
   void Respond(Reply reply, const http::request<http::string_body>& req, size_t in) {
     res_.emplace(reply.status, req.version());
     res_->set(http::field::server, "gpushare-extender");
-    res_->set(http::field::content_type, "application/json");
+    res_->set(http::field::content_type, reply.content_type);
     res_->keep_alive(req.keep_alive());
     res_->body() = std::move(reply.body);
     res_->prepare_payload();

@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -72,10 +73,12 @@ namespace gpushare::extender {
 // ends with it): POST /gpushare-scheduler/filter and so on.
 inline constexpr char kRoutePrefix[] = "/gpushare-scheduler/";
 
-// One HTTP reply: a status and a JSON body.
+// One HTTP reply: a status and a body (JSON unless content_type says otherwise).
 struct Reply {
   boost::beast::http::status status = boost::beast::http::status::ok;
   std::string body;
+  std::string content_type = "application/json";
+  bool forwarded = false;  // Answered by another replica (RouteHooks::before_bind).
 };
 
 // Readiness for GET /readyz: OK when the extender's state has been built
@@ -83,12 +86,41 @@ struct Reply {
 // a status whose message says what is missing. Empty: always ready.
 using ReadinessCheck = std::function<absl::Status()>;
 
+// What a host adds to the routes; every member may be empty.
+struct RouteHooks {
+  ReadinessCheck ready;  // /readyz; empty: always ready.
+  // Called with the target and body of each POST /bind before the extender
+  // sees it (leader election, extender/leader.h): nullopt binds here; a
+  // reply is sent instead, e.g. the leader's reply to the forwarded request,
+  // or HTTP 503 with k8s::ErrorJson() when this replica may not bind:
+  // kube-scheduler's HTTP extender treats any status but 200 as a failed
+  // bind, forgets the assumed pod and puts it back in its queue (with
+  // backoff), so the pod is retried. Empty: bind here.
+  std::function<std::optional<Reply>(std::string_view target, std::string_view body)>
+      before_bind;
+  // The body of GET /metrics (Prometheus text, kMetricsContentType); empty: 404.
+  std::function<std::string()> metrics;
+  // The replica's role, added to /readyz's 200 body as "role" (e.g. "leader",
+  // "follower (leader: b)"); empty: left out.
+  std::function<std::string()> role;
+};
+
 // Routes one request to `ext`. `target` is the request target (a query
 // string is ignored). Never throws; malformed bodies are 400 with
 // k8s::ErrorJson(), unknown routes 404, a wrong method 405; /readyz is 200,
-// or 503 with the reason `ready` gives.
+// or 503 with the reason `hooks.ready` gives.
 Reply Route(k8s::Extender& ext, boost::beast::http::verb method, std::string_view target,
-            std::string_view body, const ReadinessCheck& ready = {});
+            std::string_view body, const RouteHooks& hooks);
+inline Reply Route(k8s::Extender& ext, boost::beast::http::verb method, std::string_view target,
+                   std::string_view body, const ReadinessCheck& ready = {}) {
+  return Route(ext, method, target, body, RouteHooks{ready, {}, {}, {}});
+}
+
+// The path of a request target without its query string, and the name
+// under which it is counted in metrics: "filter", "bind", ... for the
+// extender's routes, "readyz", "metrics", ... for the others, "other" for
+// unknown routes (so that a scan cannot grow the label set).
+std::string RouteName(std::string_view target);
 
 // Limits of one server; the defaults suit one kube-scheduler on the same
 // network. Sizes in bytes, rates in bytes per second.
@@ -132,6 +164,13 @@ struct ServerOptions {
   std::string client_ca_file;        // PEM CAs; clients must present a cert.
   std::string access_log;            // File path, "-" for stdout, "" for none.
   ReadinessCheck ready;              // For /readyz (see Route()); empty: ready.
+  std::function<std::optional<Reply>(std::string_view target, std::string_view body)>
+      before_bind;                           // See RouteHooks.
+  std::function<std::string()> metrics;    // See RouteHooks.
+  std::function<std::string()> role;       // See RouteHooks.
+  // Called on the worker thread after each routed request with its
+  // RouteName(), the reply, and the seconds Route() took (for metrics).
+  std::function<void(const std::string& route, const Reply& reply, double seconds)> on_request;
 };
 
 // Parses one serving flag of gpushare-extender (--max-body-bytes and the

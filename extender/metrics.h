@@ -1,0 +1,104 @@
+// File: extender/metrics.h
+// -----------------------------------------------------------------------------
+// Metrics of gpushare-extender in the Prometheus text exposition format
+// (version 0.0.4: https://prometheus.io/docs/instrumenting/exposition_formats/),
+// served at GET /metrics. A small registry of counters and histograms that
+// the serving and API code update, plus gauges computed at scrape time (the
+// GPU memory of the cluster, its fragmentation, the leader status).
+//
+//   Metrics m;
+//   m.Add("gpushare_extender_binds_total", {{"result", "bound"}});
+//   m.Observe("gpushare_extender_request_duration_seconds", {{"verb", "filter"}}, 0.0012);
+//   std::string text = m.Render() + ClusterMetrics(cluster);
+//
+// Families are declared once with Declare() (name, type, help; histograms
+// their bucket bounds); adding to an undeclared family is a programming error
+// and is ignored. Label values are escaped as the format requires (\\, \",
+// \n); label names are the caller's constants.
+//
+// Thread-safe.
+
+#ifndef GPUSHARE_EXTENDER_METRICS_H_
+#define GPUSHARE_EXTENDER_METRICS_H_
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpushare/cluster.h"
+
+namespace gpushare::extender {
+
+// Label pairs of one series, in the order written.
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// The Content-Type of the exposition.
+inline constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+class Metrics {
+ public:
+  enum class Type { kCounter, kGauge, kHistogram };
+
+  // Declares a family; `buckets` (ascending upper bounds, +Inf implied) for
+  // histograms. Declaring again replaces the help text only.
+  void Declare(const std::string& name, Type type, const std::string& help,
+               std::vector<double> buckets = {});
+  // Adds `value` to a counter series (or sets nothing on other types).
+  void Add(const std::string& name, const Labels& labels, double value = 1);
+  // Sets a gauge series.
+  void Set(const std::string& name, const Labels& labels, double value);
+  // One observation of a histogram series.
+  void Observe(const std::string& name, const Labels& labels, double value);
+
+  // Every declared family with its series, families in declaration order,
+  // series in label order. A family without series is still described.
+  std::string Render() const;
+
+  // The value of a counter or gauge series (0 if absent), for tests.
+  double Value(const std::string& name, const Labels& labels) const;
+
+ private:
+  struct Series {
+    double value = 0;               // Counter or gauge.
+    std::vector<uint64_t> counts;   // Histogram: per bucket (not cumulative), +Inf last.
+    double sum = 0;
+  };
+  struct Family {
+    Type type = Type::kCounter;
+    std::string help;
+    std::vector<double> buckets;
+    std::map<std::string, Series> series;  // By rendered label set.
+  };
+  Family* Find(const std::string& name, Type type);
+
+  mutable std::mutex mu_;
+  std::vector<std::string> order_;          // Guarded by mu_.
+  std::map<std::string, Family> families_;  // Guarded by mu_.
+};
+
+// One family of gauges (or counters read elsewhere, `type`) rendered at
+// once: HELP, TYPE and a line per series.
+std::string GaugeFamily(const std::string& name, const std::string& help,
+                        const std::vector<std::pair<Labels, double>>& series,
+                        Metrics::Type type = Metrics::Type::kGauge);
+
+// The cluster's gauges from the library's view of it:
+//   gpushare_node_gpu_memory_total_units{node,model}      capacity of its GPUs
+//   gpushare_node_gpu_memory_allocated_units{node,model}  promised to pods
+//   gpushare_model_gpu_memory_{total,allocated}_units{model}  the same per GPU model
+//   gpushare_gpu_memory_fragmentation_units / _fragmentation_ratio
+// Nodes without GPUs are left out; a GPU without a model label counts as
+// model "unknown"; a node's model is that of its first GPU. Fragmentation is
+// gpushare::Fragmentation() in GPU memory units (fragmentation.h) against
+// the workload placed now (the shapes of the current placements weighted by
+// how often each occurs): 0 when nothing is placed.
+std::string ClusterMetrics(const Cluster& cluster);
+
+// A series' label set as written between braces: a="x",b="y".
+std::string RenderLabels(const Labels& labels);
+
+}  // namespace gpushare::extender
+
+#endif  // GPUSHARE_EXTENDER_METRICS_H_

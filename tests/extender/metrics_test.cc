@@ -1,0 +1,122 @@
+// The Prometheus text exposition of gpushare-extender: families, escaping,
+// cumulative histogram buckets, and the cluster gauges computed by the
+// library (GPU memory per node and model, fragmentation).
+
+#include "extender/metrics.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "gpushare/gpushare.h"
+
+namespace gpushare::extender {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(MetricsTest, CountersAreDescribedAndSummedPerLabelSet) {
+  Metrics m;
+  m.Declare("x_total", Metrics::Type::kCounter, "Things.\nSecond line \\ here.");
+  m.Add("x_total", {{"verb", "bind"}});
+  m.Add("x_total", {{"verb", "bind"}}, 2);
+  m.Add("x_total", {{"verb", "filter"}});
+  m.Add("undeclared_total", {});                // Ignored.
+  m.Observe("x_total", {{"verb", "bind"}}, 1);  // Wrong type: ignored.
+  EXPECT_EQ(m.Value("x_total", {{"verb", "bind"}}), 3);
+  const std::string text = m.Render();
+  EXPECT_EQ(text,
+            "# HELP x_total Things.\\nSecond line \\\\ here.\n"
+            "# TYPE x_total counter\n"
+            "x_total{verb=\"bind\"} 3\n"
+            "x_total{verb=\"filter\"} 1\n");
+}
+
+TEST(MetricsTest, LabelValuesAreEscaped) {
+  EXPECT_EQ(RenderLabels({{"a", "q\"b\\s\nn"}, {"b", ""}}), "a=\"q\\\"b\\\\s\\nn\",b=\"\"");
+}
+
+TEST(MetricsTest, HistogramBucketsAreCumulativeWithSumAndCount) {
+  Metrics m;
+  m.Declare("d_seconds", Metrics::Type::kHistogram, "Durations.", {0.1, 0.01, 1});
+  for (double v : {0.005, 0.01, 0.05, 0.5, 7.0}) m.Observe("d_seconds", {{"route", "bind"}}, v);
+  const std::string text = m.Render();
+  EXPECT_THAT(text, HasSubstr("d_seconds_bucket{route=\"bind\",le=\"0.01\"} 2\n"));  // le is <=
+  EXPECT_THAT(text, HasSubstr("d_seconds_bucket{route=\"bind\",le=\"0.10000000000000001\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("d_seconds_bucket{route=\"bind\",le=\"1\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("d_seconds_bucket{route=\"bind\",le=\"+Inf\"} 5\n"));
+  const std::string sum = "d_seconds_sum{route=\"bind\"} ";
+  ASSERT_NE(text.find(sum), std::string::npos);
+  EXPECT_DOUBLE_EQ(std::stod(text.substr(text.find(sum) + sum.size())), 7.565);
+  EXPECT_THAT(text, HasSubstr("d_seconds_count{route=\"bind\"} 5\n"));
+}
+
+TEST(MetricsTest, ClusterGaugesFollowTheLibrarysView) {
+  Cluster cluster;
+  auto node = [](const std::string& name, int gpus, int64_t memory, const std::string& model) {
+    Node n;
+    n.name = name;
+    n.gpu_sharing = true;
+    for (int i = 0; i < gpus; ++i) {
+      Gpu g;
+      g.memory = memory;
+      g.model = model;
+      n.gpus.push_back(g);
+    }
+    return n;
+  };
+  ASSERT_TRUE(cluster.AddNode(node("a", 1, 14, "T4")).ok());
+  ASSERT_TRUE(cluster.AddNode(node("b", 2, 16, "V100")).ok());
+  ASSERT_TRUE(cluster.AddNode(node("cpu-only", 0, 0, "")).ok());
+  Request r;
+  r.id = "default/p";
+  r.gpu_memory = 10;
+  ASSERT_TRUE(cluster.Place(r).ok());
+  r.id = "default/q";
+  r.gpu_memory = 12;
+  auto q = cluster.Place(r);
+  ASSERT_TRUE(q.ok());
+  const std::string text = ClusterMetrics(cluster);
+  EXPECT_THAT(text, HasSubstr("gpushare_node_gpu_memory_total_units{node=\"a\",model=\"T4\"} 14\n"));
+  EXPECT_THAT(text, HasSubstr("gpushare_node_gpu_memory_total_units{node=\"b\",model=\"V100\"} 32\n"));
+  EXPECT_THAT(text, Not(HasSubstr("cpu-only")));
+  const NodeStatus* a = cluster.FindNode("a");
+  const NodeStatus* b = cluster.FindNode("b");
+  EXPECT_THAT(text, HasSubstr("gpushare_node_gpu_memory_allocated_units{node=\"a\",model=\"T4\"} " +
+                              std::to_string(a->gpu_memory_used()) + "\n"));
+  EXPECT_THAT(text, HasSubstr("gpushare_model_gpu_memory_allocated_units{model=\"V100\"} " +
+                              std::to_string(b->gpu_memory_used()) + "\n"));
+  EXPECT_EQ(a->gpu_memory_used() + b->gpu_memory_used(), 22);
+  EXPECT_THAT(text, HasSubstr("gpushare_model_gpu_memory_total_units{model=\"T4\"} 14\n"));
+  // Against the shapes placed now (10 and 12 units, half each).
+  TargetWorkload target;
+  target.resource = FragResource::kMemory;
+  for (int64_t share : {10, 12}) {
+    TargetTask t;
+    t.gpu_share = share;
+    t.gpu_count = 1;
+    t.weight = 0.5;
+    target.tasks.push_back(t);
+  }
+  const ClusterFragmentation f = Fragmentation(cluster, target);
+  EXPECT_GT(f.amount, 0);
+  const std::string key = "\ngpushare_gpu_memory_fragmentation_units ";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_NEAR(std::stod(text.substr(at + key.size())), f.amount, 1e-9);
+  const std::string rkey = "\ngpushare_gpu_memory_fragmentation_ratio ";
+  ASSERT_NE(text.find(rkey), std::string::npos);
+  EXPECT_NEAR(std::stod(text.substr(text.find(rkey) + rkey.size())), f.rate, 1e-9);
+  EXPECT_THAT(text, HasSubstr("# TYPE gpushare_gpu_memory_fragmentation_ratio gauge\n"));
+}
+
+TEST(MetricsTest, AnEmptyClusterHasNoFragmentation) {
+  Cluster cluster;
+  const std::string text = ClusterMetrics(cluster);
+  EXPECT_THAT(text, HasSubstr("gpushare_gpu_memory_fragmentation_units 0\n"));
+  EXPECT_THAT(text, HasSubstr("gpushare_gpu_memory_fragmentation_ratio 0\n"));
+}
+
+}  // namespace
+}  // namespace gpushare::extender
