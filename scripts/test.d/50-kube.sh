@@ -3,12 +3,18 @@
 # 127.0.0.1: etcd (Debian's etcd-server), kube-apiserver and kube-scheduler
 # built from the Kubernetes release pinned in tests/kube/go.mod (cached
 # outside the build folders by tests/kube/build-kube.sh, so only a cold
-# machine pays the build), then the pytest scenarios of tests/kube/.
+# machine pays the build), then the pytest scenarios of tests/kube/:
+# test_scenarios.py (placement, restarts) and test_operations.py (two
+# replicas with leader election, the leader killed during a burst; /metrics
+# parsed with prometheus_client; deploy/ applied and its RBAC checked;
+# `kubectl inspect gpushare`). Cost: about 40 s for test_scenarios.py and
+# 60 s for test_operations.py (mostly the 15 s lease of the takeover) on a
+# warm machine, after gpushare-extender and kubectl-inspect-gpushare build.
 #
 # Environment: BUILD (the CMake build folder, default build);
 # GPUSHARE_KUBE_CACHE (binary cache root); GPUSHARE_KUBE_VENV (the virtual
-# environment with pytest, default $BUILD/venv-kube) when python3 has no
-# pytest; PYTEST_ARGS (e.g. "-k s1").
+# environment with pytest and prometheus_client from PyPI, default
+# $BUILD/venv-kube) when python3 lacks either; PYTEST_ARGS (e.g. "-k s1").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -27,14 +33,14 @@ kube_bin=$(tests/kube/build-kube.sh)
 echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s)"
 
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null
-cmake --build "$build" --target gpushare-extender
+cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare
 extender="$PWD/$build/extender/gpushare-extender"
 
 py=python3
-if ! python3 -c 'import pytest' 2>/dev/null; then
+if ! python3 -c 'import pytest, prometheus_client' 2>/dev/null; then
   venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest prometheus_client
   py="$venv/bin/python"
 fi
 # shellcheck disable=SC2086

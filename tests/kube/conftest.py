@@ -83,10 +83,7 @@ def cluster(control_plane, request):
     if getattr(request.node, "gpushare_failed", False):
         print("\n" + control_plane.log_tails(), file=sys.stderr)
     # Stop them so that the next test starts from nothing.
-    for name in ("kube-scheduler", "gpushare-extender"):
-        p = control_plane.procs.pop(name, None)
-        if p:
-            p.stop()
+    control_plane.stop_clients()
 
 
 @pytest.fixture

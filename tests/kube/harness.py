@@ -333,7 +333,7 @@ def tail(path, lines=60):
 
 EXTENDER_RBAC = [
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-     "metadata": {"name": "gpushare-extender"},
+     "metadata": {"name": "gpushare-e2e-extender"},
      "rules": [
          {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
          {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
@@ -341,12 +341,98 @@ EXTENDER_RBAC = [
          {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
      ]},
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "gpushare-extender"},
+     "metadata": {"name": "gpushare-e2e-extender"},
      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                 "name": "gpushare-extender"},
+                 "name": "gpushare-e2e-extender"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                   "name": "gpushare-extender"}]},
+    # Leader election (the rules of deploy/rbac.yaml's Role).
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+     "metadata": {"name": "gpushare-e2e-leader-election", "namespace": "kube-system"},
+     "rules": [
+         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+          "resourceNames": ["gpushare-extender"], "verbs": ["get", "update"]},
+     ]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": "gpushare-e2e-leader-election", "namespace": "kube-system"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                 "name": "gpushare-e2e-leader-election"},
      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                    "name": "gpushare-extender"}]},
 ]
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpushare-extender"
+
+
+class TcpBalancer:
+    """What a Service does for kube-scheduler's calls to the extender
+    replicas: each new TCP connection goes to the next backend that accepts
+    it (round robin), bytes are copied both ways (TLS passes through)."""
+
+    def __init__(self, backends):
+        self.backends = list(backends)   # [(host, port)]
+        self.next = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.closed = False
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        upstream = None
+        for i in range(len(self.backends)):
+            backend = self.backends[(self.next + i) % len(self.backends)]
+            try:
+                upstream = socket.create_connection(backend, timeout=2)
+                upstream.settimeout(None)
+                self.next = (self.next + i + 1) % len(self.backends)
+                break
+            except OSError:
+                upstream = None
+        if upstream is None:
+            client.close()
+            return
+        self.connections += 1
+
+        def pump(src, dst):
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+            except OSError:
+                pass
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        t.start()
+        pump(client, upstream)
+        t.join()
+        client.close()
+        upstream.close()
+
+    def stop(self):
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 class ControlPlane:
@@ -363,6 +449,8 @@ class ControlPlane:
         self.api = None
         self.extender_port = None
         self.scheduler_port = None
+        self.balancer = None
+        self.replicas = {}   # name -> port
 
     def _start(self, name, argv, env=None):
         old = self.procs.pop(name, None)
@@ -379,7 +467,9 @@ class ControlPlane:
             self._start_apiserver()
             for obj in EXTENDER_RBAC:
                 kind = obj["kind"].lower() + "s"
-                self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+                ns = obj["metadata"].get("namespace")
+                where = f"namespaces/{ns}/{kind}" if ns else kind
+                self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{where}", obj)
         except BaseException:
             self.stop()
             raise
@@ -500,6 +590,52 @@ class ControlPlane:
         self.extender_port = int(got)
         return self.extender_url()
 
+    def start_replicas(self, names=("replica-a", "replica-b"), extra_args=()):
+        """Extender replicas with leader election behind a TcpBalancer, which
+        kube-scheduler's configuration names. Returns {name: port}."""
+        assert self.extender_tls
+        self.replicas = {name: free_port() for name in names}
+        self.balancer = TcpBalancer([("127.0.0.1", p) for p in self.replicas.values()])
+        self.extender_port = self.balancer.port
+        self.extender_scheme = "https"
+        for name in names:
+            self.start_replica(name, extra_args)
+        return dict(self.replicas)
+
+    def start_replica(self, name, extra_args=()):
+        port = self.replicas[name]
+        url = f"https://127.0.0.1:{port}"
+        argv = [self.extender_bin, "--kubeconfig", self.extender_kubeconfig,
+                "--address", "127.0.0.1", "--port", str(port), "--policy", "binpack",
+                "--tls-cert-file", self.extender_serving[0],
+                "--tls-private-key-file", self.extender_serving[1],
+                "--leader-elect", "true", "--leader-elect-namespace", "kube-system",
+                "--leader-elect-identity", name, "--leader-elect-url", url,
+                "--leader-forward-ca", self.pki.ca_crt, *extra_args]
+        p = self._start(name, argv)
+        wait_until(f"{name} ready", lambda: p.check_alive() and
+                   self.extender_get(port, "/readyz")[0] == 200, START_TIMEOUT, 0.1)
+        return p
+
+    def extender_get(self, port, path):
+        """(status, body) of GET path on an extender replica."""
+        ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=REQUEST_TIMEOUT)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def lease(self):
+        try:
+            return self.api.get(LEASE_PATH)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
     def extender_url(self):
         return f"{self.extender_scheme}://127.0.0.1:{self.extender_port}/gpushare-scheduler"
 
@@ -593,11 +729,9 @@ class ControlPlane:
 
     def reset(self):
         """Stops kube-scheduler and the extender, deletes every pod, node and event."""
-        for name in ("kube-scheduler", "gpushare-extender"):
-            p = self.procs.pop(name, None)
-            if p:
-                p.stop()
+        self.stop_clients()
         self.extender_port = None
+        self.api.request("DELETE", LEASE_PATH, ok=(200, 202, 404))
         for pod in self.api.pods():
             self.api.delete_pod(pod["metadata"]["name"])
         for node in self.api.nodes():
@@ -605,6 +739,17 @@ class ControlPlane:
         self.api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/events", ok=(200,))
         wait_until("pods and nodes gone",
                    lambda: not self.api.pods() and not self.api.nodes(), 30, 0.2)
+
+    def stop_clients(self):
+        """Stops kube-scheduler, the extender and its replicas (not etcd or
+        the API server)."""
+        for name in list(self.procs):
+            if name not in ("etcd", "kube-apiserver"):
+                self.procs.pop(name).stop()
+        if self.balancer:
+            self.balancer.stop()
+            self.balancer = None
+        self.replicas = {}
 
     def log_tails(self, lines=80):
         out = []

@@ -1,0 +1,262 @@
+"""Operating gpushare-extender in a real cluster: two replicas with leader
+election (the leader SIGKILLed during a burst), /metrics parsed with
+prometheus_client's reference parser, the deploy/ manifests applied with
+server-side validation and their RBAC checked with `kubectl auth can-i`, and
+the kubectl plugin's table for scenario S1.
+
+Every assertion on placements reads the API objects (spec.nodeName, the bind
+annotations, events); the metrics are compared with them.
+"""
+
+import collections
+import json
+import os
+import random
+import re
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import HarnessError, gpu_allocation, node_gpus, used_per_gpu, wait_until
+from test_scenarios import assert_no_oversubscription, fits_somewhere
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy")
+LEASE_SECONDS = 15      # The extender's default lease duration.
+RETRY_SECONDS = 2       # Its default retry period.
+
+
+def parse_metrics(text):
+    """{sample name: {frozenset(labels): value}} through the reference parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    samples = collections.defaultdict(dict)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[s.name][frozenset(s.labels.items())] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get(name, {}).get(frozenset(labels.items()), 0.0)
+
+
+def role(cluster, port):
+    status, body = cluster.extender_get(port, "/readyz")
+    return json.loads(body).get("role") if status == 200 else None
+
+
+def scheduled_events(api):
+    """{pod name: Scheduled events counted} (a repeated event is counted by its count)."""
+    counts = collections.Counter()
+    for e in api.get("/api/v1/namespaces/default/events")["items"]:
+        if e.get("reason") == "Scheduled":
+            counts[e["involvedObject"]["name"]] += e.get("count") or 1
+    return counts
+
+
+def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
+    api = cluster.api
+    for i in range(8):
+        api.create_node(f"gpu-{i:02d}", gpus=4, gpu_memory=16)   # 512 units
+    ports = cluster.start_replicas(("replica-a", "replica-b"))
+    leader = wait_until("a leader", lambda: (cluster.lease() or {}).get("spec", {})
+                        .get("holderIdentity"), 30)
+    (follower,) = set(ports) - {leader}
+    wait_until("the leader synced", lambda: role(cluster, ports[leader]) == "leader", 30)
+    assert role(cluster, ports[follower]) == f"follower (leader: {leader})"
+    cluster.start_scheduler(with_extender=True)
+
+    rng = random.Random(20240602)
+    pods = {}
+    for i in range(160):
+        pods[f"ha-{i:03d}"] = (8, 2) if rng.random() < 0.1 else (
+            rng.choice([1, 2, 3, 4, 6, 8]), None)
+    assert sum(u for u, _ in pods.values()) > 512   # some must stay pending
+
+    def create(items):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda kv: api.create_pod(kv[0], gpu_memory=kv[1][0],
+                                                    gpu_count=kv[1][1]), items))
+
+    def bound_count():
+        return sum(1 for p in api.pods() if p["spec"].get("nodeName"))
+    items = list(pods.items())
+    create(items[:80])
+    wait_until("25 pods bound", lambda: bound_count() >= 25, 120, 0.02)
+    follower_before = parse_metrics(cluster.extender_get(ports[follower], "/metrics")[1])
+    cluster.procs[leader].kill()          # SIGKILL in the middle of the burst
+    killed = time.monotonic()
+    time.sleep(0.5)                        # Requests it sent are done at the API server.
+    bound_at_kill = bound_count()
+    create(items[80:])
+    wait_until("the follower leading", lambda: role(cluster, ports[follower]) == "leader",
+               LEASE_SECONDS + 3 * RETRY_SECONDS + 10, 0.1)
+    takeover = time.monotonic() - killed
+    nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
+
+    def settled():
+        assert_no_oversubscription(api)   # at every step
+        used = used_per_gpu(api)
+        return not [p for p in api.pods() if not p["spec"].get("nodeName")
+                    and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
+    wait_until("every pending pod to fit nowhere", settled, 180, 1)
+    final = api.pods()
+    bound = [p for p in final if p["spec"].get("nodeName")]
+    print(f"leader {leader} killed with {bound_at_kill} pods bound; {follower} leading "
+          f"{takeover:.1f} s later; {len(bound)} bound in the end, "
+          f"{len(final) - len(bound)} pending that fit nowhere")
+    # Within the lease duration (counted from the last renewal the follower
+    # saw, at most one retry period before the kill), plus its resync.
+    assert takeover <= LEASE_SECONDS + RETRY_SECONDS + 3, takeover
+    assert len(bound) > bound_at_kill
+    for p in bound:
+        units, count = pods[p["metadata"]["name"]]
+        alloc = gpu_allocation(p)
+        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
+        assert sum(alloc.values()) == units
+        assert len(alloc) == (count or 1)
+    assert_no_oversubscription(api)
+    # No pod bound twice: kube-scheduler reports one successful binding per pod.
+    names = {p["metadata"]["name"] for p in bound}
+    events = wait_until("a Scheduled event for every bound pod",
+                        lambda: (lambda c: c if names <= set(c) else None)(scheduled_events(api)),
+                        30, 0.5)
+    assert {n: c for n, c in events.items() if c != 1} == {}
+    assert set(events) == names
+    lease = cluster.lease()["spec"]
+    assert lease["holderIdentity"] == follower
+    assert lease["leaseTransitions"] == 1
+
+    # The follower forwarded binds to the leader before the kill, bound none itself.
+    assert value(follower_before, "gpushare_extender_leader", identity=follower) == 0
+    assert value(follower_before, "gpushare_extender_binds_total", result="bound") == 0
+    # The survivor's metrics tell the same story as the API objects.
+    m = parse_metrics(cluster.extender_get(ports[follower], "/metrics")[1])
+    assert value(m, "gpushare_extender_leader", identity=follower) == 1
+    assert value(m, "gpushare_extender_leader_transitions") == 1
+    bound_here = value(m, "gpushare_extender_binds_total", result="bound")
+    assert bound_here == len(bound) - bound_at_kill, (bound_here, len(bound), bound_at_kill)
+    assert value(m, "gpushare_extender_bind_api_results_total", code="OK") <= bound_here
+    filters = sum(v for k, v in m["gpushare_extender_requests_total"].items()
+                  if ("route", "filter") in k)
+    assert filters > 0
+    assert value(m, "gpushare_extender_request_duration_seconds_count", route="filter") == filters
+    assert sum(m["gpushare_extender_api_requests_total"].values()) > 0
+    used = used_per_gpu(api)
+    for node in nodes:
+        labels = {"node": node, "model": "unknown"}
+        assert value(m, "gpushare_node_gpu_memory_total_units", **labels) == 64
+        assert value(m, "gpushare_node_gpu_memory_allocated_units", **labels) == \
+            sum(used.get(node, {}).values()), node
+    assert value(m, "gpushare_model_gpu_memory_allocated_units", model="unknown") == \
+        sum(sum(g.values()) for g in used.values())
+    assert "gpushare_gpu_memory_fragmentation_units" in m
+    print(f"survivor metrics: {bound_here:.0f} bound, {filters:.0f} filter calls, "
+          f"fragmentation {value(m, 'gpushare_gpu_memory_fragmentation_units'):.0f} units")
+
+
+# ---- deploy/ against the real API server ----------------------------------------
+
+def kubectl(cluster, *args, check=True):
+    env = {**os.environ, "KUBECONFIG": cluster.admin_kubeconfig}
+    r = subprocess.run([os.path.join(cluster.kube_bin, "kubectl"), *args], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    if check and r.returncode != 0:
+        raise HarnessError(f"kubectl {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+SA = "system:serviceaccount:kube-system:gpushare-extender"
+# What the extender does (extender/api_client.cc, reflector.cc, requeue.cc, leader.cc).
+ALLOWED = [
+    ("list", "nodes"), ("watch", "nodes"),
+    ("list", "pods"), ("watch", "pods"), ("get", "pods"), ("patch", "pods"),
+    ("create", "pods", "--subresource=binding"),
+    ("create", "leases.coordination.k8s.io", "-n", "kube-system"),
+    ("get", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
+    ("update", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
+]
+DENIED = [
+    ("delete", "pods"), ("create", "pods"), ("update", "pods"), ("get", "secrets"),
+    ("list", "secrets", "-A"), ("get", "nodes"), ("patch", "nodes"), ("delete", "nodes"),
+    ("create", "pods", "--subresource=eviction"), ("get", "configmaps", "-n", "kube-system"),
+    ("update", "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system"),
+    ("create", "leases.coordination.k8s.io", "-n", "default"),
+    ("delete", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
+]
+
+
+def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
+    kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", DEPLOY)
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", DEPLOY)
+        dep = cluster.api.get("/apis/apps/v1/namespaces/kube-system/deployments/gpushare-extender")
+        assert dep["spec"]["replicas"] == 2
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        c = pod["containers"][0]
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert "--leader-elect" in c["args"]
+        cm = cluster.api.get("/api/v1/namespaces/kube-system/configmaps/gpushare-scheduler-config")
+        assert "gpushare-extender.kube-system" in cm["data"]["scheduler-config.yaml"]
+        wrong = []
+        for verb, *rest in ALLOWED:
+            r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", SA, check=False)
+            if r.stdout.strip() != "yes":
+                wrong.append(("denied", verb, *rest))
+        for verb, *rest in DENIED:
+            r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", SA, check=False)
+            if r.stdout.strip() != "no":
+                wrong.append(("allowed", verb, *rest))
+        assert wrong == []
+    finally:
+        kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
+
+
+# ---- kubectl inspect gpushare ----------------------------------------------------
+
+def test_kubectl_inspect_gpushare_prints_s1(cluster):
+    """Scenario S1 (test_scenarios.test_s1_binpack_two_t4_nodes), then the
+    plugin run by kubectl itself (`kubectl inspect gpushare` finds
+    kubectl-inspect-gpushare on PATH)."""
+    from test_scenarios import test_s1_binpack_two_t4_nodes
+    cluster.start_extender()
+    cluster.start_scheduler(with_extender=True)
+    test_s1_binpack_two_t4_nodes(cluster)
+    used = {n: sum(g.values()) for n, g in used_per_gpu(cluster.api).items()}
+    a, b = used["sd-cluster-04"], used["sd-cluster-05"]
+    assert sorted((a, b)) == [12, 13]
+    plugin_dir = os.path.dirname(cluster.extender_bin)
+    assert os.access(os.path.join(plugin_dir, "kubectl-inspect-gpushare"), os.X_OK)
+    env = {**os.environ, "KUBECONFIG": cluster.admin_kubeconfig,
+           "PATH": plugin_dir + os.pathsep + os.environ.get("PATH", "")}
+    kubectl_bin = os.path.join(cluster.kube_bin, "kubectl")
+
+    def run(*args):
+        r = subprocess.run([kubectl_bin, "inspect", "gpushare", *args], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    table = run()
+    assert table == (
+        "NAME           IPADDRESS  GPU0(Allocated/Total)  GPU Memory(GiB)\n"
+        f"sd-cluster-04  127.0.0.1  {a}/14                  {a}/14\n"
+        f"sd-cluster-05  127.0.0.1  {b}/14                  {b}/14\n"
+        "----------------------------------------------------------\n"
+        "Allocated/Total GPU Memory In Cluster:\n"
+        "25/28 (89%)\n"), table
+    details = run("-d")
+    pods = {p["metadata"]["name"]: (p["spec"]["nodeName"], gpu_allocation(p)[0])
+            for p in cluster.api.pods()}
+    for node, total in (("sd-cluster-04", a), ("sd-cluster-05", b)):
+        block = details.split("NAME:       " + node + "\n")[1].split("-----")[0]
+        rows = {line.split()[0]: line.split()[1:] for line in block.splitlines()[3:]
+                if line and not line.startswith(("Allocated", "Total"))}
+        assert rows == {n: ["default", str(u)] for n, (on, u) in pods.items() if on == node}
+        m = re.search(r"^Allocated :\s+(\d+) \((\d+)%\)$", block, re.M)
+        assert m and m.groups() == (str(total), str(total * 100 // 14)), block
+    assert details.endswith("Allocated/Total GPU Memory In Cluster:  25/28 (89%)\n")
+    print(table + details)
