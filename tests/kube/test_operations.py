@@ -153,8 +153,13 @@ def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
     assert value(m, "gpushare_model_gpu_memory_allocated_units", model="unknown") == \
         sum(sum(g.values()) for g in used.values())
     assert "gpushare_gpu_memory_fragmentation_units" in m
+    with open(f"/proc/{cluster.procs[follower].proc.pid}/status") as f:
+        rss = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
     print(f"survivor metrics: {bound_here:.0f} bound, {filters:.0f} filter calls, "
-          f"fragmentation {value(m, 'gpushare_gpu_memory_fragmentation_units'):.0f} units")
+          f"fragmentation {value(m, 'gpushare_gpu_memory_fragmentation_units'):.0f} units; "
+          f"peak RSS {int(rss) // 1024} MiB; before the kill the follower forwarded "
+          f"{value(follower_before, 'gpushare_extender_binds_total', result='forwarded'):.0f} "
+          f"binds to the leader")
 
 
 # ---- deploy/ against the real API server ----------------------------------------
