@@ -104,11 +104,15 @@ class ApiClient {
   }
 
   // Writes a bind: a merge patch of the pod's annotations, then the Binding.
-  // Errors: Aborted if the PATCH failed (the Binding was not sent); else
-  // those of Call() for the Binding, e.g. AlreadyExists (409) when the pod is
-  // bound already, Unavailable or DeadlineExceeded when its outcome is
-  // unknown.
-  absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result) const;
+  // `may_write`, when set, is asked right before each of the two writes (a
+  // leader checks that it still holds its Lease): an error stops the bind,
+  // FailedPrecondition before the PATCH (nothing written), Aborted before
+  // the Binding. Errors: Aborted if the PATCH failed (the Binding was not
+  // sent); else those of Call() for the Binding, e.g. AlreadyExists (409)
+  // when the pod is bound already, Unavailable or DeadlineExceeded when its
+  // outcome is unknown.
+  absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result,
+                    const std::function<absl::Status()>& may_write = {}) const;
 
   // The v1.Pod of a bind target (GET /api/v1/namespaces/NS/pods/NAME).
   absl::StatusOr<std::string> GetPod(const k8s::BindTarget& target) const;

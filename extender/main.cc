@@ -382,6 +382,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<ApiClient> api;
   std::unique_ptr<ApiClient> lease_api;  // Its own connections and rate limit.
+  std::unique_ptr<ApiClient> bind_api;   // Leader election: binds' short-lived writes.
   std::string nodes_json, pods_json;
   if (files) {
     if (!ReadFile(flags.nodes, &nodes_json)) return Usage("cannot read " + flags.nodes);
@@ -417,6 +418,15 @@ int main(int argc, char** argv) {
         return 1;
       }
       lease_api = *std::move(c);
+      gpushare::extender::ClientOptions bind_options = client_options;
+      bind_options.max_attempts = 1;
+      bind_options.timeout = (flags.lease.lease_duration - flags.lease.renew_deadline) / 2;
+      c = ApiClient::Create(*config, bind_options);
+      if (!c.ok()) {
+        std::cerr << "gpushare-extender: " << c.status().message() << "\n";
+        return 1;
+      }
+      bind_api = *std::move(c);
     }
     absl::StatusOr<std::unique_ptr<ApiClient>> client =
         ApiClient::Create(*config, client_options);
@@ -479,11 +489,19 @@ int main(int argc, char** argv) {
   if (api) {
     ext_options.binder = [&](const gpushare::k8s::BindTarget& t,
                              const gpushare::k8s::BindResult& r) {
-      // Checked again right before writing: leadership may have ended while
-      // the bind waited. FailedPrecondition: nothing was written.
-      absl::Status s = elector && !elector->may_bind()
-                           ? absl::FailedPreconditionError("not the leader: " + elector->Describe())
-                           : api->Bind(t, r);
+      absl::Status s;
+      if (elector) {
+        // Leadership is checked right before each write, and each write
+        // gets one try of at most (lease - renew deadline) / 2 (bind_api),
+        // so a write sent before the renew deadline has landed or failed
+        // before any successor can hold the Lease.
+        s = bind_api->Bind(t, r, [&]() -> absl::Status {
+          if (elector->may_bind()) return absl::OkStatus();
+          return absl::FailedPreconditionError("not the leader any more: " + elector->Describe());
+        });
+      } else {
+        s = api->Bind(t, r);
+      }
       metrics.Add("gpushare_extender_bind_api_results_total",
                   {{"code", absl::StatusCodeToString(s.code())}});
       return s;

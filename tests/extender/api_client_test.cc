@@ -465,6 +465,32 @@ TEST(ApiClientTest, BindMapsAConflictToAlreadyExists) {
   EXPECT_EQ(server.seen()[1].target, "/api/v1/namespaces/d/pods/p/binding");
 }
 
+TEST(ApiClientTest, BindAsksBeforeEachWriteAndStopsWhenRefused) {
+  TestServer server([](const auto&) { return Response(); });
+  ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(server.url()));
+  k8s::BindTarget target{"d", "p", "uid-p", "n1"};
+  k8s::BindResult result;
+  result.patch = "{\"metadata\":{\"annotations\":{}}}";
+  int asked = 0;
+  // Refused at once: nothing is written.
+  EXPECT_THAT(api->Bind(target, result, [&] {
+    ++asked;
+    return absl::UnavailableError("lease lost");
+  }), StatusIs(absl::StatusCode::kFailedPrecondition, "lease lost"));
+  EXPECT_EQ(asked, 1);
+  EXPECT_TRUE(server.seen().empty());
+  // Refused between the two writes: the Binding is not sent.
+  asked = 0;
+  EXPECT_THAT(api->Bind(target, result, [&] {
+    return ++asked == 1 ? absl::OkStatus() : absl::UnavailableError("lease lost");
+  }), StatusIs(absl::StatusCode::kAborted, "pod not bound"));
+  ASSERT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(server.seen()[0].method, "PATCH");
+  // Allowed: both writes.
+  EXPECT_OK(api->Bind(target, result, [] { return absl::OkStatus(); }));
+  EXPECT_EQ(server.seen().size(), 3u);
+}
+
 TEST(ApiClientTest, ReportsAnUnreachableServer) {
   int port = 0;
   {
