@@ -166,6 +166,35 @@ def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
           f"binds to the leader")
 
 
+def test_a_stopped_leader_releases_the_lease_and_the_follower_takes_over_at_once(cluster):
+    """SIGTERM (a rolling update): the leader releases the Lease, so the
+    follower leads within a retry period or two, not the lease duration."""
+    api = cluster.api
+    api.create_node("t4-a", gpus=1, gpu_memory=14)
+    ports = cluster.start_replicas(("replica-a", "replica-b"))
+    leader = wait_until("a leader", lambda: (cluster.lease() or {}).get("spec", {})
+                        .get("holderIdentity"), 30)
+    (follower,) = set(ports) - {leader}
+    wait_until("the leader synced", lambda: role(cluster, ports[leader]) == "leader", 30)
+    cluster.start_scheduler(with_extender=True)
+    api.create_pod("before", gpu_memory=6)
+    api.wait_bound("before")
+    stopping = time.monotonic()
+    cluster.procs[leader].stop()                   # SIGTERM, waits for the exit
+    stopped = time.monotonic() - stopping
+    released = cluster.lease()["spec"]
+    assert released.get("holderIdentity") in ("", None, follower), released
+    wait_until("the follower leading", lambda: role(cluster, ports[follower]) == "leader",
+               3 * RETRY_SECONDS + 5, 0.05)
+    took = time.monotonic() - stopping
+    print(f"{leader} stopped in {stopped:.2f} s; {follower} leading {took:.2f} s after the SIGTERM")
+    assert took < 2 * RETRY_SECONDS + 3, took
+    api.create_pod("after", gpu_memory=6)
+    api.wait_bound("after")
+    assert used_per_gpu(api) == {"t4-a": {0: 12}}
+    assert cluster.lease()["spec"]["leaseTransitions"] == 1
+
+
 # ---- deploy/ against the real API server ----------------------------------------
 
 def kubectl(cluster, *args, check=True):
