@@ -7,8 +7,8 @@
 # test_scenarios.py (placement, restarts) and test_operations.py (two
 # replicas with leader election, the leader killed during a burst; /metrics
 # parsed with prometheus_client; deploy/ applied and its RBAC checked;
-# `kubectl inspect gpushare`). Cost: 85-87 s for the 17 tests on a warm
-# machine (about 45 s of it test_operations.py, mostly the 15 s lease of the
+# `kubectl inspect gpushare`). Cost: 95 s for the 18 tests on a warm
+# machine (about 55 s of it test_operations.py, mostly the 15 s lease of the
 # takeover), after gpushare-extender and kubectl-inspect-gpushare build.
 #
 # Environment: BUILD (the CMake build folder, default build);
