@@ -95,6 +95,7 @@
 #include <boost/beast/http.hpp>
 
 #include "extender/api_client.h"
+#include "extender/forward.h"
 #include "extender/kubeconfig.h"
 #include "extender/leader.h"
 #include "extender/metrics.h"
@@ -619,60 +620,26 @@ int main(int argc, char** argv) {
   }
 
   flags.serving.ready = ready;
-  // Binds reaching a follower go to the leader (at the URL it wrote on the
-  // Lease) once, marked ?forwarded=1 so that they never bounce back; when
-  // there is no leader, or it cannot be reached, they get 503 and
-  // kube-scheduler retries the pod.
-  std::mutex forward_mu;
-  std::string forward_url;                  // Guarded by forward_mu.
-  std::shared_ptr<ApiClient> forward_client;  // Guarded by forward_mu.
+  // Binds reaching a follower go to the leader (extender/forward.h).
+  std::unique_ptr<gpushare::extender::BindForwarder> forwarder;
   if (elector) {
+    gpushare::extender::LeaderView view;
+    view.may_bind = [&] { return elector->may_bind(); };
+    view.holder = [&] { return elector->holder(); };
+    view.holder_url = [&] { return elector->holder_url(); };
+    view.describe = [&] { return elector->Describe(); };
+    view.identity = flags.lease.identity;
+    gpushare::extender::ForwardOptions fo;
+    if (!flags.forward_ca.empty() && !ReadFile(flags.forward_ca, &fo.ca_pem)) {
+      return Usage("cannot read --leader-forward-ca " + flags.forward_ca);
+    }
+    fo.count = [&metrics](const char* result) {
+      metrics.Add("gpushare_extender_binds_total", {{"result", result}});
+    };
+    forwarder = std::make_unique<gpushare::extender::BindForwarder>(std::move(view), fo);
     flags.serving.role = [&] { return elector->Describe(); };
-    flags.serving.before_bind = [&](std::string_view target, std::string_view body)
-        -> std::optional<gpushare::extender::Reply> {
-      if (elector->may_bind()) return std::nullopt;
-      auto refuse = [&](const std::string& why) {
-        metrics.Add("gpushare_extender_binds_total", {{"result", "not_leader"}});
-        return gpushare::extender::Reply{
-            http::status::service_unavailable,
-            gpushare::k8s::ErrorJson(absl::UnavailableError(why))};
-      };
-      const std::string url = elector->holder_url();
-      if (target.find("forwarded=1") != std::string_view::npos || url.empty() ||
-          elector->holder() == flags.lease.identity) {
-        return refuse("this replica does not bind: " + elector->Describe());
-      }
-      std::shared_ptr<ApiClient> client;
-      {
-        std::lock_guard lock(forward_mu);
-        if (url != forward_url || !forward_client) {
-          gpushare::extender::RestConfig rc;
-          rc.server = url;
-          if (!flags.forward_ca.empty() && !ReadFile(flags.forward_ca, &rc.ca_pem)) {
-            return refuse("cannot read --leader-forward-ca " + flags.forward_ca);
-          }
-          gpushare::extender::ClientOptions co;
-          co.max_attempts = 1;
-          co.timeout = std::chrono::seconds(8);  // Within kube-scheduler's usual 10 s.
-          co.qps = 0;
-          auto c = ApiClient::Create(rc, co);
-          if (!c.ok()) return refuse("cannot forward to the leader: " +
-                                     std::string(c.status().message()));
-          forward_client = std::shared_ptr<ApiClient>(std::move(*c));
-          forward_url = url;
-        }
-        client = forward_client;
-      }
-      absl::StatusOr<std::string> reply =
-          client->Call(http::verb::post, "/gpushare-scheduler/bind?forwarded=1", std::string(body));
-      if (!reply.ok()) {
-        return refuse("follower (leader: " + elector->holder() + ") could not forward: " +
-                      std::string(reply.status().message()));
-      }
-      metrics.Add("gpushare_extender_binds_total", {{"result", "forwarded"}});
-      gpushare::extender::Reply r{http::status::ok, *std::move(reply)};
-      r.forwarded = true;
-      return r;
+    flags.serving.before_bind = [&](std::string_view target, std::string_view body) {
+      return forwarder->BeforeBind(target, body);
     };
   }
   flags.serving.on_request = [&metrics](const std::string& route,
