@@ -13,6 +13,10 @@ packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-de
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang-14 libclang-rt-14-dev)
 fi
+# --image: buildah, for scripts/test.d/55-image.sh and deploy/build-image-local.sh.
+if [ "${1:-}" = "--image" ]; then
+  packages+=(buildah)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
