@@ -117,6 +117,7 @@ def _run(label: str, nodes: Any, tasks: Any, policy: str, seed: int, inflate: fl
     from gpushare import _core as core  # noqa: PLC0415 (a worker imports the package here)
 
     r = core.simulate(nodes, tasks, policy=policy, seed=seed, inflate=inflate, shuffle=shuffle)
+    assert isinstance(r, core.SimulationResult)  # one seed: one result
     curve = r.curve
     n = len(curve["arrived_pct"])
     return {
