@@ -155,7 +155,7 @@ def progress_bar(total: int, desc: str, progress: Optional[bool]) -> Any:
     if progress is not None and progress is not True:
         raise TypeError(f"progress must be None, True or False, not {progress!r}")
     try:
-        import tqdm  # noqa: F401,PLC0415
+        import tqdm  # type: ignore  # noqa: F401,PLC0415 (optional; may have no stubs)
     except ImportError:
         if progress:
             raise ImportError("progress=True needs tqdm: pip install tqdm") from None
@@ -169,12 +169,12 @@ def progress_bar(total: int, desc: str, progress: Optional[bool]) -> Any:
             return None
     if notebook:
         try:
-            import ipywidgets  # noqa: F401,PLC0415
-            from tqdm.notebook import tqdm as bar  # noqa: PLC0415
+            import ipywidgets  # type: ignore  # noqa: F401,PLC0415
+            from tqdm.notebook import tqdm as bar  # type: ignore  # noqa: PLC0415
             return bar(total=total, desc=desc, unit="run")
         except ImportError:
             pass
-    from tqdm.std import tqdm as text_bar  # noqa: PLC0415
+    from tqdm.std import tqdm as text_bar  # type: ignore  # noqa: PLC0415
     return text_bar(total=total, desc=desc, unit="run", file=sys.stderr)
 
 
@@ -218,7 +218,7 @@ def sweep(nodes: Any, tasks: Any, policies: Union[str, Iterable[str]] = (
     in-memory inputs given to an executor other than a thread pool.
     """
     try:
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd  # type: ignore  # noqa: PLC0415 (may have no stubs)
     except ImportError:
         raise ImportError("gs.sweep needs pandas: pip install pandas "
                           "(or pip install 'gpushare[sweep]')") from None
