@@ -13,10 +13,10 @@
 # stopped working cannot pass unnoticed. Nothing outside the namespace
 # changes.
 #
-# Cost: 8 minutes on the 2-core development machine while three other builds
-# ran (load average about 10): the build of the library and the extension
-# from the sdist about 5 of them, the PyPI installs (warm pip cache) about 1,
-# the Python suite 45 s.
+# Cost: 8 to 9.5 minutes on the 2-core development machine while three other
+# builds ran (load average about 10): the build of the library and the
+# extension from the sdist about 5 of them, the PyPI installs (warm pip cache)
+# about 1, the Python suite 45-50 s.
 #
 # Environment: GPUSHARE_WHEEL_BUILD_DIR (default build-wheel) and
 # GPUSHARE_WHEEL_DIST (default build-wheel/dist here, so that the stage
