@@ -37,7 +37,7 @@ fuzz: deps
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf build build-* .venv-test
+	rm -rf build build-* .venv-test dist
 
 .PHONY: test-kube
 test-kube: deps
