@@ -5,6 +5,7 @@
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
 #   make test-kube         the extender against a real kube-apiserver and kube-scheduler
 #   make test-python-asan  the Python suite against an ASan + UBSan build
+#   make wheel             an sdist and a manylinux wheel that needs only pip, in dist/
 #   make fuzz              build the libFuzzer targets with clang and run each for
 #                          FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
 
@@ -36,11 +37,15 @@ fuzz: deps
 	@scripts/fuzz.sh
 
 clean:
-	rm -rf build build-* .venv-test
+	rm -rf build build-* .venv-test dist
 
 .PHONY: test-kube
 test-kube: deps
 	@scripts/test.d/50-kube.sh
+
+.PHONY: wheel
+wheel: deps
+	@scripts/wheel.sh
 
 .PHONY: test-python-asan
 test-python-asan: deps

@@ -4,11 +4,14 @@
 //   gpushare policies
 //   gpushare simulate --nodes FILE --tasks FILE [--policies fgd,bestfit,...]
 //                     [--seeds 42-51] [--inflate 1.3] [--curve FILE]
+//   gpushare sweep --nodes FILE [--policies ...] [--seeds ...] [--out FILE]
+//                  TASKS.csv...
 
 #include <cstring>
 #include <iostream>
 
 #include "cli/simulate_command.h"
+#include "cli/sweep_command.h"
 #include "gpushare/gpushare.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +19,9 @@ int main(int argc, char** argv) {
     std::cout << "usage: gpushare <command>\n\ncommands:\n"
                  "  version    print the library version\n"
                  "  policies   list the placement policies\n"
-                 "  simulate   run the FGD trace experiment (gpushare simulate --help)\n";
+                 "  simulate   run the FGD trace experiment (gpushare simulate --help)\n"
+                 "  sweep      the experiment over traces x policies x seeds, as CSV\n"
+                 "             (gpushare sweep --help)\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -29,6 +34,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "simulate") return gpushare::cli::RunSimulate(argc - 1, argv + 1);
+  if (cmd == "sweep") return gpushare::cli::RunSweep(argc - 1, argv + 1);
   std::cerr << "gpushare: unknown command '" << cmd << "' (try 'gpushare help')\n";
   return 2;
 }

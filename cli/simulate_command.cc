@@ -6,16 +6,14 @@
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <set>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/args.h"
 #include "gpushare/gpushare.h"
-#include "src/internal/text.h"
 
 namespace gpushare::cli {
 namespace {
@@ -61,56 +59,11 @@ Stats MeanSd(const std::vector<double>& xs) {
   return s;
 }
 
-// More seeds than this is a typing error (each seed is a whole experiment).
-constexpr uint64_t kMaxSeeds = 10000;
-
-// Parses "A-B" ranges and single seeds separated by commas into `seeds`.
-// Returns an error message, or "" on success. A seed listed twice is an
-// error: running it again would only repeat the same result and count it
-// twice in the mean.
-std::string ParseSeeds(const std::string& text, std::vector<uint64_t>* seeds) {
-  const std::string shown = absl::StrCat("--seeds '", internal::Echo(text), "'");
-  std::set<uint64_t> seen;
-  auto add = [&](uint64_t seed) -> std::string {
-    if (!seen.insert(seed).second) {
-      return absl::StrCat(shown, " lists seed ", seed, " twice");
-    }
-    if (seeds->size() >= kMaxSeeds) {
-      return absl::StrCat(shown, " gives more than ", kMaxSeeds, " seeds");
-    }
-    seeds->push_back(seed);
-    return "";
-  };
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::vector<absl::string_view> range = absl::StrSplit(part, '-');
-    uint64_t a = 0, b = 0;
-    if (range.size() == 1 && absl::SimpleAtoi(range[0], &a)) {
-      if (std::string e = add(a); !e.empty()) return e;
-    } else if (range.size() == 2 && absl::SimpleAtoi(range[0], &a) &&
-               absl::SimpleAtoi(range[1], &b) && a <= b) {
-      // b - a + 1 may not fit in 64 bits (0-18446744073709551615): compare
-      // the difference, and count rather than loop to b, which would wrap.
-      if (b - a >= kMaxSeeds) {
-        return absl::StrCat(shown, ": the range ", a, "-", b, " has more than ", kMaxSeeds,
-                            " seeds");
-      }
-      for (uint64_t i = 0; i <= b - a; ++i) {
-        if (std::string e = add(a + i); !e.empty()) return e;
-      }
-    } else {
-      return absl::StrCat(shown, " is not A-B or A,B,... (seeds are integers 0..",
-                          UINT64_MAX, ", a range A-B has A <= B)");
-    }
-  }
-  if (seeds->empty()) return absl::StrCat(shown, " gives no seeds");
-  return "";
-}
-
 }  // namespace
 
 int RunSimulate(int argc, char** argv) {
   std::string nodes_path, tasks_path, curve_path;
-  std::string policies = "fgd,bestfit,dotprod,gpupacking,gpuclustering,random";
+  std::string policies = kPaperPolicies;
   std::vector<uint64_t> seeds;
   std::string seeds_text = "42-51";
   double inflate = 1.3;
@@ -162,24 +115,11 @@ int RunSimulate(int argc, char** argv) {
     std::cerr << "gpushare simulate: --nodes and --tasks are required\n" << kUsage;
     return 2;
   }
-  {
-    // Every name is checked before the traces are read; an empty list would
-    // run nothing and print an empty table.
-    const std::vector<std::string> known = PolicyNames();
-    std::vector<std::string> names = absl::StrSplit(policies, ',', absl::SkipEmpty());
-    std::string bad;
-    if (names.empty()) bad = absl::StrCat("--policies '", internal::Echo(policies),
-                                          "' names no policy");
-    for (const std::string& name : names) {
-      if (bad.empty() && std::find(known.begin(), known.end(), name) == known.end()) {
-        bad = absl::StrCat("--policies: unknown policy '", internal::Echo(name), "'");
-      }
-    }
-    if (!bad.empty()) {
-      std::cerr << "gpushare simulate: " << bad << "; known policies: "
-                << absl::StrJoin(known, ",") << "\n";
-      return 2;
-    }
+  // Every name and seed is checked before the traces are read.
+  std::vector<std::string> policy_names;
+  if (std::string error = ParsePolicies(policies, &policy_names); !error.empty()) {
+    std::cerr << "gpushare simulate: " << error << "\n";
+    return 2;
   }
   if (std::string error = ParseSeeds(seeds_text, &seeds); !error.empty()) {
     std::cerr << "gpushare simulate: " << error << "\n";

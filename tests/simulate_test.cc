@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
@@ -450,6 +451,84 @@ TEST(SimulateCommandTest, RunsTheDefaultTrace) {
   EXPECT_THAT(out, ::testing::ContainsRegex("\\| fgd \\| 10\\.[0-9]+ ± [0-9.]+ \\| [0-9.]+ ± "
                                             "[0-9.]+ \\| [45]\\.[0-9]+ ± "))
       << out;
+}
+
+// `gpushare sweep`: every task file x policy x seed as CSV rows, each the bin
+// of the same Simulate() run, in the order given; progress only on request
+// or on a terminal; every argument and file checked before anything runs.
+TEST(SweepCommandTest, WritesEveryRunAsCsvRows) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream nodes(dir + "/sweep_nodes.csv");
+    nodes << "sn,cpu_milli,memory_mib,gpu,model\n";
+    for (int i = 0; i < 6; ++i) nodes << "n" << i << ",32000,65536," << (i % 2 ? 2 : 4) << ",T4\n";
+    std::ofstream a(dir + "/openb_pod_list_halves.csv");
+    std::ofstream b(dir + "/thirds.csv");
+    a << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+    b << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+    for (int i = 0; i < 40; ++i) {
+      a << "t" << i << ",2000,1024," << (i % 4 == 0 ? "1,1000" : "1,500") << "\n";
+      b << "t" << i << ",2000,1024," << (i % 3 == 0 ? "2,1000" : "1,330") << "\n";
+    }
+  }
+  const std::string csv = dir + "/sweep_out.csv";
+  std::remove(csv.c_str());
+  const std::string base = std::string(kCli) + " sweep --nodes " + dir + "/sweep_nodes.csv";
+  auto [code, out] = RunCommand(base + " --policies fgd,random --seeds 7,3 --out " + csv + " " +
+                                dir + "/openb_pod_list_halves.csv --tasks " + dir +
+                                "/thirds.csv 2>&1");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(out, "");  // stderr is no terminal here: no progress.
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "trace,policy,seed,arrived,unallocated,frag_amount,frag_rate");
+  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes, LoadOpenbNodes(dir + "/sweep_nodes.csv"));
+  int rows = 0;
+  for (const std::string trace : {"halves", "thirds"}) {
+    const std::string file = trace == "halves" ? "/openb_pod_list_halves.csv" : "/thirds.csv";
+    ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks, LoadOpenbTasks(dir + file));
+    for (const std::string policy : {"fgd", "random"}) {
+      for (uint64_t seed : {7, 3}) {
+        SimulationOptions options;
+        options.policy = policy;
+        options.seed = seed;
+        ASSERT_OK_AND_ASSIGN(SimulationResult r, Simulate(nodes, ToRequests(tasks), options));
+        for (size_t i = 0; i < r.arrived_pct.size(); ++i, ++rows) {
+          ASSERT_TRUE(std::getline(in, line)) << "row " << rows;
+          std::vector<std::string> cells = absl::StrSplit(line, ',');
+          ASSERT_EQ(cells.size(), 7u) << line;
+          EXPECT_EQ(cells[0], trace);
+          EXPECT_EQ(cells[1], policy);
+          EXPECT_EQ(cells[2], std::to_string(seed));
+          EXPECT_EQ(cells[3], std::to_string(r.arrived_pct[i]));
+          EXPECT_EQ(std::stod(cells[4]), r.unallocated_pct[i]) << line;
+          EXPECT_EQ(std::stod(cells[6]), r.frag_rate[i]) << line;
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(std::getline(in, line)) << "extra row: " << line;
+  EXPECT_GT(rows, 8 * 100);
+  // --progress forces the progress line onto stderr (stdout gets the CSV).
+  std::tie(code, out) = RunCommand(base + " --progress --seeds 1-2 --policies bestfit " + dir +
+                                   "/thirds.csv 2>&1 >/dev/null");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("sweep: 2/2 runs (100%)"));
+  // Bad arguments fail before anything is written.
+  std::remove(csv.c_str());
+  std::tie(code, out) = RunCommand(base + " --policies fgd,nope --out " + csv + " " + dir +
+                                   "/thirds.csv 2>&1");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, ::testing::HasSubstr("unknown policy 'nope'"));
+  std::tie(code, out) = RunCommand(base + " --seeds , --out " + csv + " " + dir + "/thirds.csv 2>&1");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, ::testing::HasSubstr("gives no seeds"));
+  std::tie(code, out) = RunCommand(base + " --out " + csv + " " + dir + "/thirds.csv " + dir +
+                                   "/missing.csv 2>&1");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("missing.csv"));
+  EXPECT_FALSE(std::ifstream(csv).good()) << "a failed sweep wrote " << csv;
 }
 
 }  // namespace

@@ -24,9 +24,12 @@ if ! python3 -m venv "$venv"; then
 fi
 py="$venv/bin/python"
 # mypy checks the .pyi stubs against the compiled module (stubtest); pandas
-# shows that to_records() makes a DataFrame; matplotlib lets the FGD example
-# draw its curves. The package itself needs none of them.
-"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel mypy pandas matplotlib
+# shows that to_records() makes a DataFrame and is what gs.sweep() returns;
+# matplotlib lets the FGD example and gpushare.plot draw; tqdm is the sweep's
+# progress bar; dask[distributed] runs a sweep on a real LocalCluster. The
+# package itself needs none of them.
+"$py" -m pip install -q --disable-pip-version-check pytest nbclient nbformat ipykernel mypy \
+  pandas matplotlib tqdm "dask[distributed]"
 
 # Quiet unless it fails; the CMake build tree is kept for faster rebuilds.
 echo "pip install . (log: $log)"

@@ -16,6 +16,10 @@ Errors: every error is a ``gs.Error`` with ``.code``; ``InvalidArgumentError``
 is also a ``ValueError``, ``NotFoundError`` a ``KeyError``;
 ``InsufficientCapacityError`` means nothing fits now; ``ConflictError`` (and its
 subclass ``AlreadyExistsError``) that the call contradicts the cluster's state.
+
+Experiments: ``gs.simulate`` runs the FGD trace experiment once (or per seed);
+``gs.sweep`` runs traces x policies x seeds on any concurrent.futures executor
+(Dask's included) into a pandas DataFrame; ``gpushare.plot`` draws the results.
 """
 
 from . import _core
@@ -54,6 +58,7 @@ from ._core import (
     version,
 )
 from ._html import cluster_html as _cluster_html
+from ._sweep import sweep
 
 __version__ = version()
 
@@ -91,6 +96,7 @@ __all__ = [
     "policy_names",
     "replay",
     "simulate",
+    "sweep",
     "typical_tasks",
     "version",
 ]

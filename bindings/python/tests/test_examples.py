@@ -32,3 +32,9 @@ def test_notebook_executes_without_errors() -> None:
     html = [o["data"]["text/html"] for o in outputs
             if o.output_type == "execute_result" and "text/html" in o.get("data", {})]
     assert any("gpushare-cluster" in h for h in html), "the cluster did not render as HTML"
+    # The sweep's curves and the occupancy picture are drawn (matplotlib's
+    # inline backend shows every figure a cell makes).
+    sources = "".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    assert "gs.sweep(" in sources and "gpushare.plot." in sources
+    images = [o for o in outputs if o.output_type == "display_data" and "image/png" in o["data"]]
+    assert len(images) >= 2, "the notebook drew fewer than two figures"
