@@ -96,7 +96,10 @@ std::ostream& operator<<(std::ostream& os, const Node& node) {
   if (node.gpu_sharing.has_value()) {
     os << ", gpu_sharing=" << (*node.gpu_sharing ? "True" : "False");
   }
-  if (node.topology != nullptr) Quoted(os << ", topology=", node.topology->ToJson());
+  if (node.topology != nullptr) {
+    Quoted(os << ", topology=Topology.from_json(", node.topology->ToJson());
+    os << ")";
+  }
   return os << ")";
 }
 
