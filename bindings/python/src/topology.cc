@@ -173,12 +173,16 @@ void RegisterTopology(py::module_& m) {
           "The k GPUs among `free` (default: all) a request would get, and their weakest "
           "link (None for one GPU): ([0, 1, 2, 3], 'NV1'). [] if fewer than k are free.")
       .def("__repr__",
-           [](const Topology& t) { return absl::StrCat("Topology.from_json('", t.ToJson(), "')"); })
-      .def("__str__", &Topology::ToMatrixText)
+           [](const Topology& t) { return absl::StrCat("Topology.from_json('", t.ToJson(), "')"); },
+           "A constructor call that rebuilds it.")
+      .def("__str__", &Topology::ToMatrixText,
+           "The link matrix as `nvidia-smi topo -m` prints it (GPU rows only).")
       .def(
           "__eq__", [](const Topology& a, const Topology& b) { return &a == &b; },
           py::arg("other"), py::is_operator(), "Same links, NUMA nodes and weights.")
-      .def("__hash__", [](const Topology& t) { return std::hash<const Topology*>()(&t); })
+      .def(
+          "__hash__", [](const Topology& t) { return std::hash<const Topology*>()(&t); },
+          "Hash of the (interned) object.")
       .def(py::pickle([](const Topology& t) { return t.ToJson(); },
                       [](const std::string& json) {
                         return Mutable(ValueOrThrow(Topology::FromJson(json)));
