@@ -363,6 +363,19 @@ TEST(TopologyPlacementTest, Dgx1SharedRequests) {
   EXPECT_EQ(p->weakest_link, "NV2");
 }
 
+TEST(TopologyPlacementTest, InspectShowsEachRequestsWeakestLink) {
+  Cluster c;
+  ASSERT_THAT(c.AddNode(NodeWith("dgx1", Load("dgx1_v100.txt"))), IsOk());
+  ASSERT_THAT(c.Place(Whole("team/quad", 4)).status(), IsOk());
+  ASSERT_THAT(c.Place(Whole("team/one", 1)).status(), IsOk());
+  absl::StatusOr<std::string> view = InspectNode(c, "dgx1");
+  ASSERT_THAT(view.status(), IsOk());
+  EXPECT_THAT(*view, HasSubstr("TOPOLOGY:   links SYS to NV2"));
+  EXPECT_THAT(*view, HasSubstr("WEAKEST LINK"));
+  EXPECT_THAT(*view, ::testing::ContainsRegex("quad +team( +[0-9]+){8} +NV1"));
+  EXPECT_THAT(*view, ::testing::ContainsRegex("one +team( +[0-9]+){8} +-"));
+}
+
 TEST(TopologyPlacementTest, PcieServerPairsShareASwitchQuadsStayOnASocket) {
   Cluster c;
   ASSERT_THAT(c.AddNode(NodeWith("pcie", Load("pcie_2socket_8gpu.txt"))), IsOk());
