@@ -61,6 +61,7 @@ def main():
                            host_memory=t.host_memory, gpu_models=t.gpu_models,
                            node_selector=t.node_selector, topology="none")
             blind_tasks.append(b)
+        rows = []
         for seed in args.seeds:
             aware = gs.simulate(nodes, tasks, policy=args.policy, seed=seed).summary
             blind = gs.simulate(nodes, blind_tasks, policy=args.policy, seed=seed).summary
@@ -69,6 +70,12 @@ def main():
             print(f"| {variant} | {args.policy} | {seed} | {aware['topology_tasks']} / "
                   f"{blind['topology_tasks']} | {share(aware):.1f} % | {share(blind):.1f} % "
                   f"| {ua:.2f} | {ub:.2f} | {ua - ub:+.2f} |", flush=True)
+            rows.append((share(aware), share(blind), ua, ub))
+        if len(rows) > 1:
+            mean = [sum(r[i] for r in rows) / len(rows) for i in range(4)]
+            print(f"| {variant} | {args.policy} | mean of {len(rows)} | | {mean[0]:.1f} % "
+                  f"| {mean[1]:.1f} % | {mean[2]:.2f} | {mean[3]:.2f} | {mean[2] - mean[3]:+.2f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -482,6 +482,42 @@ TEST(TopologyPlacementTest, RequiredLinkAndFitExplanation) {
   EXPECT_THAT(d.Validate(r).status(), StatusIs(absl::StatusCode::kInvalidArgument, "3 NVLinks"));
 }
 
+TEST(TopologySimulationTest, CountsMultiGpuTasksThatGotTheBestConnectivity) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 4; ++i) {
+    Node n = NodeWith(absl::StrCat("n", i), Load(i % 2 ? "dgx1_v100.txt" : "pcie_2socket_8gpu.txt"));
+    nodes.push_back(n);
+  }
+  std::vector<Request> requests;
+  for (int i = 0; i < 40; ++i) {
+    Request r;
+    r.id = absl::StrCat("r", i);
+    if (i % 3 == 0) {
+      r.compute = 300;
+    } else {
+      r.whole_gpus = i % 3 == 1 ? 2 : 4;
+    }
+    requests.push_back(r);
+  }
+  SimulationOptions options;
+  options.policy = "binpack";
+  options.inflate = 0.9;
+  absl::StatusOr<SimulationResult> aware = Simulate(nodes, requests, options);
+  ASSERT_THAT(aware.status(), IsOk());
+  EXPECT_GT(aware->topology_tasks, 5);
+  EXPECT_EQ(aware->topology_best, aware->topology_tasks);
+  for (Request& r : requests) r.topology.mode = TopologyNeed::Mode::kNone;
+  absl::StatusOr<SimulationResult> blind = Simulate(nodes, requests, options);
+  ASSERT_THAT(blind.status(), IsOk());
+  EXPECT_GT(blind->topology_tasks, 5);
+  EXPECT_LT(blind->topology_best, blind->topology_tasks);
+  // Without topologies nothing is counted.
+  for (Node& n : nodes) n.topology = nullptr;
+  absl::StatusOr<SimulationResult> none = Simulate(nodes, requests, options);
+  ASSERT_THAT(none.status(), IsOk());
+  EXPECT_EQ(none->topology_tasks, 0);
+}
+
 TEST(TopologyPlacementTest, NodeValidationAndSnapshotRoundTrip) {
   Cluster c;
   Node wrong = NodeWith("wrong", Load("t4x4.txt"));
