@@ -197,11 +197,14 @@ class Topology {
   // Cost: GPUs with identical links to every other GPU and the same idle
   // state are interchangeable, so only the distinct counts per class of such
   // twins are tried (1 set on an NVSwitch node, at most 3^4 = 81 on a
-  // 2-socket PCIe server with 4 switch pairs, C(8,4) = 70 on a DGX-1). A
-  // 16-GPU node without twins could need C(16,8) = 12,870 sets, so results
-  // are memoised in the shared topology by (candidates, idle, k, objective,
-  // min_weight, preference): every node with this topology and that free
-  // pattern reuses them; the memo is bounded (cleared at 65,536 entries).
+  // 2-socket PCIe server with 4 switch pairs, C(8,4) = 70 on a DGX-1), and
+  // partial sets whose bounds (the weakest pair so far; the total so far plus
+  // the best each further GPU could add) cannot beat the best set found are
+  // cut off. A 16-GPU node without twins still has up to C(16,8) = 12,870
+  // sets in the worst case, so results are also memoised in the shared
+  // topology by (candidates, idle, k, objective, min_weight, preference):
+  // every node with this topology and that free pattern reuses them; the
+  // memo is bounded (cleared at 65,536 entries).
   GpuSetChoice Choose(const std::vector<int>& candidates, const std::vector<int>& idle,
                       int k, TopologyObjective objective, double min_weight = 0,
                       const std::vector<int>& preference = {}) const;

@@ -2,6 +2,8 @@
 // its brute-force reference.
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -213,6 +215,49 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
   Verdict best;
   std::vector<int> chosen;
   std::vector<int> gpus;
+  // Whether no completion of `chosen` with `need` GPUs of classes >= cls can
+  // beat `best` on (primary, secondary), or meet min_weight: bounds on the
+  // weakest pair (it only falls) and on the total (each new GPU adds at most
+  // its links to `chosen` plus the best link to every other new GPU).
+  const double top_weight = weights_.Of(best_);
+  auto hopeless = [&](size_t cls, int need) {
+    double total = 0, weakest = top_weight;
+    for (size_t a = 0; a < chosen.size(); ++a) {
+      for (size_t b = a + 1; b < chosen.size(); ++b) {
+        const double w = weight(chosen[a], chosen[b]);
+        total += w;
+        weakest = std::min(weakest, w);
+      }
+    }
+    std::vector<double> gains;
+    double reach = 0;  // The best of the future GPUs' weakest link to `chosen`.
+    for (size_t c = cls; c < classes.size(); ++c) {
+      for (int g : classes[c]) {
+        double gain = 0, low = top_weight;
+        for (int h : chosen) {
+          gain += weight(g, h);
+          low = std::min(low, weight(g, h));
+        }
+        gains.push_back(gain);
+        reach = std::max(reach, low);
+      }
+    }
+    std::partial_sort(gains.begin(), gains.begin() + need, gains.end(), std::greater<double>());
+    for (int i = 0; i < need; ++i) total += gains[i];
+    total += top_weight * need * (need - 1) / 2;
+    weakest = std::min(weakest, reach);
+    if (weakest < min_weight) return true;
+    if (!best.valid) return false;
+    const double p = objective == TopologyObjective::kWeakestLink ? weakest : total;
+    const double q = objective == TopologyObjective::kWeakestLink ? total : weakest;
+    // A margin for rounding: sums taken in another order may differ slightly.
+    auto below = [](double bound, double value) {
+      return bound < value - 1e-9 * std::max(1.0, std::abs(value));
+    };
+    return below(p, best.primary) ||
+           (!below(best.primary, p) && !below(p, best.primary) && below(q, best.secondary));
+  };
+  auto Hopeless = hopeless;
   // Depth-first over how many GPUs each class gives.
   auto visit = [&](auto&& self, size_t cls, int need) -> void {
     if (need == 0) {
@@ -223,6 +268,7 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
       return;
     }
     if (cls == classes.size() || after[cls] < need) return;
+    if (!chosen.empty() && k >= 2 && Hopeless(cls, need)) return;
     const int most = std::min<int>(need, static_cast<int>(classes[cls].size()));
     for (int x = most; x >= 0; --x) {
       if (after[cls + 1] < need - x) break;
