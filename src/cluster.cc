@@ -11,6 +11,7 @@
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
 #include "src/internal/text.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare {
 namespace {
@@ -45,7 +46,7 @@ int64_t FillNode(NodeStatus node, const Demand& demand, const Request& request,
       return limit;
     }
     NodeChoice choice = policy.Evaluate(demand, node, fitting, cluster);
-    p.gpus = std::move(choice.gpus);
+    p.gpus = internal::TopologyGpus(node, demand, request, fitting, std::move(choice.gpus));
     p.request_id = ScratchId(copies);
     internal::ApplyToNode(node, p);
     node.requests.pop_back();  // Keep the scratch node small.
@@ -264,6 +265,13 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   p.request_id = request.id;
   p.node = state_->nodes[best].name;
   p.gpus = std::move(best_choice.gpus);
+  // The policy chose the node; its topology, if any, chooses the GPUs there.
+  if (const NodeStatus& node = state_->nodes[best];
+      node.topology != nullptr && request.topology.mode != TopologyNeed::Mode::kNone) {
+    internal::CheckNode(node, demand, request, &fitting);
+    p.gpus = internal::TopologyGpus(node, demand, request, fitting, std::move(p.gpus));
+    p.weakest_link = internal::WeakestLinkOf(node, p.gpus);
+  }
   p.memory_per_gpu = demand.memory_per_gpu;
   p.compute_per_gpu = demand.compute_per_gpu;
   p.exclusive = demand.kind == Demand::Kind::kExclusive;
@@ -293,7 +301,8 @@ absl::Status Cluster::Commit(const Placement& placement) {
   state_->index.Unlink(*state_, it->second, &placement.gpus);
   internal::ApplyToNode(node, placement);
   state_->index.Link(*state_, it->second, &placement.gpus);
-  state_->placements.emplace(placement.request_id, placement);
+  Placement& stored = state_->placements.emplace(placement.request_id, placement).first->second;
+  stored.weakest_link = internal::WeakestLinkOf(node, stored.gpus);
   return absl::OkStatus();
 }
 

@@ -46,12 +46,20 @@ int64_t HeldOn(const NodeStatus& node, const Placement& p, int gpu) {
 
 std::string NodeDetails(const Cluster& cluster, const NodeStatus& node) {
   std::string out = absl::StrCat("NAME:       ", node.name, "\nIPADDRESS:  ",
-                                 node.address.empty() ? "-" : node.address, "\n\n");
+                                 node.address.empty() ? "-" : node.address, "\n");
+  // Nodes with a GPU topology also show it and each request's weakest link.
+  const bool topology = node.topology != nullptr;
+  if (topology) {
+    absl::StrAppend(&out, "TOPOLOGY:   links ", LinkName(node.topology->worst_link()), " to ",
+                    LinkName(node.topology->best_link()), "\n");
+  }
+  out += "\n";
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = {"NAME", "NAMESPACE"};
   for (size_t g = 0; g < node.gpus.size(); ++g) {
     header.push_back(absl::StrCat("GPU", g, "(Allocated)"));
   }
+  if (topology) header.push_back("WEAKEST LINK");
   rows.push_back(header);
   std::vector<std::string> ids = node.requests;
   std::sort(ids.begin(), ids.end());
@@ -65,6 +73,7 @@ std::string NodeDetails(const Cluster& cluster, const NodeStatus& node) {
     for (size_t g = 0; g < node.gpus.size(); ++g) {
       row.push_back(absl::StrCat(HeldOn(node, *p, static_cast<int>(g))));
     }
+    if (topology) row.push_back(p->weakest_link.empty() ? "-" : p->weakest_link);
     rows.push_back(std::move(row));
   }
   const int64_t used = node.gpu_memory_used(), total = node.gpu_memory();

@@ -71,6 +71,7 @@ std::ostream& operator<<(std::ostream& os, const Placement& p) {
   if (p.exclusive) os << ", exclusive=True";
   if (p.cpu != 0) os << ", cpu=" << p.cpu;
   if (p.host_memory != 0) os << ", host_memory=" << p.host_memory;
+  if (!p.weakest_link.empty()) os << ", weakest_link='" << p.weakest_link << "'";
   return os << ")";
 }
 
@@ -95,6 +96,10 @@ std::ostream& operator<<(std::ostream& os, const Node& node) {
   if (node.gpu_sharing.has_value()) {
     os << ", gpu_sharing=" << (*node.gpu_sharing ? "True" : "False");
   }
+  if (node.topology != nullptr) {
+    Quoted(os << ", topology=Topology.from_json(", node.topology->ToJson());
+    os << ")";
+  }
   return os << ")";
 }
 
@@ -112,6 +117,12 @@ std::ostream& operator<<(std::ostream& os, const Request& r) {
     os << "]";
   }
   if (!r.node_selector.empty()) QuotedMap(os << ", node_selector=", r.node_selector);
+  if (r.topology.mode != TopologyNeed::Mode::kPrefer) {
+    os << ", topology='" << TopologyModeName(r.topology.mode);
+    if (r.topology.mode == TopologyNeed::Mode::kRequire) os << ":" << LinkName(r.topology.min_link);
+    os << "'";
+  }
+  if (r.topology.objective == TopologyObjective::kTotal) os << ", topology_objective='total'";
   return os << ")";
 }
 

@@ -408,6 +408,55 @@ TEST(ExtenderTest, FilterWithNodeObjectsLearnsNodesAndHonoursAffinity) {
   EXPECT_EQ(scores[0]["Score"], 0);
 }
 
+// The DGX-1 hybrid cube-mesh (NV1/NV2 inside each quad of GPUs, NV2 or SYS
+// between the quads) as the gpushare.io/gpu-topology annotation carries it.
+json Dgx1Node(const std::string& name) {
+  json node = GpuNode(name, "10.0.1.1", 8, 32);
+  node["metadata"]["annotations"][Topology::kKubernetesAnnotation] =
+      R"({"gpus":8,"links":["NV1 NV1 NV2 NV2 SYS SYS SYS","NV2 NV1 SYS NV2 SYS SYS",)"
+      R"("NV2 SYS SYS NV1 SYS","SYS SYS SYS NV1","NV1 NV1 NV2","NV2 NV1","NV2"]})";
+  return node;
+}
+
+TEST(ExtenderTest, ReadsTheTopologyAnnotationOfNodesAndPods) {
+  ASSERT_OK_AND_ASSIGN(Node n, ParseNode(Dgx1Node("dgx").dump()));
+  ASSERT_NE(n.topology, nullptr);
+  EXPECT_EQ(LinkName(n.topology->link(0, 3)), "NV2");
+  ASSERT_OK_AND_ASSIGN(Node blind, ParseNode(GpuNode("plain", "10.0.0.1", 2, 16).dump()));
+  EXPECT_EQ(blind.topology, nullptr);
+  json bad = Dgx1Node("bad");
+  bad["metadata"]["annotations"][Topology::kKubernetesAnnotation] = R"({"gpus":2,"links":["NV1"]})";
+  EXPECT_THAT(ParseNode(bad.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "gpushare.io/gpu-topology describes 2 GPUs but the node has 8"));
+  bad["metadata"]["annotations"][Topology::kKubernetesAnnotation] = R"({"gpus":2,"links":["NVZ"]})";
+  EXPECT_THAT(ParseNode(bad.dump()), StatusIs(absl::StatusCode::kInvalidArgument, "'NVZ'"));
+
+  auto scheduler = MakeScheduler({Dgx1Node("dgx")});
+  Extender ext(scheduler.get());
+  // 4 x 8 units: a fully NVLinked quad.
+  json pod = GpuPod("quad", 32, 4);
+  ASSERT_OK(ext.Filter(Args(pod, {"dgx"})).status());
+  json bound = json::parse(*ext.Bind(Binding("quad", "dgx")));
+  EXPECT_EQ(bound["Error"], "");
+  scheduler->Read([&](const Cluster& c) {
+    const Placement* p = c.FindPlacement("default/quad");
+    ASSERT_NE(p, nullptr);
+    EXPECT_THAT(p->gpus, ElementsAre(0, 1, 2, 3));
+    EXPECT_EQ(p->weakest_link, "NV1");
+  });
+  // Every pair over NV2 for 3 GPUs: no such triple; the reason names the best.
+  json strict = GpuPod("strict", 24, 3);
+  strict["metadata"]["annotations"][Topology::kKubernetesAnnotation] = "NV2";
+  ASSERT_OK_AND_ASSIGN(Pod parsed, ParsePod(strict.dump()));
+  EXPECT_EQ(parsed.request.topology.mode, TopologyNeed::Mode::kRequire);
+  json f = json::parse(*ext.Filter(Args(strict, {"dgx"})));
+  EXPECT_THAT(f["FailedNodes"]["dgx"].get<std::string>(), HasSubstr("has weakest link NV1"));
+  strict["metadata"]["annotations"][Topology::kKubernetesAnnotation] = "fast";
+  EXPECT_THAT(ParsePod(strict.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gpushare.io/gpu-topology=\"fast\""));
+}
+
 TEST(ExtenderTest, MalformedBodiesAreInvalidArgumentAndChangeNothing) {
   auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
   Extender ext(scheduler.get());

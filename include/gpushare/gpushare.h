@@ -26,6 +26,7 @@
 #include "gpushare/policy.h"
 #include "gpushare/scheduler.h"
 #include "gpushare/simulate.h"
+#include "gpushare/topology.h"
 #include "gpushare/trace.h"
 #include "gpushare/types.h"
 #include "gpushare/version.h"

@@ -33,7 +33,10 @@ std::string InspectTable(const Cluster& cluster);
 
 // The detailed view: per node, each request placed there with its namespace
 // (the part of its id before '/', else "default") and its units on each GPU,
-// then the node's allocated and total memory; then the cluster total.
+// then the node's allocated and total memory; then the cluster total. A node
+// with a GPU topology also gets a line "TOPOLOGY:   links SYS to NV2" (its
+// worst and best link) and a WEAKEST LINK column: the weakest link between
+// the GPUs of each multi-GPU request ("-" for one GPU).
 std::string InspectDetails(const Cluster& cluster);
 
 // The detailed view of one node. Errors: NotFound for an unknown node.

@@ -108,7 +108,10 @@ struct Pod {
 // metadata.name, a malformed quantity (naming the container and resource), a
 // gpu-count label that is not a positive integer ("0", "-1", "two") on a pod
 // asking for GPUs (naming the value; on a pod asking for none the label is
-// ignored), or an unsupported affinity operator.
+// ignored), or an unsupported affinity operator, or a gpushare.io/gpu-topology
+// annotation that is not "none", "prefer" or a link kind ("NV1", "PIX", ...:
+// every pair of the pod's GPUs must be at least that good); it sets
+// Request::topology (default "prefer").
 absl::StatusOr<Pod> ParsePod(std::string_view json);
 
 // Parses a v1.Node into a Node: status.capacity (else allocatable)
@@ -120,8 +123,12 @@ absl::StatusOr<Pod> ParsePod(std::string_view json);
 // takes shared GPU work (Node::gpu_sharing set) unless labelled
 // gpushare=false or cgpu=false, as with gpushare-scheduler-extender; other
 // nodes take it only when labelled for it (see TakesSharedGpuWork()).
-// Errors: InvalidArgument for malformed JSON, a missing metadata.name or a
-// malformed quantity.
+// The annotation gpushare.io/gpu-topology (Topology::kKubernetesAnnotation),
+// when present, gives the GPU topology in the compact JSON form of
+// gpushare/topology.h; without it the node is topology-blind.
+// Errors: InvalidArgument for malformed JSON, a missing metadata.name, a
+// malformed quantity, or a topology annotation that is malformed or describes
+// another number of GPUs (naming the annotation).
 absl::StatusOr<Node> ParseNode(std::string_view json);
 
 // Whether `node` (its name and labels) satisfies the pod's required node

@@ -152,6 +152,19 @@ struct PolicyOptions {
 //
 // Scores use the state before the placement. Ties between nodes: see
 // ClusterOptions::tie_break_seed.
+//
+// GPU topology (gpushare/topology.h), the same for every policy: the node
+// score is the policy's own, computed on the GPUs the policy picks, so the
+// node a request goes to never depends on topology (packing and the FGD
+// fragmentation descent behave as on topology-blind nodes). On the winning
+// node, when it has a topology and Request::topology is not kNone, the GPUs
+// are then chosen by Topology::Choose() among the fitting GPUs, with the
+// policy's pick first in the preference order: a set at least as well
+// connected as the policy's pick (for kWeakestLink, never a weaker weakest
+// pair), equal to it when no other set is better or leaves better groups
+// behind. A required minimum link (TopologyNeed::kRequire) makes nodes that
+// cannot meet it infeasible before any score is computed. Placement::
+// weakest_link reports the result.
 std::vector<std::string> PolicyNames();
 
 // Makes the policy called `name`.

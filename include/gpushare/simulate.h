@@ -28,7 +28,8 @@
 // requests carry no node selector. The built-in FGD-paper policies run on a
 // specialised engine that places exactly as Cluster::Place() would with the
 // same policy object (SimulationOptions::through_cluster checks this); any
-// other policy name runs through a Cluster.
+// other policy name, and any run in which a node has a GPU topology (the
+// specialised engine is topology-blind), runs through a Cluster.
 //
 // Thread safety: the functions are reentrant. SimulateSeeds() runs seeds on
 // several threads.
@@ -96,6 +97,12 @@ struct SimulationResult {
   std::vector<int64_t> allocated_after;    // Allocated GPU compute, thousandths.
   std::vector<double> frag_amount_after;   // Fragmentation amount, thousandths.
   std::vector<double> frag_rate_after;     // Fragmentation / idle compute, 0..1.
+  // Tasks placed on several GPUs of a node with a topology (Node::topology),
+  // and how many of them got the best connectivity available there at that
+  // moment: a weakest pair as good as the best set of that many of the
+  // node's GPUs that held nothing yet (Topology::Choose, kWeakestLink).
+  int64_t topology_tasks = 0;
+  int64_t topology_best = 0;
 
   // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
   // curve (linear between bins, the last bin beyond it). NaN if empty.

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "gpushare/topology.h"
+
 namespace gpushare {
 
 // Compute capacity of every GPU, in thousandths of a GPU.
@@ -73,6 +75,9 @@ struct Node {
   // Whether the node takes shared GPU work (requests with gpu_memory or
   // compute). Unset: decided by the labels, see TakesSharedGpuWork().
   std::optional<bool> gpu_sharing;
+  // How the GPUs are wired (gpushare/topology.h); its GPU count must equal
+  // gpus.size(). Null: topology-blind, GPUs chosen by the policy alone.
+  TopologyPtr topology;
 };
 
 // Prints like a constructor call, fields at their defaults left out:
@@ -103,6 +108,10 @@ struct Request {
   int64_t host_memory = 0;     // Host memory, MiB.
   std::vector<std::string> gpu_models;  // Allowed GPU models; empty = any.
   std::map<std::string, std::string> node_selector;  // Label equality.
+  // How much the interconnect between the chosen GPUs matters on nodes with
+  // a topology (gpushare/topology.h); ignored on topology-blind nodes unless
+  // it requires a minimum link.
+  TopologyNeed topology;
 };
 
 // Prints like a constructor call, fields at their defaults left out:
@@ -132,6 +141,10 @@ struct Placement {
   bool exclusive = false;       // The GPUs are held whole (memory and compute).
   int64_t cpu = 0;              // Thousandths of a core.
   int64_t host_memory = 0;      // MiB.
+  // The weakest link between two of `gpus` ("NV2", "PIX", ...) on a node with
+  // a topology; empty for one GPU or a topology-blind node. Derived from the
+  // node's topology (Commit() sets it), so operator== ignores it.
+  std::string weakest_link;
 
   // Total GPU memory units the request asked for (memory_per_gpu * gpus).
   int64_t total_memory() const {
@@ -189,6 +202,7 @@ struct NodeStatus {
   int64_t host_memory_used = 0;
   std::vector<GpuStatus> gpus;
   std::vector<std::string> requests;  // Ids placed here, in no fixed order.
+  TopologyPtr topology;          // Null: topology-blind.
   // Incremented by every change to this node; lets policies cache per node.
   uint64_t version = 0;
 

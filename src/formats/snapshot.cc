@@ -3,7 +3,9 @@
 // {"format": "gpushare.cluster", "version": 1,
 //  "options": {"memory_unit": "GiB", "tie_break_seed": 0, "remembered_releases": 65536},
 //  "nodes": [{"name", "address", "labels", "cpu", "host_memory", "schedulable",
-//             "gpu_sharing", "gpus": [{"memory", "model", "uuid", "healthy"}]}],
+//             "gpu_sharing", "gpus": [{"memory", "model", "uuid", "healthy"}],
+//             "topology" (only when set: the compact JSON form of
+//             gpushare/topology.h, as a string)}],
 //  "placements": [{"request_id", "node", "gpus", "memory_per_gpu",
 //                  "compute_per_gpu", "exclusive", "cpu", "host_memory"}]}
 
@@ -281,6 +283,7 @@ std::string Cluster::ToJson(int indent) const {
     w.Close('}');
     w.Key("name").String(n.name);
     w.Key("schedulable").Bool(n.schedulable);
+    if (n.topology != nullptr) w.Key("topology").String(n.topology->ToJson());
     w.Close('}');
   }
   w.Close(']');
@@ -387,6 +390,15 @@ absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
       GPUSHARE_RETURN_IF_ERROR(GetBool(gpus[g], "healthy", gwhere, &healthy, true));
       if (!healthy) l.unhealthy.push_back(static_cast<int>(g));
       node.gpus.push_back(std::move(gpu));
+    }
+    std::string topology;
+    GPUSHARE_RETURN_IF_ERROR(GetString(j, "topology", where, &topology, ""));
+    if (!topology.empty()) {
+      absl::StatusOr<TopologyPtr> t = Topology::FromJson(topology);
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".topology: ", t.status().message()));
+      }
+      node.topology = *std::move(t);
     }
     if (absl::Status s = cluster.AddNode(node); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));

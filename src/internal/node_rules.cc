@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/text.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare::internal {
 namespace {
@@ -60,6 +61,12 @@ absl::StatusOr<Demand> ValidateRequest(const Request& r, int max_gpus) {
   }
   for (const std::string& m : r.gpu_models) {
     if (m.empty()) return bad("gpu model names must not be empty");
+  }
+  if (r.topology.mode == TopologyNeed::Mode::kRequire) {
+    const Link& l = r.topology.min_link;
+    if (l.kind == LinkKind::kNvLink ? (l.nvlinks < 1 || l.nvlinks > 64) : l.nvlinks != 0) {
+      return bad("required minimum link has ", l.nvlinks, " NVLinks");
+    }
   }
   Demand d;
   d.cpu = r.cpu;
@@ -117,6 +124,12 @@ absl::Status ValidateNode(const Node& node) {
       }
     }
   }
+  if (node.topology != nullptr &&
+      node.topology->num_gpus() != static_cast<int>(node.gpus.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(who, "topology has ",
+                                                   node.topology->num_gpus(), " GPUs but the node has ",
+                                                   node.gpus.size()));
+  }
   if (absl::Status s = CheckQuantity("cpu", node.cpu, 0); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat(who, s.message()));
   if (absl::Status s = CheckQuantity("host memory", node.host_memory, 0); !s.ok())
@@ -133,6 +146,7 @@ NodeStatus MakeNodeStatus(const Node& node) {
   s.gpu_sharing = TakesSharedGpuWork(node);
   s.cpu = node.cpu;
   s.host_memory = node.host_memory;
+  s.topology = node.topology;
   s.gpus.reserve(node.gpus.size());
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     GpuStatus g;
@@ -198,7 +212,7 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
     if (fits) fitting->push_back(g.index);
   }
   const int have = static_cast<int>(fitting->size());
-  if (have >= demand.gpu_count) return std::nullopt;
+  if (have >= demand.gpu_count) return CheckTopologyNeed(node, demand, request, *fitting);
 
   if (eligible == 0) {
     bool any_model = false;

@@ -255,6 +255,23 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
     }
     if (pod.request.gpu_memory > 0) pod.request.gpu_count = *m;
   }
+  // How much GPU topology matters: "none", "prefer" or a required minimum link.
+  if (auto need = pod.annotations.find(Topology::kKubernetesAnnotation);
+      need != pod.annotations.end()) {
+    if (need->second == "none") {
+      pod.request.topology.mode = TopologyNeed::Mode::kNone;
+    } else if (need->second != "prefer") {
+      absl::StatusOr<Link> link = ParseLink(need->second);
+      if (!link.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, ": annotation ", Topology::kKubernetesAnnotation, "=\"",
+            ::gpushare::internal::Echo(need->second),
+            "\" is not none, prefer or a link kind such as NV1 or PIX"));
+      }
+      pod.request.topology.mode = TopologyNeed::Mode::kRequire;
+      pod.request.topology.min_link = *link;
+    }
+  }
   const json* affinity = Member(*spec, "affinity");
   const json* node_affinity = affinity ? Member(*affinity, "nodeAffinity") : nullptr;
   const json* required =
@@ -349,6 +366,23 @@ absl::StatusOr<Node> NodeFromJson(const json& j) {
                                                    kGpuMemResource, " over ", count, " GPUs"));
   }
   for (int64_t i = 0; i < count; ++i) node.gpus.push_back(Gpu{per_gpu, model, "", true});
+  // The GPU topology, in the compact JSON form of gpushare/topology.h.
+  GPUSHARE_ASSIGN_OR_RETURN(const auto annotations,
+                            StringMap(*metadata, "annotations", who + " metadata"));
+  if (auto t = annotations.find(Topology::kKubernetesAnnotation); t != annotations.end()) {
+    absl::StatusOr<TopologyPtr> topology = Topology::FromJson(t->second);
+    if (!topology.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": annotation ",
+                                                     Topology::kKubernetesAnnotation, ": ",
+                                                     topology.status().message()));
+    }
+    if ((*topology)->num_gpus() != static_cast<int>(node.gpus.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": annotation ", Topology::kKubernetesAnnotation, " describes ",
+          (*topology)->num_gpus(), " GPUs but the node has ", node.gpus.size()));
+    }
+    node.topology = *std::move(topology);
+  }
   // As gpushare-scheduler-extender does, a node whose capacity offers
   // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless
   // a label opts it out; without that capacity the labels decide.

@@ -421,7 +421,10 @@ absl::StatusOr<std::shared_ptr<const Prepared>> Prepare(
 absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const Prepared& prepared, Policy& policy,
                                                    uint64_t tie_seed, bool through_cluster) {
   auto* kernel = dynamic_cast<fgd::KernelPolicy*>(&policy);
-  if (!through_cluster && kernel != nullptr) {
+  // The specialised engine knows nothing of GPU topology.
+  const bool topology = std::any_of(prepared.nodes->begin(), prepared.nodes->end(),
+                                    [](const Node& n) { return n.topology != nullptr; });
+  if (!through_cluster && !topology && kernel != nullptr) {
     return std::unique_ptr<Engine>(std::make_unique<FastEngine>(prepared, *kernel, tie_seed));
   }
   auto engine = std::make_unique<ClusterEngine>(prepared, policy, tie_seed);

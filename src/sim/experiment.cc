@@ -110,6 +110,9 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     }
   };
   int64_t arrived = 0;
+  // GPUs each node has handed out so far (tasks never leave here), to judge
+  // the connectivity multi-GPU tasks get on nodes with a topology.
+  std::vector<uint64_t> touched(p.nodes->size(), 0);
   for (size_t k = 0; k < order.size(); ++k) {
     const sim::Task& t = p.tasks[order[k]];
     // Bins below the arrived request with this one hold the state before it.
@@ -120,6 +123,21 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     const int node = engine->Place(order[k], static_cast<int64_t>(k), &gpus);
     r.node_of_request.push_back(node);
     r.gpus_of_request.push_back(gpus);
+    if (node >= 0) {
+      const TopologyPtr& topology = (*p.nodes)[node].topology;
+      if (topology != nullptr && __builtin_popcountll(gpus) >= 2) {
+        std::vector<int> idle, chosen;
+        for (int g = 0; g < topology->num_gpus(); ++g) {
+          if (!(touched[node] >> g & 1)) idle.push_back(g);
+          if (gpus >> g & 1) chosen.push_back(g);
+        }
+        const GpuSetChoice best = topology->Choose(idle, idle, static_cast<int>(chosen.size()),
+                                                   TopologyObjective::kWeakestLink);
+        ++r.topology_tasks;
+        if (topology->Rate(chosen).weakest_weight >= best.weakest_weight) ++r.topology_best;
+      }
+      touched[node] |= gpus;
+    }
     const int64_t allocated = engine->allocated();
     const double idle = capacity - static_cast<double>(allocated);
     r.arrived_after.push_back(arrived);

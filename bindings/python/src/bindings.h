@@ -31,11 +31,22 @@ namespace py = pybind11;
 // ---- Areas -------------------------------------------------------------------
 
 void RegisterErrors(py::module_& m);   // errors.cc: gs.Error and its family.
+void RegisterTopology(py::module_& m);  // topology.cc: Topology.
 void RegisterTypes(py::module_& m);    // types.cc: Gpu, Node, Request, ...
 void RegisterPolicy(py::module_& m);   // policy.cc: Policy, Score, make_policy.
 void RegisterCluster(py::module_& m);  // cluster.cc: Cluster.
 void RegisterInspect(py::module_& m);  // inspect.cc: inspect views, DeviceView.
 void RegisterSimulate(py::module_& m);  // simulate.cc: simulate, replay, openb loaders.
+
+// ---- Topology (topology.cc) ----------------------------------------------------
+
+// The holder pybind11 keeps gs.Topology in (the object stays immutable).
+std::shared_ptr<Topology> Mutable(const TopologyPtr& t);
+// Request(topology=..., topology_objective=...): "none", "prefer" or a link
+// name (required minimum); "weakest_link" or "total". Raises
+// InvalidArgumentError for anything else.
+TopologyNeed ParseTopologyNeed(const std::string& need, const std::string& objective);
+std::string TopologyNeedName(const TopologyNeed& need);
 
 // ---- Errors (errors.cc) --------------------------------------------------------
 

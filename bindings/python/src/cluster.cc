@@ -221,8 +221,9 @@ void RegisterCluster(py::module_& m) {
          [](ClusterBox& self, const std::string& name, std::vector<Gpu> gpus, StrMap labels,
             std::string address, Int<int64_t, arg::cpu> cpu,
             Int<int64_t, arg::host_memory> host_memory, bool schedulable,
-            std::optional<bool> gpu_sharing) {
+            std::optional<bool> gpu_sharing, std::shared_ptr<Topology> topology) {
            Node n;
+           n.topology = std::move(topology);
            n.name = name;
            n.gpus = std::move(gpus);
            n.labels = std::move(labels);
@@ -237,6 +238,7 @@ void RegisterCluster(py::module_& m) {
          py::arg("name"), py::arg("gpus") = std::vector<Gpu>{}, py::arg("labels") = StrMap{},
          py::arg("address") = "", py::arg("cpu") = 0, py::arg("host_memory") = 0,
          py::arg("schedulable") = true, py::arg("gpu_sharing") = py::none(),
+         py::arg("topology") = py::none(),
          "Adds a node with nothing allocated; the arguments are those of Node(). "
          "Raises InvalidArgumentError for a bad size or an empty name, "
          "AlreadyExistsError for a name already in the cluster.")

@@ -7,6 +7,7 @@ PYBIND11_MODULE(_core, m) {
   namespace python = gpushare::python;
   m.doc() = "gpushare's C++ core (private: import gpushare instead).";
   python::RegisterErrors(m);
+  python::RegisterTopology(m);  // Before RegisterTypes: Node takes a Topology.
   python::RegisterTypes(m);
   python::RegisterPolicy(m);
   python::RegisterCluster(m);

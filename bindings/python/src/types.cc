@@ -177,8 +177,10 @@ void RegisterTypes(py::module_& m) {
   node.def(py::init([](std::string name, std::vector<Gpu> gpus, StrMap labels,
                        std::string address, Int<int64_t, arg::cpu> cpu,
                        Int<int64_t, arg::host_memory> host_memory,
-                       bool schedulable, std::optional<bool> gpu_sharing) {
+                       bool schedulable, std::optional<bool> gpu_sharing,
+                       std::shared_ptr<Topology> topology) {
              Node n;
+             n.topology = std::move(topology);
              n.name = std::move(name);
              n.gpus = std::move(gpus);
              n.labels = std::move(labels);
@@ -192,9 +194,12 @@ void RegisterTypes(py::module_& m) {
            py::arg("name"), py::arg("gpus") = std::vector<Gpu>{}, py::arg("labels") = StrMap{},
            py::arg("address") = "", py::arg("cpu") = 0, py::arg("host_memory") = 0,
            py::arg("schedulable") = true, py::arg("gpu_sharing") = py::none(),
+           py::arg("topology") = py::none(),
            "A node called `name` with `gpus` (Gpu objects or plain memory sizes). "
            "`cpu` is in thousandths of a core and `host_memory` in MiB (0 = not tracked). "
-           "`gpu_sharing` None lets the labels decide (gpushare=true, cgpu=true, ...).")
+           "`gpu_sharing` None lets the labels decide (gpushare=true, cgpu=true, ...). "
+           "`topology` (a Topology over as many GPUs, or None: topology-blind) chooses "
+           "the best connected GPUs for multi-GPU requests.")
       .def_readwrite("name", &Node::name, "Unique in the cluster.")
       .def_readwrite("address", &Node::address, "Optional, e.g. '192.168.1.214'.")
       .def_readwrite("labels", &Node::labels, "Labels (a copy: assign a new dict to change).")
@@ -206,9 +211,14 @@ void RegisterTypes(py::module_& m) {
                      "Whether the node takes shared GPU work; None: decided by the labels.")
       .def_property_readonly("takes_shared_gpu_work", &TakesSharedGpuWork,
                              "gpu_sharing if set, else whether a sharing label is present.")
+      .def_property(
+          "topology", [](const Node& n) { return Mutable(n.topology); },
+          [](Node& n, std::shared_ptr<Topology> t) { n.topology = std::move(t); },
+          "How the GPUs are wired (a Topology), or None: topology-blind.")
       .def("__repr__", &Repr<Node>, kReprDoc)
       .def("__eq__", [](const Node& a, const Node& b) {
         return a.name == b.name && a.address == b.address && a.labels == b.labels &&
+               a.topology == b.topology &&
                a.cpu == b.cpu && a.host_memory == b.host_memory &&
                a.schedulable == b.schedulable && a.gpu_sharing == b.gpu_sharing &&
                std::equal(a.gpus.begin(), a.gpus.end(), b.gpus.begin(), b.gpus.end(), SameGpu);
@@ -221,8 +231,10 @@ void RegisterTypes(py::module_& m) {
                        Int<int64_t, arg::gpu_count> gpu_count, Int<int64_t, arg::compute> compute,
                        Int<int64_t, arg::whole_gpus> whole_gpus, Int<int64_t, arg::cpu> cpu,
                        Int<int64_t, arg::host_memory> host_memory,
-                       std::vector<std::string> gpu_models, StrMap node_selector) {
+                       std::vector<std::string> gpu_models, StrMap node_selector,
+                       const std::string& topology, const std::string& topology_objective) {
              Request r;
+             r.topology = ParseTopologyNeed(topology, topology_objective);
              r.id = std::move(id);
              r.gpu_memory = gpu_memory;
              r.gpu_count = gpu_count;
@@ -237,12 +249,16 @@ void RegisterTypes(py::module_& m) {
            py::arg("id"), py::arg("gpu_memory") = 0, py::arg("gpu_count") = 1,
            py::arg("compute") = 0, py::arg("whole_gpus") = 0, py::arg("cpu") = 0,
            py::arg("host_memory") = 0, py::arg("gpu_models") = std::vector<std::string>{},
-           py::arg("node_selector") = StrMap{},
+           py::arg("node_selector") = StrMap{}, py::arg("topology") = "prefer",
+           py::arg("topology_objective") = "weakest_link",
            "A request `id` (unique among placed requests, e.g. 'ns/pod'): `gpu_memory` "
            "units split over `gpu_count` distinct GPUs of one node plus `compute` "
            "thousandths of each; or `whole_gpus` exclusive GPUs; `cpu` in thousandths "
            "of a core, `host_memory` in MiB; `gpu_models` allowed (empty = any); "
-           "`node_selector` label equality.")
+           "`node_selector` label equality. `topology`: 'prefer' (best connected GPUs "
+           "on nodes with a topology), 'none', or a required minimum link such as 'NV1' "
+           "(every pair of the GPUs at least that good; other nodes are infeasible); "
+           "`topology_objective`: 'weakest_link' (weakest pair, then total) or 'total'.")
       .def_readwrite("id", &Request::id, "Unique among placed requests, e.g. 'ns/pod'.");
   IntAttribute<arg::gpu_memory>(request, &Request::gpu_memory, "Total GPU memory, memory units.");
   IntAttribute<arg::gpu_count>(request, &Request::gpu_count,
@@ -254,12 +270,31 @@ void RegisterTypes(py::module_& m) {
   IntAttribute<arg::host_memory>(request, &Request::host_memory, "Host memory, MiB.");
   request.def_readwrite("gpu_models", &Request::gpu_models, "Allowed GPU models; empty = any.")
       .def_readwrite("node_selector", &Request::node_selector, "Required node labels.")
+      .def_property(
+          "topology", [](const Request& r) { return TopologyNeedName(r.topology); },
+          [](Request& r, const std::string& v) {
+            const TopologyNeed n = ParseTopologyNeed(v, "weakest_link");
+            r.topology.mode = n.mode;
+            r.topology.min_link = n.min_link;
+          },
+          "'prefer', 'none' or the required minimum link, e.g. 'NV1'.")
+      .def_property(
+          "topology_objective",
+          [](const Request& r) {
+            return r.topology.objective == TopologyObjective::kTotal ? "total" : "weakest_link";
+          },
+          [](Request& r, const std::string& v) {
+            r.topology.objective = ParseTopologyNeed("prefer", v).objective;
+          },
+          "'weakest_link' or 'total'.")
       .def("__repr__", &Repr<Request>, kReprDoc)
       .def("__eq__", [](const Request& a, const Request& b) {
         return a.id == b.id && a.gpu_memory == b.gpu_memory && a.gpu_count == b.gpu_count &&
                a.compute == b.compute && a.whole_gpus == b.whole_gpus && a.cpu == b.cpu &&
                a.host_memory == b.host_memory && a.gpu_models == b.gpu_models &&
-               a.node_selector == b.node_selector;
+               a.node_selector == b.node_selector &&
+               TopologyNeedName(a.topology) == TopologyNeedName(b.topology) &&
+               a.topology.objective == b.topology.objective;
       }, py::arg("other"), py::is_operator(), kEqDoc);
 
   py::class_<BoundPlacement> placement(
@@ -300,6 +335,14 @@ void RegisterTypes(py::module_& m) {
   IntAttribute<arg::host_memory>(placement, &Placement::host_memory, "Host memory, MiB.");
   placement.def_property_readonly("total_memory", &Placement::total_memory,
                              "Total GPU memory units: memory_per_gpu * len(gpus).")
+      .def_property_readonly(
+          "weakest_link",
+          [](const BoundPlacement& p) -> py::object {
+            if (p.weakest_link.empty()) return py::none();
+            return py::str(p.weakest_link);
+          },
+          "The weakest link between two of the GPUs ('NV2', 'PIX', ...) on a node with a "
+          "topology; None for one GPU or a topology-blind node.")
       .def_property_readonly(
           "env", [](const BoundPlacement& p) { return DeviceViewOf(p, 0).env; },
           "The container environment the device plugin sets (a dict of str): "
@@ -409,6 +452,9 @@ void RegisterTypes(py::module_& m) {
       .def_property_readonly("requests", &SortedRequests,
                              "Ids of the requests placed here, sorted.")
       .def_readonly("version", &NodeStatus::version, "Incremented by every change to the node.")
+      .def_property_readonly(
+          "topology", [](const NodeStatus& n) { return Mutable(n.topology); },
+          "How the GPUs are wired (a Topology), or None.")
       .def_property_readonly("gpu_memory", &NodeStatus::gpu_memory,
                              "Sum of GPU capacities, memory units.")
       .def_property_readonly("gpu_memory_used", &NodeStatus::gpu_memory_used,

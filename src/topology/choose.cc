@@ -1,0 +1,288 @@
+// Choosing the best connected GPU set on a topology (Topology::Choose) and
+// its brute-force reference.
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpushare/topology.h"
+#include "src/topology/topology_impl.h"
+
+namespace gpushare {
+namespace {
+
+uint64_t Bit(int g) { return uint64_t{1} << g; }
+
+uint64_t MaskOf(const std::vector<int>& gpus) {
+  uint64_t m = 0;
+  for (int g : gpus) m |= Bit(g);
+  return m;
+}
+
+double Choose2(int n, int k) {  // C(n, k) as a double (exact for n <= 64, small k).
+  if (k < 0 || k > n) return 0;
+  double r = 1;
+  for (int i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+  return r;
+}
+
+// Everything a set is judged by, best first (see Topology::Choose).
+struct Verdict {
+  bool valid = false;
+  double primary = 0, secondary = 0;
+  double groups[3] = {0, 0, 0};
+  double rest_total = 0;
+  std::vector<int> ranks;  // Ascending.
+  GpuSetChoice rated;
+};
+
+bool Better(const Verdict& a, const Verdict& b) {
+  if (!b.valid) return a.valid;
+  if (!a.valid) return false;
+  if (a.primary != b.primary) return a.primary > b.primary;
+  if (a.secondary != b.secondary) return a.secondary > b.secondary;
+  for (int i = 0; i < 3; ++i) {
+    if (a.groups[i] != b.groups[i]) return a.groups[i] > b.groups[i];
+  }
+  if (a.rest_total != b.rest_total) return a.rest_total > b.rest_total;
+  return a.ranks < b.ranks;
+}
+
+class Judge {
+ public:
+  Judge(const Topology& t, const Topology::Impl& impl, uint64_t idle, TopologyObjective objective,
+        double min_weight, const std::vector<int>& preference)
+      : t_(t), impl_(impl), idle_(idle), objective_(objective), min_weight_(min_weight),
+        rank_(t.num_gpus()) {
+    const int n = t.num_gpus();
+    for (int g = 0; g < n; ++g) rank_[g] = static_cast<int>(preference.size()) + g;
+    for (size_t i = 0; i < preference.size(); ++i) {
+      const int g = preference[i];
+      if (g >= 0 && g < n && rank_[g] >= static_cast<int>(preference.size())) {
+        rank_[g] = static_cast<int>(i);
+      }
+    }
+  }
+
+  int rank(int g) const { return rank_[g]; }
+
+  // `gpus` ascending.
+  Verdict Judge1(const std::vector<int>& gpus) const {
+    Verdict v;
+    v.rated = t_.Rate(gpus);
+    if (gpus.size() >= 2 && v.rated.weakest_weight < min_weight_) return v;
+    v.valid = true;
+    if (objective_ == TopologyObjective::kWeakestLink) {
+      v.primary = v.rated.weakest_weight;
+      v.secondary = v.rated.total_weight;
+    } else {
+      v.primary = v.rated.total_weight;
+      v.secondary = v.rated.weakest_weight;
+    }
+    const uint64_t rest = idle_ & ~MaskOf(gpus);
+    for (size_t i = 0; i < impl_.levels.size(); ++i) {
+      const Topology::Impl::GroupLevel& level = impl_.levels[i];
+      const int slot = level.size == 8 ? 0 : level.size == 4 ? 1 : 2;
+      if (level.skipped) continue;
+      if (level.all_groups) {
+        v.groups[slot] = Choose2(__builtin_popcountll(rest), level.size);
+        continue;
+      }
+      double count = 0;
+      for (uint64_t g : level.groups) count += (g & ~rest) == 0 ? 1 : 0;
+      v.groups[slot] = count;
+    }
+    const int n = t_.num_gpus();
+    for (int a = 0; a < n; ++a) {
+      if (!(rest & Bit(a))) continue;
+      for (int b = a + 1; b < n; ++b) {
+        if (rest & Bit(b)) v.rest_total += t_.weight(a, b);
+      }
+    }
+    v.ranks.reserve(gpus.size());
+    for (int g : gpus) v.ranks.push_back(rank_[g]);
+    std::sort(v.ranks.begin(), v.ranks.end());
+    return v;
+  }
+
+ private:
+  const Topology& t_;
+  const Topology::Impl& impl_;
+  uint64_t idle_;
+  TopologyObjective objective_;
+  double min_weight_;
+  std::vector<int> rank_;
+};
+
+GpuSetChoice Result(const Verdict& v) {
+  if (!v.valid) return GpuSetChoice{};
+  return v.rated;
+}
+
+bool Usable(const Topology& t, const std::vector<int>& candidates, int k) {
+  if (k < 1 || static_cast<int>(candidates.size()) < k) return false;
+  for (int g : candidates) {
+    if (g < 0 || g >= t.num_gpus()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+GpuSetChoice Topology::ChooseByBruteForce(const std::vector<int>& candidates_in,
+                                          const std::vector<int>& idle, int k,
+                                          TopologyObjective objective, double min_weight,
+                                          const std::vector<int>& preference) const {
+  std::vector<int> candidates = candidates_in;
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  if (!Usable(*this, candidates, k)) return GpuSetChoice{};
+  Judge judge(*this, *impl_, MaskOf(idle), objective, min_weight, preference);
+  Verdict best;
+  const int c = static_cast<int>(candidates.size());
+  std::vector<int> pick(k);
+  for (int i = 0; i < k; ++i) pick[i] = i;
+  std::vector<int> gpus(k);
+  while (true) {
+    for (int i = 0; i < k; ++i) gpus[i] = candidates[pick[i]];
+    Verdict v = judge.Judge1(gpus);
+    if (Better(v, best)) best = std::move(v);
+    int i = k - 1;
+    while (i >= 0 && pick[i] == c - k + i) --i;
+    if (i < 0) break;
+    ++pick[i];
+    for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+  }
+  return Result(best);
+}
+
+GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::vector<int>& idle,
+                              int k, TopologyObjective objective, double min_weight,
+                              const std::vector<int>& preference) const {
+  std::vector<int> candidates = candidates_in;
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  if (!Usable(*this, candidates, k)) return GpuSetChoice{};
+  const uint64_t idle_mask = MaskOf(idle);
+
+  std::string key;
+  const uint64_t cand_mask = MaskOf(candidates);
+  auto put = [&key](const void* p, size_t size) {
+    key.append(static_cast<const char*>(p), size);
+  };
+  const int obj = static_cast<int>(objective);
+  put(&cand_mask, sizeof cand_mask);
+  put(&idle_mask, sizeof idle_mask);
+  put(&k, sizeof k);
+  put(&obj, sizeof obj);
+  put(&min_weight, sizeof min_weight);
+  for (int g : preference) put(&g, sizeof g);
+  {
+    std::lock_guard<std::mutex> lock(impl_->memo_mutex);
+    auto it = impl_->memo.find(key);
+    if (it != impl_->memo.end()) return it->second;
+  }
+
+  Judge judge(*this, *impl_, idle_mask, objective, min_weight, preference);
+  // Classes of interchangeable candidates: same twin class, same idle state;
+  // each sorted by rank, so taking the first x of a class is the best pick.
+  std::vector<std::pair<int, int>> keys;  // (twin, idle) per class.
+  std::vector<std::vector<int>> classes;
+  for (int g : candidates) {
+    const std::pair<int, int> cls{impl_->twin[g], (idle_mask & Bit(g)) ? 1 : 0};
+    auto it = std::find(keys.begin(), keys.end(), cls);
+    if (it == keys.end()) {
+      keys.push_back(cls);
+      classes.push_back({g});
+    } else {
+      classes[it - keys.begin()].push_back(g);
+    }
+  }
+  for (auto& cls : classes) {
+    std::sort(cls.begin(), cls.end(),
+              [&](int a, int b) { return judge.rank(a) < judge.rank(b); });
+  }
+  std::vector<int> after(classes.size() + 1, 0);  // Candidates in classes >= i.
+  for (size_t i = classes.size(); i-- > 0;) {
+    after[i] = after[i + 1] + static_cast<int>(classes[i].size());
+  }
+  Verdict best;
+  std::vector<int> chosen;
+  std::vector<int> gpus;
+  // Whether no completion of `chosen` with `need` GPUs of classes >= cls can
+  // beat `best` on (primary, secondary), or meet min_weight: bounds on the
+  // weakest pair (it only falls) and on the total (each new GPU adds at most
+  // its links to `chosen` plus the best link to every other new GPU).
+  const double top_weight = weights_.Of(best_);
+  auto hopeless = [&](size_t cls, int need) {
+    double total = 0, weakest = top_weight;
+    for (size_t a = 0; a < chosen.size(); ++a) {
+      for (size_t b = a + 1; b < chosen.size(); ++b) {
+        const double w = weight(chosen[a], chosen[b]);
+        total += w;
+        weakest = std::min(weakest, w);
+      }
+    }
+    std::vector<double> gains;
+    double reach = 0;  // The best of the future GPUs' weakest link to `chosen`.
+    for (size_t c = cls; c < classes.size(); ++c) {
+      for (int g : classes[c]) {
+        double gain = 0, low = top_weight;
+        for (int h : chosen) {
+          gain += weight(g, h);
+          low = std::min(low, weight(g, h));
+        }
+        gains.push_back(gain);
+        reach = std::max(reach, low);
+      }
+    }
+    std::partial_sort(gains.begin(), gains.begin() + need, gains.end(), std::greater<double>());
+    for (int i = 0; i < need; ++i) total += gains[i];
+    total += top_weight * need * (need - 1) / 2;
+    weakest = std::min(weakest, reach);
+    if (weakest < min_weight) return true;
+    if (!best.valid) return false;
+    const double p = objective == TopologyObjective::kWeakestLink ? weakest : total;
+    const double q = objective == TopologyObjective::kWeakestLink ? total : weakest;
+    // A margin for rounding: sums taken in another order may differ slightly.
+    auto below = [](double bound, double value) {
+      return bound < value - 1e-9 * std::max(1.0, std::abs(value));
+    };
+    return below(p, best.primary) ||
+           (!below(best.primary, p) && !below(p, best.primary) && below(q, best.secondary));
+  };
+  auto Hopeless = hopeless;
+  // Depth-first over how many GPUs each class gives.
+  auto visit = [&](auto&& self, size_t cls, int need) -> void {
+    if (need == 0) {
+      gpus = chosen;
+      std::sort(gpus.begin(), gpus.end());
+      Verdict v = judge.Judge1(gpus);
+      if (Better(v, best)) best = std::move(v);
+      return;
+    }
+    if (cls == classes.size() || after[cls] < need) return;
+    if (!chosen.empty() && k >= 2 && Hopeless(cls, need)) return;
+    const int most = std::min<int>(need, static_cast<int>(classes[cls].size()));
+    for (int x = most; x >= 0; --x) {
+      if (after[cls + 1] < need - x) break;
+      for (int i = 0; i < x; ++i) chosen.push_back(classes[cls][i]);
+      self(self, cls + 1, need - x);
+      chosen.resize(chosen.size() - x);
+    }
+  };
+  visit(visit, 0, k);
+  GpuSetChoice result = Result(best);
+  std::lock_guard<std::mutex> lock(impl_->memo_mutex);
+  if (impl_->memo.size() >= kMaxMemo) impl_->memo.clear();
+  impl_->memo.emplace(std::move(key), result);
+  return result;
+}
+
+}  // namespace gpushare

@@ -1,0 +1,87 @@
+#include "src/topology/node_gpus.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gpushare::internal {
+
+std::vector<int> IdleGpus(const NodeStatus& node) {
+  std::vector<int> idle;
+  for (const GpuStatus& g : node.gpus) {
+    if (g.healthy && g.idle()) idle.push_back(g.index);
+  }
+  return idle;
+}
+
+namespace {
+
+double MinWeight(const Topology& t, const Request& request) {
+  return request.topology.mode == TopologyNeed::Mode::kRequire
+             ? t.weights().Of(request.topology.min_link)
+             : 0;
+}
+
+}  // namespace
+
+std::vector<int> TopologyGpus(const NodeStatus& node, const Demand& demand,
+                              const Request& request, const std::vector<int>& fitting,
+                              std::vector<int> chosen) {
+  if (node.topology == nullptr || request.topology.mode == TopologyNeed::Mode::kNone ||
+      demand.gpu_count < 1 || chosen.empty()) {
+    return chosen;
+  }
+  const Topology& t = *node.topology;
+  if (t.uniform() && demand.gpu_count > 1) return chosen;  // Every set is as good.
+  std::vector<int> idle = IdleGpus(node);
+  std::vector<int> candidates;
+  if (demand.gpu_count == 1) {
+    if (!std::binary_search(idle.begin(), idle.end(), chosen[0])) return chosen;
+    std::set_intersection(fitting.begin(), fitting.end(), idle.begin(), idle.end(),
+                          std::back_inserter(candidates));
+  } else {
+    candidates = fitting;
+  }
+  GpuSetChoice best = t.Choose(candidates, idle, demand.gpu_count, request.topology.objective,
+                               MinWeight(t, request), chosen);
+  if (best.gpus.empty()) return chosen;
+  return best.gpus;
+}
+
+std::optional<std::string> CheckTopologyNeed(const NodeStatus& node, const Demand& demand,
+                                             const Request& request,
+                                             const std::vector<int>& fitting) {
+  if (request.topology.mode != TopologyNeed::Mode::kRequire || demand.gpu_count < 2) {
+    return std::nullopt;
+  }
+  const std::string need = LinkName(request.topology.min_link);
+  if (node.topology == nullptr) {
+    return absl::StrCat("node has no GPU topology; the request requires every pair of its ",
+                        demand.gpu_count, " GPUs to be linked by ", need, " or better");
+  }
+  const Topology& t = *node.topology;
+  const double min_weight = MinWeight(t, request);
+  const std::vector<int> idle = IdleGpus(node);
+  if (!t.Choose(fitting, idle, demand.gpu_count, request.topology.objective, min_weight)
+           .gpus.empty()) {
+    return std::nullopt;
+  }
+  GpuSetChoice best =
+      t.Choose(fitting, idle, demand.gpu_count, TopologyObjective::kWeakestLink, 0);
+  return absl::StrCat("no ", demand.gpu_count, " fitting GPUs are linked by ", need,
+                      " or better pairwise: the best set [", absl::StrJoin(best.gpus, ", "),
+                      "] has weakest link ", LinkName(best.weakest));
+}
+
+std::string WeakestLinkOf(const NodeStatus& node, const std::vector<int>& gpus) {
+  if (node.topology == nullptr || gpus.size() < 2) return "";
+  for (int g : gpus) {
+    if (g < 0 || g >= node.topology->num_gpus()) return "";
+  }
+  return LinkName(node.topology->Rate(gpus).weakest);
+}
+
+}  // namespace gpushare::internal
