@@ -85,7 +85,7 @@ NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
   k.frag_full = memory && n > 0 ? node.gpus[0].memory : kGpuCompute;
   k.cpu_left = node.cpu > 0 ? node.cpu - node.cpu_used : kUnlimitedCpu;
   k.cpu_capacity = node.cpu;
-  std::vector<uint8_t> allowed;
+  std::vector<uint8_t>& allowed = allowed_;  // Kept between calls: no allocation.
   if (t != nullptr) {
     allowed.resize(t->types.size());
     for (size_t j = 0; j < t->types.size(); ++j) {

@@ -258,11 +258,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     Verdict& v = shape.verdicts[slot];
     if (v.stamp == d.stamps[slot]) return true;
     const uint64_t tie = state.tie_keys[slot];
-    if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
-    v.feasible = false;
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
-    if (CheckNode(node, shape.demand, shape.request, &fitting).has_value()) return true;
+    if (CheckNode(node, shape.demand, shape.request, &fitting).has_value()) {
+      if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
+      v.feasible = false;
+      return true;
+    }
     NodeChoice choice = policy.Evaluate(shape.demand, node, fitting, cluster);
     // The scan's own check (Cluster::Plan()); the scan reports the error.
     if (static_cast<int>(choice.gpus.size()) != demand.gpu_count) return false;
@@ -273,8 +275,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       previous = g;
       mask |= uint64_t{1} << g;
     }
-    v.score = choice.score;
     v.gpus = mask;
+    // Scores are often unchanged (the built-in ones are whole numbers): the
+    // node then keeps its place in the tree.
+    if (v.feasible && v.score == choice.score) return true;
+    if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
+    v.score = choice.score;
     v.feasible = true;
     shape.tree.insert(Key{v.score, tie, slot});
     return true;
