@@ -1,5 +1,6 @@
-// The score memo that serves the fragmentation-aware built-in policies in
-// Cluster::Plan() (src/internal/score_memo.h) against the generic scan over
+// The score memo that serves the fragmentation-aware built-in policies (and
+// binpack and spread for CPU-only requests) in Cluster::Plan()
+// (src/internal/score_memo.h) against the generic scan over
 // every node: two clusters driven in lock step by long random sequences of
 // operations (add and remove nodes, place, plan + commit, replicas that roll
 // back, release, health and cordon changes, copies), one asked with the
@@ -193,7 +194,7 @@ TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
 
 INSTANTIATE_TEST_SUITE_P(KernelPolicies, ScoreMemoTest,
                          ::testing::Values("fgd", "bestfit", "dotprod", "gpupacking",
-                                           "gpuclustering"),
+                                           "gpuclustering", "binpack", "spread"),
                          [](const auto& info) { return info.param; });
 
 // More (node, shape) verdicts than the memo keeps (about 3,800 shapes of

@@ -567,8 +567,10 @@ bool PlacementIndex::Plan(const ClusterState& state, const Cluster& cluster,
     }
   }
   switch (demand.kind) {
-    case Demand::Kind::kCpuOnly:
-      return false;
+    case Demand::Kind::kCpuOnly:  // No GPU key helps: the scores are remembered.
+      return filter_ == nullptr &&
+             memo_.Plan(state, cluster, request, demand, policy, best_slot, best_choice,
+                        none_feasible);
     case Demand::Kind::kExclusive:
       return PlanExclusive(state, cluster, request, demand, policy,
                            kind == IndexedPolicy::kSpread, best_slot, best_choice);

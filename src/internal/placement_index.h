@@ -35,9 +35,10 @@
 //    suffices, spread from the largest.
 // Each index is built on the first Plan() that needs it and kept exact from
 // then on, so a workload pays upkeep only for the kinds of request it makes.
-// CPU-only requests and every other policy use the generic scan, except the
-// fragmentation-aware built-in policies, whose node scores are remembered
-// per request shape in a ScoreMemo (see score_memo.h) kept here as well.
+// Every other policy uses the generic scan, except the fragmentation-aware
+// built-in policies, whose node scores are remembered per request shape in a
+// ScoreMemo (see score_memo.h) kept here as well; so are those of binpack and
+// spread for CPU-only requests.
 //
 // Requests with a node selector or GPU models (other than single-GPU binpack
 // by model alone, which the per-model GPU trees already serve) are answered

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/placement_index.h"
 
 namespace gpushare::internal {
 namespace {
@@ -189,6 +190,7 @@ void ScoreMemo::Touch(uint32_t slot) {
 void ScoreMemo::Clear() { data_ = std::make_unique<Data>(); }
 
 bool ScoreMemo::Serves(const Policy& policy) {
+  if (ClassifyPolicy(policy) != IndexedPolicy::kNone) return true;
   const auto* kernel = dynamic_cast<const fgd::KernelPolicy*>(&policy);
   return kernel != nullptr && kernel->Cacheable() && !kernel->SplitsScore();
 }
@@ -197,7 +199,8 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
                      const Demand& demand, Policy& policy, int* best_slot,
                      NodeChoice* best_choice, bool* none_feasible) const {
   if (!Serves(policy)) return false;
-  const auto& kernel = static_cast<const fgd::KernelPolicy&>(policy);
+  const auto* kernel = dynamic_cast<const fgd::KernelPolicy*>(&policy);
+  const fgd::CompiledTarget* target = kernel != nullptr ? kernel->target() : nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   Data& d = *data_;
   const uint64_t now = ++d.clock;
@@ -208,7 +211,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   Memo* memo = nullptr;
   for (const auto& m : d.memos) {
     if (*m->type == typeid(policy) &&
-        SameTarget(m->target ? &*m->target : nullptr, kernel.target())) {
+        SameTarget(m->target ? &*m->target : nullptr, target)) {
       memo = m.get();
       break;
     }
@@ -226,7 +229,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
     auto made = std::make_unique<Memo>();
     made->type = &typeid(policy);
-    if (kernel.target() != nullptr) made->target = *kernel.target();
+    if (target != nullptr) made->target = *target;
     memo = made.get();
     d.memos.push_back(std::move(made));
   }

@@ -1,7 +1,9 @@
 // Internal: the scores of the fragmentation-aware built-in policies ("fgd",
-// "bestfit", "dotprod", "gpupacking", "gpuclustering") remembered per node
-// and request shape, and ordered, so that Cluster::Plan() finds their winner
-// without scoring every node. Not part of the public API.
+// "bestfit", "dotprod", "gpupacking", "gpuclustering"), and of "binpack" and
+// "spread" for CPU-only requests (which their ordered indexes do not serve),
+// remembered per node and request shape, and ordered, so that
+// Cluster::Plan() finds their winner without scoring every node. Not part of
+// the public API.
 //
 // These policies score a node from the node alone (its GPUs, CPU, the tags
 // of what it holds) and the request, so a node's score for a given request
