@@ -146,7 +146,7 @@ class Search {
   // Evaluates node `slot`; false if it cannot host the demand.
   bool Consider(uint32_t slot) {
     const NodeStatus& node = state_.nodes[slot];
-    if (CheckNode(node, demand_, request_, &fitting_).has_value()) return false;
+    if (!NodeFits(node, demand_, request_, &fitting_)) return false;
     NodeChoice choice = policy_.Evaluate(demand_, node, fitting_, cluster_);
     if (best_ < 0 || best_choice_.score < choice.score ||
         (choice.score == best_choice_.score && TieBeatsBest(slot))) {

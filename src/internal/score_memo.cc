@@ -263,7 +263,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     const uint64_t tie = state.tie_keys[slot];
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
-    if (CheckNode(node, shape.demand, shape.request, &fitting).has_value()) {
+    if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
       if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
       v.feasible = false;
       return true;
