@@ -8,48 +8,18 @@
 // from $GPUSHARE_SHARED_DIR/traces/openb, else ../shared/traces/openb next to
 // the source tree; without it the benchmarks report an error and do nothing.
 
-#include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "bench/openb_trace.h"
 #include "benchmark/benchmark.h"
 #include "gpushare/gpushare.h"
 
 namespace {
 
-struct Trace {
-  std::vector<gpushare::Node> nodes;
-  std::vector<gpushare::Request> requests;
-  std::vector<gpushare::TimedRequest> timed;
-  bool ok = false;
-};
+using Trace = gpushare::bench::OpenbTrace;
 
-const Trace& DefaultTrace() {
-  static const Trace* trace = [] {
-    auto* t = new Trace;
-    std::string dir;
-    if (const char* env = std::getenv("GPUSHARE_SHARED_DIR")) {
-      dir = std::string(env) + "/traces/openb";
-    } else {
-      std::string here = __FILE__;
-      here = here.substr(0, here.find_last_of('/'));  // bench/
-      dir = here + "/../../shared/traces/openb";
-    }
-    auto nodes = gpushare::LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv");
-    auto tasks = gpushare::LoadOpenbTasks(dir + "/openb_pod_list_default.csv");
-    if (!nodes.ok() || !tasks.ok()) return t;
-    t->nodes = *nodes;
-    t->requests = gpushare::ToRequests(*tasks);
-    for (const gpushare::TraceTask& task : *tasks) {
-      t->timed.push_back({gpushare::ToRequest(task), std::max<int64_t>(task.creation_time, 0),
-                          task.deletion_time});
-    }
-    t->ok = true;
-    return t;
-  }();
-  return *trace;
-}
+const Trace& DefaultTrace() { return gpushare::bench::DefaultOpenbTrace(); }
 
 const char* const kPolicies[] = {"fgd",        "bestfit",       "dotprod",
                                  "gpupacking", "gpuclustering", "random"};
@@ -57,7 +27,10 @@ const char* const kPolicies[] = {"fgd",        "bestfit",       "dotprod",
 // One experiment (seed 42, inflate 1.3) on one core, including the set-up;
 // registered once per policy as BM_Experiment/<policy>, the BM_<What>/<policy>
 // naming of the other programs in bench/.
-void BM_Experiment(benchmark::State& state, const char* policy) {
+// BM_ExperimentThroughCluster/<policy> runs the same experiment through
+// Cluster::Place() (SimulationOptions::through_cluster), the path every host
+// takes: target at most 1.5x BM_Experiment/<policy> of the same run.
+void BM_Experiment(benchmark::State& state, const char* policy, bool through_cluster) {
   const Trace& trace = DefaultTrace();
   if (!trace.ok) {
     state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
@@ -65,6 +38,7 @@ void BM_Experiment(benchmark::State& state, const char* policy) {
   }
   gpushare::SimulationOptions options;
   options.policy = policy;
+  options.through_cluster = through_cluster;
   int64_t requests = 0;
   for (auto _ : state) {
     auto run = gpushare::Simulate(trace.nodes, trace.requests, options);
@@ -81,7 +55,16 @@ void BM_Experiment(benchmark::State& state, const char* policy) {
 [[maybe_unused]] const bool kExperimentsRegistered = [] {
   for (const char* policy : kPolicies) {
     benchmark::RegisterBenchmark((std::string("BM_Experiment/") + policy).c_str(),
-                                 BM_Experiment, policy)
+                                 BM_Experiment, policy, false)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1)
+        ->Repetitions(5)
+        ->ReportAggregatesOnly(true);
+  }
+  for (const char* policy : {"fgd", "bestfit"}) {
+    benchmark::RegisterBenchmark(
+        (std::string("BM_ExperimentThroughCluster/") + policy).c_str(), BM_Experiment,
+        policy, true)
         ->Unit(benchmark::kMillisecond)
         ->Iterations(1)
         ->Repetitions(5)

@@ -229,12 +229,19 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   // The built-in policies are answered from the ordered indexes (the same
   // winner, see src/internal/placement_index.h); everything else, and every
   // request that fits nowhere, takes the scan below.
-  const bool indexed =
-      state_->index.Plan(*state_, *this, request, demand, policy, &best, &best_choice);
+  // When the indexes know that no node is feasible, the scan stops once it
+  // has the reasons it reports.
+  bool none_feasible = false;
+  const bool indexed = state_->index.Plan(*state_, *this, request, demand, policy, &best,
+                                          &best_choice, &none_feasible);
   for (size_t i = 0; !indexed && i < state_->nodes.size(); ++i) {
     const NodeStatus& node = state_->nodes[i];
     if (std::optional<std::string> why = internal::CheckNode(node, demand, request, &fitting)) {
       if (++infeasible <= 5) absl::StrAppend(&reasons, "; ", node.name, ": ", *why);
+      if (none_feasible && infeasible == 5) {
+        infeasible = static_cast<int>(state_->nodes.size());
+        break;
+      }
       continue;
     }
     NodeChoice choice = policy.Evaluate(demand, node, fitting, *this);

@@ -182,8 +182,17 @@ class Cluster {
   // out (a node selector, CPU or host memory limits, a GPU model list,
   // compute shares) are checked one by one as the walk meets them, so those
   // requests cost up to O(nG) in the worst case; so does a request that fits
-  // nowhere (the full scan then gives the reasons). CPU-only requests and
-  // every other policy scan all nodes: O(n G log G) plus the policy's cost.
+  // nowhere (the full scan then gives the reasons).
+  // The built-in "fgd", "bestfit", "dotprod", "gpupacking" and
+  // "gpuclustering" policies, and "binpack" and "spread" for CPU-only
+  // requests, are served from remembered scores: per request shape (demand,
+  // GPU models, node selector), every node's verdict and the feasible nodes
+  // in the scan's order, again the scan's winner, ties included. A shape's
+  // first Plan() scores every node; later ones re-score only the nodes that
+  // changed since its last Plan(), O(changed x (policy's cost + log n)).
+  // At most 2^22 (node, shape) verdicts are kept; the least recently used
+  // shapes are dropped first. Every other policy (user policies, "random")
+  // scans all nodes: O(n G log G) plus the policy's cost.
   absl::StatusOr<Placement> Plan(const Request& request, Policy& policy) const;
   absl::StatusOr<Placement> Plan(const Request& request,
                                  std::string_view policy = "binpack") const;

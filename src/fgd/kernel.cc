@@ -69,8 +69,10 @@ void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int
 NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
                                   const std::vector<int>& fitting, const Cluster& cluster) {
   const int n = static_cast<int>(node.gpus.size());
-  std::array<int64_t, kMaxGpusPerNode> compute_left{};
-  std::array<int64_t, kMaxGpusPerNode> frag_left{};
+  // Only the first n entries are written and read: zeroing both (1 KiB) on
+  // every evaluation cost more than filling them.
+  std::array<int64_t, kMaxGpusPerNode> compute_left;
+  std::array<int64_t, kMaxGpusPerNode> frag_left;
   const CompiledTarget* t = target();
   const bool memory = t != nullptr && t->resource == FragResource::kMemory;
   for (int i = 0; i < n; ++i) {
@@ -85,7 +87,7 @@ NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
   k.frag_full = memory && n > 0 ? node.gpus[0].memory : kGpuCompute;
   k.cpu_left = node.cpu > 0 ? node.cpu - node.cpu_used : kUnlimitedCpu;
   k.cpu_capacity = node.cpu;
-  std::vector<uint8_t> allowed;
+  std::vector<uint8_t>& allowed = allowed_;  // Kept between calls: no allocation.
   if (t != nullptr) {
     allowed.resize(t->types.size());
     for (size_t j = 0; j < t->types.size(); ++j) {

@@ -99,6 +99,9 @@ class KernelPolicy : public Policy {
 
   NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
                       const std::vector<int>& fitting, const Cluster& cluster) override;
+
+ private:
+  std::vector<uint8_t> allowed_;  // Evaluate()'s per-type permissions.
 };
 
 // GPU choice of the non-FGD baselines: whole-GPU tasks take the first

@@ -70,6 +70,11 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
                                      const Request& request,
                                      std::vector<int>* fitting);
 
+// CheckNode() without the reason, for the paths that do not report it: the
+// same answer and `fitting` when it fits.
+bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
+              std::vector<int>* fitting);
+
 // Applies / undoes a placement on its node. Apply assumes the placement fits.
 void ApplyToNode(NodeStatus& node, const Placement& placement);
 void UndoOnNode(NodeStatus& node, const Placement& placement);

@@ -160,9 +160,40 @@ NodeStatus MakeNodeStatus(const Node& node) {
   return s;
 }
 
+bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
+              std::vector<int>* fitting) {
+  fitting->clear();
+  if (!node.schedulable) return false;
+  for (const auto& [key, value] : request.node_selector) {
+    auto it = node.labels.find(key);
+    if (it == node.labels.end() || it->second != value) return false;
+  }
+  if (demand.kind == Demand::Kind::kShared && !node.gpu_sharing) return false;
+  if (node.cpu > 0 && demand.cpu > node.cpu - node.cpu_used) return false;
+  if (node.host_memory > 0 && demand.host_memory > node.host_memory - node.host_memory_used) {
+    return false;
+  }
+  if (demand.kind == Demand::Kind::kCpuOnly) return true;
+  for (const GpuStatus& g : node.gpus) {
+    if (!g.healthy || (!request.gpu_models.empty() &&
+                       std::find(request.gpu_models.begin(), request.gpu_models.end(),
+                                 g.model) == request.gpu_models.end())) {
+      continue;
+    }
+    const bool fits = demand.kind == Demand::Kind::kExclusive
+                          ? g.idle()
+                          : g.memory_free() >= demand.memory_per_gpu &&
+                                g.compute_free() >= demand.compute_per_gpu;
+    if (fits) fitting->push_back(g.index);
+  }
+  return !node.gpus.empty() && static_cast<int>(fitting->size()) >= demand.gpu_count;
+}
+
 std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& demand,
                                      const Request& request,
                                      std::vector<int>* fitting) {
+  if (NodeFits(node, demand, request, fitting)) return std::nullopt;
+  // The reason: the same rules again, step by step.
   fitting->clear();
   if (!node.schedulable) return std::string("node is unschedulable");
   for (const auto& [key, value] : request.node_selector) {

@@ -146,7 +146,7 @@ class Search {
   // Evaluates node `slot`; false if it cannot host the demand.
   bool Consider(uint32_t slot) {
     const NodeStatus& node = state_.nodes[slot];
-    if (CheckNode(node, demand_, request_, &fitting_).has_value()) return false;
+    if (!NodeFits(node, demand_, request_, &fitting_)) return false;
     NodeChoice choice = policy_.Evaluate(demand_, node, fitting_, cluster_);
     if (best_ < 0 || best_choice_.score < choice.score ||
         (choice.score == best_choice_.score && TieBeatsBest(slot))) {
@@ -241,6 +241,7 @@ PlacementIndex& PlacementIndex::operator=(PlacementIndex&& other) noexcept {
     node_trees_.store(other.node_trees_.exchange(0));
     filter_ = std::move(other.filter_);
     for (int i = 0; i < kViewSlots; ++i) views_[i].store(other.views_[i].exchange(nullptr));
+    memo_ = std::move(other.memo_);
   }
   return *this;
 }
@@ -262,6 +263,7 @@ void PlacementIndex::CopyFrom(const PlacementIndex& other) {
   node_trees_.store(other.node_trees_.load());
   filter_ = other.filter_ == nullptr ? nullptr : std::make_unique<Filter>(*other.filter_);
   for (int i = 0; i < kViewSlots; ++i) copy(other.views_[i], views_[i]);
+  memo_ = other.memo_;
 }
 
 void PlacementIndex::Clear() {
@@ -272,6 +274,7 @@ void PlacementIndex::Clear() {
   for (auto& slot : shape_) delete slot.exchange(nullptr);
   node_trees_.store(0);
   for (auto& slot : views_) delete slot.exchange(nullptr);
+  memo_.Clear();
 }
 
 PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model) {
@@ -285,6 +288,7 @@ PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model)
 
 void PlacementIndex::Rebuild(const ClusterState& state) {
   ClearTrees();
+  memo_.Clear();
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
@@ -361,6 +365,7 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
     if (view == nullptr) break;
     view->Link(state, slot, gpus);
   }
+  if (filter_ == nullptr) memo_.Touch(slot);
   const NodeStatus& node = state.nodes[slot];
   const uint64_t tie = state.tie_keys[slot];
   const bool after_unlink = pending_.slot == slot;
@@ -543,21 +548,29 @@ const PlacementIndex* PlacementIndex::ViewFor(const Request& request) const {
 
 bool PlacementIndex::Plan(const ClusterState& state, const Cluster& cluster,
                           const Request& request, const Demand& demand, Policy& policy,
-                          int* best_slot, NodeChoice* best_choice) const {
+                          int* best_slot, NodeChoice* best_choice,
+                          bool* none_feasible) const {
   const IndexedPolicy kind = ClassifyPolicy(policy);
-  if (kind == IndexedPolicy::kNone) return false;
+  if (kind == IndexedPolicy::kNone) {
+    return filter_ == nullptr &&
+           memo_.Plan(state, cluster, request, demand, policy, best_slot, best_choice,
+                      none_feasible);
+  }
   // The per-model GPU trees already restrict single-GPU binpack by model.
   const bool by_model_trees = kind == IndexedPolicy::kBinpack &&
                               demand.kind == Demand::Kind::kShared && demand.gpu_count == 1;
   if (filter_ == nullptr && demand.kind != Demand::Kind::kCpuOnly &&
       (!request.node_selector.empty() || (!request.gpu_models.empty() && !by_model_trees))) {
     if (const PlacementIndex* view = ViewFor(request)) {
-      return view->Plan(state, cluster, request, demand, policy, best_slot, best_choice);
+      return view->Plan(state, cluster, request, demand, policy, best_slot, best_choice,
+                        none_feasible);
     }
   }
   switch (demand.kind) {
-    case Demand::Kind::kCpuOnly:
-      return false;
+    case Demand::Kind::kCpuOnly:  // No GPU key helps: the scores are remembered.
+      return filter_ == nullptr &&
+             memo_.Plan(state, cluster, request, demand, policy, best_slot, best_choice,
+                        none_feasible);
     case Demand::Kind::kExclusive:
       return PlanExclusive(state, cluster, request, demand, policy,
                            kind == IndexedPolicy::kSpread, best_slot, best_choice);
@@ -732,6 +745,7 @@ bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& clu
 }
 
 bool PlacementIndex::Consistent(const ClusterState& state) const {
+  if (!memo_.Consistent()) return false;
   for (const auto& entry : views_) {
     const PlacementIndex* view = entry.load();
     if (view == nullptr) break;

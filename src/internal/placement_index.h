@@ -35,7 +35,10 @@
 //    suffices, spread from the largest.
 // Each index is built on the first Plan() that needs it and kept exact from
 // then on, so a workload pays upkeep only for the kinds of request it makes.
-// CPU-only requests and every other policy use the generic scan.
+// Every other policy uses the generic scan, except the fragmentation-aware
+// built-in policies, whose node scores are remembered per request shape in a
+// ScoreMemo (see score_memo.h) kept here as well; so are those of binpack and
+// spread for CPU-only requests.
 //
 // Requests with a node selector or GPU models (other than single-GPU binpack
 // by model alone, which the per-model GPU trees already serve) are answered
@@ -61,6 +64,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "gpushare/policy.h"
 #include "gpushare/types.h"
+#include "src/internal/score_memo.h"
 
 namespace gpushare {
 class Cluster;
@@ -95,12 +99,15 @@ class PlacementIndex {
   void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
 
   // The node and choice that the generic scan in Cluster::Plan() would pick
-  // for `demand` under `policy`, or false when the indexes do not serve this
+  // for `demand` under `policy` (from the score memo for the policies it
+  // serves), or false when the indexes do not serve this
   // policy or demand kind, or no node is feasible (the caller then scans, which
   // also gives the reasons).
+  // `*none_feasible` is set when false because no node is feasible (known
+  // for the memo's policies only).
   bool Plan(const ClusterState& state, const Cluster& cluster, const Request& request,
-            const Demand& demand, Policy& policy, int* best_slot,
-            NodeChoice* best_choice) const;
+            const Demand& demand, Policy& policy, int* best_slot, NodeChoice* best_choice,
+            bool* none_feasible = nullptr) const;
 
   // True when the indexes equal freshly built ones (for CheckInvariants()).
   bool Consistent(const ClusterState& state) const;
@@ -289,6 +296,8 @@ class PlacementIndex {
   std::unique_ptr<const Filter> filter_;
   mutable std::array<std::atomic<PlacementIndex*>, kViewSlots> views_{};  // Filled in order.
   mutable std::mutex mu_;
+  // Only in the index of the whole cluster: told of every Link().
+  ScoreMemo memo_;
 };
 
 }  // namespace gpushare::internal

@@ -1,0 +1,92 @@
+// Internal: the scores of the fragmentation-aware built-in policies ("fgd",
+// "bestfit", "dotprod", "gpupacking", "gpuclustering"), and of "binpack" and
+// "spread" for CPU-only requests (which their ordered indexes do not serve),
+// remembered per node and request shape, and ordered, so that
+// Cluster::Plan() finds their winner without scoring every node. Not part of
+// the public API.
+//
+// These policies score a node from the node alone (its GPUs, CPU, the tags
+// of what it holds) and the request, so a node's score for a given request
+// shape stays valid until that node changes. For each (policy, shape) that
+// Plan() meets, the memo keeps every node's verdict — infeasible, or its
+// score and chosen GPUs — and the feasible nodes in a tree ordered as the
+// generic scan ranks them (score desc, tie key desc, slot asc), so the
+// first entry is the scan's winner, ties included. Changes are recorded by
+// Touch() (called by PlacementIndex::Link() for every change to a node) and
+// applied lazily: a shape re-scores, on its next Plan(), only the nodes that
+// changed since its last one. Each verdict comes from CheckNode() and the
+// policy's own Evaluate(), exactly as the scan gets it.
+//
+// A shape is everything of a request that feasibility and score depend on:
+// the Demand, the GPU models and the node selector. The memory is bounded:
+// at most kMaxPolicies policy keys and kMaxEntries (node, shape) verdicts;
+// the least recently used shape is dropped to make room (and rebuilt, by a
+// full scan, when it is asked for again).
+
+#ifndef GPUSHARE_INTERNAL_SCORE_MEMO_H_
+#define GPUSHARE_INTERNAL_SCORE_MEMO_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpushare/policy.h"
+#include "gpushare/types.h"
+
+namespace gpushare {
+class Cluster;
+}  // namespace gpushare
+
+namespace gpushare::internal {
+
+struct ClusterState;
+
+class ScoreMemo {
+ public:
+  ScoreMemo();
+  ~ScoreMemo();
+  ScoreMemo(const ScoreMemo& other);
+  ScoreMemo& operator=(const ScoreMemo& other);
+  ScoreMemo(ScoreMemo&& other) noexcept;
+  ScoreMemo& operator=(ScoreMemo&& other) noexcept;
+
+  // Node `slot` changed (or was added as `slot`).
+  void Touch(uint32_t slot);
+  // Forgets everything (node slots have moved).
+  void Clear();
+
+  // Whether `policy` is one whose scores the memo may keep.
+  static bool Serves(const Policy& policy);
+
+  // The node and choice that the generic scan in Cluster::Plan() would pick,
+  // or false when the memo does not serve `policy`, no node is feasible, or
+  // the policy chose GPUs the scan would reject (the caller then scans,
+  // which gives the reasons or the error). Sets `*none_feasible` when false
+  // because no node is feasible, so that the scan may stop once it has the
+  // reasons it reports.
+  bool Plan(const ClusterState& state, const Cluster& cluster, const Request& request,
+            const Demand& demand, Policy& policy, int* best_slot, NodeChoice* best_choice,
+            bool* none_feasible) const;
+
+  // Structural self-check (for CheckInvariants()): every tree holds exactly
+  // the feasible verdicts of its shape.
+  bool Consistent() const;
+
+  // At most this many policy keys, and (node, shape) verdicts in all.
+  static constexpr int kMaxPolicies = 8;
+  static constexpr int64_t kMaxEntries = int64_t{1} << 22;
+
+ private:
+  struct Memo;
+  struct Data;
+  void CopyFrom(const ScoreMemo& other);
+
+  mutable std::unique_ptr<Data> data_;
+  mutable std::mutex mu_;
+};
+
+}  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_SCORE_MEMO_H_

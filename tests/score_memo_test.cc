@@ -1,0 +1,296 @@
+// The score memo that serves the fragmentation-aware built-in policies (and
+// binpack and spread for CPU-only requests) in Cluster::Plan()
+// (src/internal/score_memo.h) against the generic scan over
+// every node: two clusters driven in lock step by long random sequences of
+// operations (add and remove nodes, place, plan + commit, replicas that roll
+// back, release, health and cordon changes, copies), one asked with the
+// policy itself, the other with the same policy behind a wrapper that only
+// the scan serves. Identical answers at every step.
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gpushare/gpushare.h"
+#include "gtest/gtest.h"
+#include "src/internal/cluster_state.h"
+#include "tests/testing/scanned_policy.h"
+#include "tests/testing/sim_fixtures.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpushare {
+namespace {
+
+using ::gpushare::testing::ScannedPolicy;
+
+class Ops {
+ public:
+  explicit Ops(uint64_t seed) : rng_(seed) {}
+
+  int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+
+  Node MakeNode(int n) {
+    Node node;
+    node.name = "node-" + std::to_string(n);
+    static const int kGpus[] = {0, 1, 2, 4, 8, 8};
+    static const char* const kModels[] = {"T4", "V100M16", "A10"};
+    const int gpus = kGpus[Uniform(0, 5)];
+    const std::string model = kModels[Uniform(0, 2)];
+    for (int i = 0; i < gpus; ++i) node.gpus.push_back(Gpu{16, model, "", !Chance(0.05)});
+    node.labels["gpushare"] = Chance(0.9) ? "true" : "false";
+    node.labels["pool"] = Chance(0.5) ? "a" : "b";
+    if (Chance(0.8)) node.cpu = Uniform(8, 64) * 1000;
+    if (Chance(0.3)) node.host_memory = Uniform(8, 256) * 1024;
+    node.schedulable = !Chance(0.05);
+    return node;
+  }
+
+  // Few distinct shapes, so that the memo is hit, and some that fit nowhere.
+  Request MakeRequest(int n) {
+    Request r;
+    r.id = "req-" + std::to_string(n);
+    const int kind = Uniform(0, 9);
+    if (kind <= 5) {
+      r.gpu_count = Chance(0.8) ? 1 : 2;
+      r.compute = Uniform(1, 10) * 100;
+      if (Chance(0.3)) r.gpu_memory = Uniform(1, 4) * r.gpu_count;
+    } else if (kind <= 8) {
+      r.whole_gpus = Uniform(1, 4);
+    }
+    if (Chance(0.5)) r.cpu = Uniform(1, 8) * 2000;
+    if (Chance(0.1)) r.host_memory = Uniform(1, 4) * 8192;
+    if (Chance(0.1)) r.gpu_models = {Chance(0.5) ? "T4" : "A10"};
+    if (Chance(0.05)) r.node_selector = {{"pool", "a"}};
+    return r;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+std::unique_ptr<Policy> Make(const std::string& name) {
+  PolicyOptions options;
+  if (name == "fgd") {
+    auto target = std::make_shared<TargetWorkload>();
+    target->tasks = {TargetTask{2000, 300, 1, {}, 0.4}, TargetTask{4000, 0, 1, {"T4"}, 0.3},
+                     TargetTask{8000, 0, 2, {}, 0.2}, TargetTask{0, 700, 1, {"A10"}, 0.1}};
+    options.fgd_target = target;
+  }
+  auto policy = MakePolicy(name, options);
+  EXPECT_OK(policy.status());
+  return *std::move(policy);
+}
+
+class ScoreMemoTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
+  const std::string name = GetParam();
+  Ops ops(std::hash<std::string>()(name));
+  ClusterOptions options;
+  options.tie_break_seed = 5;  // Tie keys from names: a fixed random order.
+  Cluster memo(options), scan(options);
+  ScannedPolicy scanned(Make(name));
+  std::vector<std::string> placed;
+  std::vector<std::string> names;
+  int nodes = 0, requests = 0, placed_count = 0, exhausted = 0;
+  auto add_node = [&] {
+    Node node = ops.MakeNode(nodes++);
+    ASSERT_OK(memo.AddNode(node));
+    ASSERT_OK(scan.AddNode(node));
+    names.push_back(node.name);
+  };
+  for (int i = 0; i < 20; ++i) add_node();
+
+  std::unique_ptr<Policy> policy;
+  const int total = testing::Quick() ? 4000 : 20000;
+  for (int step = 0; step < total; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    // A new policy object now and then: the memo is kept per policy and
+    // target, not per object.
+    if (step == 0 || ops.Chance(0.01)) policy = Make(name);
+    const int op = ops.Uniform(0, 99);
+    if (op < 2 && nodes < 60) {
+      add_node();
+    } else if (op < 3) {  // Remove an empty node (slots move).
+      const std::string& victim = names[ops.Uniform(0, static_cast<int>(names.size()) - 1)];
+      const absl::Status a = memo.RemoveNode(victim);
+      ASSERT_EQ(a.code(), scan.RemoveNode(victim).code());
+      if (a.ok()) names.erase(std::find(names.begin(), names.end(), victim));
+    } else if (op < 50) {  // Place.
+      Request r = ops.MakeRequest(requests++);
+      absl::StatusOr<Placement> got = memo.Place(r, *policy);
+      absl::StatusOr<Placement> want = scan.Place(r, scanned);
+      ASSERT_EQ(got.status(), want.status());  // The same reasons when nothing fits.
+      if (!got.ok()) {
+        ++exhausted;
+        continue;
+      }
+      ASSERT_EQ(*got, *want);
+      placed.push_back(r.id);
+      ++placed_count;
+    } else if (op < 58) {  // Plan, something else happens, then commit.
+      Request r = ops.MakeRequest(requests++);
+      absl::StatusOr<Placement> got = memo.Plan(r, *policy);
+      absl::StatusOr<Placement> want = scan.Plan(r, scanned);
+      ASSERT_EQ(got.status().code(), want.status().code());
+      if (!got.ok()) continue;
+      ASSERT_EQ(*got, *want);
+      Request other = ops.MakeRequest(requests++);
+      absl::StatusOr<Placement> o = memo.Place(other, *policy);
+      absl::StatusOr<Placement> o2 = scan.Place(other, scanned);
+      ASSERT_EQ(o.ok(), o2.ok());
+      if (o.ok()) {
+        ASSERT_EQ(*o, *o2);
+        placed.push_back(other.id);
+      }
+      const absl::Status a = memo.Commit(*got);
+      ASSERT_EQ(a.code(), scan.Commit(*want).code());
+      if (a.ok()) placed.push_back(r.id);
+    } else if (op < 61) {  // Replicas, all or nothing: often rolled back.
+      Request r = ops.MakeRequest(requests++);
+      const int count = ops.Uniform(2, 12);
+      auto got = memo.PlaceReplicas(r, count, *policy);
+      auto want = scan.PlaceReplicas(r, count, scanned);
+      ASSERT_EQ(got.status().code(), want.status().code());
+      if (!got.ok()) continue;
+      ASSERT_EQ(*got, *want);
+      for (const Placement& p : *got) placed.push_back(p.request_id);
+    } else if (op < 93) {  // Release.
+      if (placed.empty()) continue;
+      const int k = ops.Uniform(0, static_cast<int>(placed.size()) - 1);
+      const std::string id = placed[k];
+      placed[k] = placed.back();
+      placed.pop_back();
+      ASSERT_OK(memo.Release(id));
+      ASSERT_OK(scan.Release(id));
+    } else if (op < 96) {  // A GPU's health.
+      const std::string& node = names[ops.Uniform(0, static_cast<int>(names.size()) - 1)];
+      const int gpus = static_cast<int>(memo.FindNode(node)->gpus.size());
+      if (gpus == 0) continue;
+      const int g = ops.Uniform(0, gpus - 1);
+      const bool healthy = ops.Chance(0.6);
+      ASSERT_OK(memo.SetGpuHealthy(node, g, healthy));
+      ASSERT_OK(scan.SetGpuHealthy(node, g, healthy));
+    } else if (op < 99) {  // Cordon or uncordon.
+      const std::string& node = names[ops.Uniform(0, static_cast<int>(names.size()) - 1)];
+      const bool schedulable = ops.Chance(0.7);
+      ASSERT_OK(memo.SetNodeSchedulable(node, schedulable));
+      ASSERT_OK(scan.SetNodeSchedulable(node, schedulable));
+    } else {  // Continue on a copy (the memo is copied with the cluster).
+      Cluster copy = memo;
+      memo = std::move(copy);
+    }
+    if (step % 101 == 0) {
+      ASSERT_OK(memo.CheckInvariants());
+    }
+  }
+  ASSERT_OK(memo.CheckInvariants());
+  EXPECT_GT(placed_count, total / 10);
+  EXPECT_GT(exhausted, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelPolicies, ScoreMemoTest,
+                         ::testing::Values("fgd", "bestfit", "dotprod", "gpupacking",
+                                           "gpuclustering", "binpack", "spread"),
+                         [](const auto& info) { return info.param; });
+
+// The random test above would pass with the memo switched off (the scan
+// gives the same answers); here the index itself must answer, from the memo,
+// for every policy it serves, before and after a node changes.
+TEST(ScoreMemoPathTest, ServedPoliciesAreAnsweredByTheMemo) {
+  Cluster cluster;
+  internal::ClusterState state;
+  for (uint32_t i = 0; i < 10; ++i) {
+    Node n;
+    n.name = absl::StrCat("n", i);
+    n.labels = {{"gpushare", "true"}};
+    n.gpus.assign(4, Gpu{16, "T4", "", true});
+    n.cpu = 32000;
+    ASSERT_OK(cluster.AddNode(n));
+    state.nodes.push_back(internal::MakeNodeStatus(n));
+    state.tie_keys.push_back(internal::TieKey(0, n.name, i));
+    state.index.Link(state, i, nullptr);
+  }
+  Request shared;
+  shared.id = "shared";
+  shared.compute = 300;
+  shared.cpu = 1000;
+  Request cpu_only;
+  cpu_only.id = "cpu";
+  cpu_only.cpu = 2000;
+  for (const char* name :
+       {"fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering", "binpack", "spread"}) {
+    std::unique_ptr<Policy> policy = Make(name);
+    ScannedPolicy scan(Make(name));
+    for (const Request* r : {&shared, &cpu_only}) {
+      if ((std::string(name) == "binpack" || std::string(name) == "spread") && r == &shared) {
+        continue;  // Served by the ordered indexes (placement_index_test).
+      }
+      for (int round = 0; round < 2; ++round) {
+        absl::StatusOr<Demand> demand = internal::ValidateRequest(*r, 4);
+        ASSERT_OK(demand.status());
+        int slot = -1;
+        NodeChoice choice;
+        ASSERT_TRUE(state.index.Plan(state, cluster, *r, *demand, *policy, &slot, &choice))
+            << name << " " << r->id;
+        absl::StatusOr<Placement> want = cluster.Plan(*r, scan);
+        ASSERT_OK(want.status());
+        EXPECT_EQ(state.nodes[slot].name, want->node) << name << " " << r->id;
+        EXPECT_EQ(choice.gpus, want->gpus) << name << " " << r->id;
+        // Commit the scan's choice to both, so the next round sees a change.
+        Placement p = *want;
+        p.request_id = absl::StrCat(name, r->id, round);
+        ASSERT_OK(cluster.Commit(p));
+        const uint32_t at = static_cast<uint32_t>(slot);
+        state.index.Unlink(state, at, &p.gpus);
+        internal::ApplyToNode(state.nodes[at], p);
+        state.index.Link(state, at, &p.gpus);
+      }
+    }
+  }
+  EXPECT_TRUE(state.index.Consistent(state));
+}
+
+// More (node, shape) verdicts than the memo keeps (about 3,800 shapes of
+// 1,100 nodes): it drops the least recently used shapes, builds them again
+// when they come back, and stays exact.
+TEST(ScoreMemoTest, ManyShapesStayExact) {
+  Cluster memo, scan;
+  ScannedPolicy scanned(Make("bestfit"));
+  auto policy = Make("bestfit");
+  for (int i = 0; i < 1100; ++i) {
+    Node node;
+    node.name = "n" + std::to_string(i);
+    node.gpus.assign(4, Gpu{16, "T4", "", true});
+    node.cpu = 64000;
+    node.labels["gpushare"] = "true";
+    ASSERT_OK(memo.AddNode(node));
+    ASSERT_OK(scan.AddNode(node));
+  }
+  const int shapes = testing::Quick() ? 500 : 6000;
+  for (int i = 0; i < shapes; ++i) {
+    Request r;
+    r.id = "r" + std::to_string(i);
+    r.compute = 1 + i % 997;
+    r.cpu = (i / 997) % 5 * 10;
+    absl::StatusOr<Placement> got = memo.Place(r, *policy);
+    absl::StatusOr<Placement> want = scan.Place(r, scanned);
+    ASSERT_EQ(got.ok(), want.ok()) << i;
+    if (got.ok()) {
+      ASSERT_EQ(*got, *want) << i;
+    }
+    if (i >= 40) {
+      const std::string old = "r" + std::to_string(i - 40);
+      ASSERT_EQ(memo.Release(old).ok(), scan.Release(old).ok());
+    }
+  }
+  ASSERT_OK(memo.CheckInvariants());
+}
+
+}  // namespace
+}  // namespace gpushare
