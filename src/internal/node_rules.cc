@@ -186,7 +186,8 @@ bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& reque
                                 g.compute_free() >= demand.compute_per_gpu;
     if (fits) fitting->push_back(g.index);
   }
-  return !node.gpus.empty() && static_cast<int>(fitting->size()) >= demand.gpu_count;
+  return !node.gpus.empty() && static_cast<int>(fitting->size()) >= demand.gpu_count &&
+         MeetsTopologyNeed(node, demand, request, *fitting);
 }
 
 std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& demand,

@@ -70,6 +70,18 @@ std::string ShapeKey(const Request& request, const Demand& demand,
     AppendText(&key, k);
     AppendText(&key, v);
   }
+  // A required minimum link decides feasibility (NodeFits), so it is part of
+  // the shape; the mode alone otherwise only changes the GPUs chosen after.
+  const TopologyNeed& need = request.topology;
+  const bool required = need.mode == TopologyNeed::Mode::kRequire;
+  AppendNumber(&key, required ? 1 : 0);
+  if (required) {
+    for (int64_t v : {static_cast<int64_t>(need.min_link.kind),
+                      static_cast<int64_t>(need.min_link.nvlinks),
+                      static_cast<int64_t>(need.objective)}) {
+      AppendNumber(&key, v);
+    }
+  }
   return key;
 }
 
@@ -245,6 +257,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     auto shape = std::make_unique<Memo::Shape>();
     shape->request.gpu_models = std::move(models);
     shape->request.node_selector = request.node_selector;
+    shape->request.topology = request.topology;
     shape->demand = demand;
     it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
   }

@@ -51,24 +51,29 @@ std::vector<int> TopologyGpus(const NodeStatus& node, const Demand& demand,
   return best.gpus;
 }
 
+bool MeetsTopologyNeed(const NodeStatus& node, const Demand& demand, const Request& request,
+                       const std::vector<int>& fitting) {
+  if (request.topology.mode != TopologyNeed::Mode::kRequire || demand.gpu_count < 2) {
+    return true;
+  }
+  if (node.topology == nullptr) return false;
+  const Topology& t = *node.topology;
+  return !t.Choose(fitting, IdleGpus(node), demand.gpu_count, request.topology.objective,
+                   MinWeight(t, request))
+              .gpus.empty();
+}
+
 std::optional<std::string> CheckTopologyNeed(const NodeStatus& node, const Demand& demand,
                                              const Request& request,
                                              const std::vector<int>& fitting) {
-  if (request.topology.mode != TopologyNeed::Mode::kRequire || demand.gpu_count < 2) {
-    return std::nullopt;
-  }
+  if (MeetsTopologyNeed(node, demand, request, fitting)) return std::nullopt;
   const std::string need = LinkName(request.topology.min_link);
   if (node.topology == nullptr) {
     return absl::StrCat("node has no GPU topology; the request requires every pair of its ",
                         demand.gpu_count, " GPUs to be linked by ", need, " or better");
   }
   const Topology& t = *node.topology;
-  const double min_weight = MinWeight(t, request);
   const std::vector<int> idle = IdleGpus(node);
-  if (!t.Choose(fitting, idle, demand.gpu_count, request.topology.objective, min_weight)
-           .gpus.empty()) {
-    return std::nullopt;
-  }
   GpuSetChoice best =
       t.Choose(fitting, idle, demand.gpu_count, TopologyObjective::kWeakestLink, 0);
   return absl::StrCat("no ", demand.gpu_count, " fitting GPUs are linked by ", need,

@@ -23,6 +23,12 @@ std::vector<int> TopologyGpus(const NodeStatus& node, const Demand& demand,
                               const Request& request, const std::vector<int>& fitting,
                               std::vector<int> chosen);
 
+// Whether `node` can meet the request's required minimum link with the
+// `fitting` GPUs (true also when nothing is required, or for one GPU): the
+// reason-free form of CheckTopologyNeed, for the paths that never report why.
+bool MeetsTopologyNeed(const NodeStatus& node, const Demand& demand, const Request& request,
+                       const std::vector<int>& fitting);
+
 // Why `node` cannot meet the request's required minimum link with the
 // `fitting` GPUs, or nullopt (also when nothing is required, or for one GPU).
 std::optional<std::string> CheckTopologyNeed(const NodeStatus& node, const Demand& demand,
