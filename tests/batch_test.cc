@@ -157,7 +157,7 @@ TEST(PlaceBatchTest, MixedSizesOverBudgetAreNotProven) {
 TEST(PlaceBatchTest, MatchesBruteForceAndNeverLosesToOneByOne) {
   std::mt19937 rng(18);
   int bettered = 0;
-  for (int round = 0; round < 150; ++round) {
+  for (int round = 0; round < 500; ++round) {
     Cluster c;
     const int nodes = 1 + static_cast<int>(rng() % 2);
     for (int n = 0; n < nodes; ++n) {

@@ -189,15 +189,15 @@ TEST(PlanMigrationsTest, AStalePlanIsRefusedAndChangesNothing) {
 
 TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
   std::mt19937 rng(1818);
-  int needed_moves = 0;
-  for (int round = 0; round < 120; ++round) {
+  int needed_moves = 0, two_or_more = 0;
+  for (int round = 0; round < 400; ++round) {
     Cluster c;
     const int nodes = 2 + static_cast<int>(rng() % 2);
     for (int n = 0; n < nodes; ++n) {
       std::vector<int64_t> gpus(1 + rng() % 2, 8);
       ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
     }
-    const int pods = 2 + static_cast<int>(rng() % 3);
+    const int pods = 2 + static_cast<int>(rng() % 4);
     for (int i = 0; i < pods; ++i) {
       Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
       c.Place(r, "spread").IgnoreError();
@@ -205,19 +205,21 @@ TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
     const Request want = rng() % 4 == 0 ? Shared("want", 8, 2)
                                         : Shared("want", 4 + static_cast<int64_t>(rng() % 5));
     SCOPED_TRACE(absl::StrCat("round ", round, ": ", c.ToJson()));
-    const int expected = BruteForceMoves(c, want, 2);
-    absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 2);
+    const int expected = BruteForceMoves(c, want, 3);
+    absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 3);
     ASSERT_OK(plan.status());
     EXPECT_TRUE(plan->proven);
     EXPECT_EQ(plan->found, expected >= 0);
     if (!plan->found) continue;
     EXPECT_EQ(static_cast<int>(plan->moves.size()), expected);
     needed_moves += expected > 0 ? 1 : 0;
+    two_or_more += expected > 1 ? 1 : 0;
     ASSERT_OK(c.ApplyMigrations(*plan));
     EXPECT_OK(c.Place(want).status());
     EXPECT_OK(c.CheckInvariants());
   }
   EXPECT_GT(needed_moves, 0) << "no instance needed a move";
+  EXPECT_GT(two_or_more, 0) << "no instance needed two moves";
 }
 
 }  // namespace
