@@ -35,10 +35,11 @@ Placement At(const std::string& id, const std::string& node, std::vector<int> gp
 // The fewest moves (up to `limit`) after which `request` fits, by trying
 // every placed pod on every node and GPU set; -1 if none. Every pod may move
 // anywhere Commit() accepts (the clusters here have one label set and model).
-int BruteForceMoves(const Cluster& c, const Request& request, int limit) {
+int BruteForceMoves(const Cluster& c, const std::function<bool(const Cluster&)>& goal,
+                    int limit) {
   Cluster copy(c);
   std::function<bool(int)> reach = [&](int left) -> bool {
-    if (copy.Plan(request, "binpack").ok()) return true;
+    if (goal(copy)) return true;
     if (left == 0) return false;
     for (const Placement& from : copy.placements()) {
       EXPECT_OK(copy.Release(from.request_id));
@@ -205,7 +206,8 @@ TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
     const Request want = rng() % 4 == 0 ? Shared("want", 8, 2)
                                         : Shared("want", 4 + static_cast<int64_t>(rng() % 5));
     SCOPED_TRACE(absl::StrCat("round ", round, ": ", c.ToJson()));
-    const int expected = BruteForceMoves(c, want, 3);
+    const int expected = BruteForceMoves(
+        c, [&](const Cluster& x) { return x.Plan(want, "binpack").ok(); }, 3);
     absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 3);
     ASSERT_OK(plan.status());
     EXPECT_TRUE(plan->proven);
@@ -220,6 +222,87 @@ TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
   }
   EXPECT_GT(needed_moves, 0) << "no instance needed a move";
   EXPECT_GT(two_or_more, 0) << "no instance needed two moves";
+}
+
+int64_t IdleGpus(const Cluster& c) { return c.TotalUsage().idle_gpus; }
+
+TEST(PlanMigrationsToFreeGpusTest, FreesWholeGpusWithTheFewestMoves) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("a", {8, 8})));
+  ASSERT_OK(c.AddNode(SharedNode("b", {8})));
+  ASSERT_OK(c.Commit(At("x", "a", {0}, 2)));
+  ASSERT_OK(c.Commit(At("y", "a", {1}, 2)));
+  ASSERT_OK(c.Commit(At("z", "b", {0}, 3)));
+  const std::string before = c.ToJson();
+
+  absl::StatusOr<MigrationPlan> one = c.PlanMigrationsToFreeGpus(1, 3);
+  ASSERT_OK(one.status());
+  ASSERT_TRUE(one->found);
+  EXPECT_TRUE(one->proven);
+  EXPECT_EQ(one->moves.size(), 1u);
+  EXPECT_EQ(one->free_gpus_goal, 1);
+
+  absl::StatusOr<MigrationPlan> two = c.PlanMigrationsToFreeGpus(2, 3);
+  ASSERT_OK(two.status());
+  ASSERT_TRUE(two->found);
+  EXPECT_TRUE(two->proven);
+  EXPECT_EQ(two->moves.size(), 2u);
+
+  absl::StatusOr<MigrationPlan> three = c.PlanMigrationsToFreeGpus(3, 3);
+  ASSERT_OK(three.status());
+  EXPECT_FALSE(three->found);
+  EXPECT_TRUE(three->proven);
+  EXPECT_THAT(three->reason, HasSubstr("frees 3 whole GPUs"));
+  EXPECT_EQ(c.ToJson(), before);
+  EXPECT_THAT(c.PlanMigrationsToFreeGpus(0, 1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gpus 0"));
+
+  // The moves found put x and y beside z on b. Where one more pod holds a
+  // GPU the moves would empty, the moves still hold but the goal does not.
+  ASSERT_EQ(two->moves[0].to.node, "b");
+  ASSERT_EQ(two->moves[1].to.node, "b");
+  Cluster other(c);
+  ASSERT_OK(other.Commit(At("w", "a", {1}, 1)));
+  const std::string other_before = other.ToJson();
+  EXPECT_THAT(other.ApplyMigrations(*two),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "would be free, not 2"));
+  EXPECT_EQ(other.ToJson(), other_before);
+
+  ASSERT_OK(c.ApplyMigrations(*two));
+  EXPECT_EQ(IdleGpus(c), 2);
+  EXPECT_OK(c.CheckInvariants());
+}
+
+TEST(PlanMigrationsToFreeGpusTest, MoveCountEqualsBruteForce) {
+  std::mt19937 rng(7);
+  int needed_moves = 0;
+  for (int round = 0; round < 300; ++round) {
+    Cluster c;
+    const int nodes = 2 + static_cast<int>(rng() % 2);
+    for (int n = 0; n < nodes; ++n) {
+      std::vector<int64_t> gpus(1 + rng() % 2, 8);
+      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
+    }
+    const int pods = 2 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < pods; ++i) {
+      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
+      c.Place(r, "spread").IgnoreError();
+    }
+    const int64_t k = 1 + static_cast<int64_t>(rng() % 3);
+    SCOPED_TRACE(absl::StrCat("round ", round, ", k ", k, ": ", c.ToJson()));
+    const int expected =
+        BruteForceMoves(c, [&](const Cluster& x) { return IdleGpus(x) >= k; }, 3);
+    absl::StatusOr<MigrationPlan> plan = c.PlanMigrationsToFreeGpus(k, 3);
+    ASSERT_OK(plan.status());
+    EXPECT_TRUE(plan->proven);
+    EXPECT_EQ(plan->found, expected >= 0);
+    if (!plan->found) continue;
+    EXPECT_EQ(static_cast<int>(plan->moves.size()), expected);
+    needed_moves += expected > 0 ? 1 : 0;
+    ASSERT_OK(c.ApplyMigrations(*plan));
+    EXPECT_GE(IdleGpus(c), k);
+  }
+  EXPECT_GT(needed_moves, 0) << "no instance needed a move";
 }
 
 }  // namespace

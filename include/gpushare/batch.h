@@ -80,7 +80,10 @@ struct MigrationPlan {
   // Where the request goes once the moves are applied (found only), as the
   // policy "binpack" would plan it on the cluster after the moves.
   std::optional<Placement> then;
-  Request request;   // The request the plan is for.
+  Request request;   // The request the plan is for (request form).
+  // Goal form (Cluster::PlanMigrationsToFreeGpus()): the number of whole
+  // GPUs the moves free; 0 for the request form.
+  int64_t free_gpus_goal = 0;
   std::string reason;  // When not found: why, in one sentence.
 };
 

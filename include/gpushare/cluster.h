@@ -329,10 +329,19 @@ class Cluster {
       const std::vector<Request>& movable = {},
       int64_t search_budget = 200000) const;
 
+  // The cluster-goal form of PlanMigrations(): the fewest moves after which
+  // at least `gpus` healthy GPUs on schedulable nodes hold nothing (free to be
+  // taken whole). Same search, exactness and cost; `movable` as there.
+  // Errors: InvalidArgument for gpus < 1 and those of PlanMigrations().
+  absl::StatusOr<MigrationPlan> PlanMigrationsToFreeGpus(
+      int64_t gpus, int max_moves, const std::vector<Request>& movable = {},
+      int64_t search_budget = 200000) const;
+
   // Applies the moves of a found plan in order (each a Release() and a
   // Commit()), after checking on a copy that every move still holds: the
   // pod is placed exactly at `from`, `to` passes the pod's fit rules, and the
-  // plan's request fits afterwards. It does not place the request.
+  // plan's request fits afterwards (goal form: enough GPUs are free). It does
+  // not place the request.
   // Errors: FailedPrecondition naming the first move that no longer holds
   // (then nothing changes); InvalidArgument for a plan that was not found.
   [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);

@@ -2,6 +2,7 @@
 // moves of placed requests on a scratch copy. See cluster.h.
 
 #include <algorithm>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,21 +74,18 @@ struct Movable {
 
 class Planner {
  public:
-  Planner(const Cluster& cluster, const Request& request, std::vector<Movable> movable,
-          int64_t budget)
-      : scratch_(cluster), request_(request), movable_(std::move(movable)), budget_(budget),
-        binpack_(*MakePolicy("binpack")) {}
+  Planner(const Cluster& cluster, std::function<bool(const Cluster&)> goal,
+          std::vector<Movable> movable, int64_t budget)
+      : scratch_(cluster), goal_(std::move(goal)), movable_(std::move(movable)),
+        budget_(budget) {}
 
-  bool Fits() { return scratch_.Plan(request_, *binpack_).ok(); }
+  bool Fits() { return goal_(scratch_); }
 
   // Searches plans of exactly `depth` moves; true when one is found.
   bool Deepen(int depth) { return Visit(depth); }
   bool aborted() const { return aborted_; }
   const std::vector<Migration>& moves() const { return moves_; }
-  std::optional<Placement> Then() {
-    absl::StatusOr<Placement> p = scratch_.Plan(request_, *binpack_);
-    return p.ok() ? std::optional<Placement>(*p) : std::nullopt;
-  }
+  const Cluster& scratch() const { return scratch_; }
 
   // Applies the found moves to the scratch copy (they were undone).
   void Replay() {
@@ -130,14 +128,101 @@ class Planner {
   }
 
   Cluster scratch_;
-  const Request& request_;
+  std::function<bool(const Cluster&)> goal_;
   std::vector<Movable> movable_;
   int64_t budget_;
-  std::unique_ptr<Policy> binpack_;
   std::vector<Migration> moves_;
   int64_t tried_ = 0;
   bool aborted_ = false;
 };
+
+// The movable pods: `movable` checked against the placements, or every
+// placed pod with the constraints InferRequest() gives it.
+absl::StatusOr<std::vector<Movable>> MovablePods(const Cluster& cluster,
+                                                 const std::vector<Request>& movable) {
+  std::vector<Movable> pods;
+  if (movable.empty()) {
+    for (const Placement& p : cluster.placements()) {
+      Request r = InferRequest(p, *cluster.FindNode(p.node));
+      absl::StatusOr<Demand> d = cluster.Validate(r);
+      if (d.ok()) pods.push_back({std::move(r), *d});
+    }
+    return pods;
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < movable.size(); ++i) {
+    const Request& r = movable[i];
+    absl::StatusOr<Demand> d = cluster.Validate(r);
+    if (!d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat("movable[", i, "]: ", d.status().message()));
+    }
+    const Placement* p = cluster.FindPlacement(r.id);
+    if (p == nullptr || !SameShape(*p, *d)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "movable[", i, "]: request '", r.id, "' is not placed",
+          p == nullptr ? "" : " with this shape"));
+    }
+    if (!seen.insert(r.id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("movable[", i, "]: id '", r.id, "' appears twice"));
+    }
+    pods.push_back({r, *d});
+  }
+  return pods;
+}
+
+absl::Status CheckLimits(int max_moves, int64_t search_budget) {
+  if (max_moves < 0 || max_moves > kMaxMoves) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_moves ", max_moves, " is outside 0..", kMaxMoves));
+  }
+  if (search_budget < 1 || search_budget > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("search budget ", search_budget, " is outside 1..2^40"));
+  }
+  return absl::OkStatus();
+}
+
+// Iterative deepening towards `goal`; fills plan.found, proven, moves and
+// reason (`what` names the goal in it). Returns the planner, moves applied.
+std::unique_ptr<Planner> Deepen(const Cluster& cluster,
+                                std::function<bool(const Cluster&)> goal,
+                                std::vector<Movable> pods, int max_moves,
+                                int64_t search_budget, const std::string& what,
+                                MigrationPlan& plan) {
+  auto planner = std::make_unique<Planner>(cluster, std::move(goal), std::move(pods),
+                                           search_budget);
+  bool aborted = false;
+  for (int depth = 0; depth <= max_moves; ++depth) {
+    if (planner->Deepen(depth)) {
+      plan.found = true;
+      plan.proven = !aborted;
+      plan.moves = planner->moves();
+      planner->Replay();
+      return planner;
+    }
+    aborted = aborted || planner->aborted();
+    if (aborted) break;
+  }
+  plan.proven = !aborted;
+  plan.reason = aborted ? absl::StrCat("no plan found within the search budget of ",
+                                       search_budget, " candidate moves")
+                        : absl::StrCat("no plan of at most ", max_moves, " move",
+                                       max_moves == 1 ? "" : "s", " ", what);
+  return planner;
+}
+
+// Healthy GPUs holding nothing on schedulable nodes.
+int64_t FreeWholeGpus(const Cluster& cluster) {
+  int64_t free = 0;
+  for (const std::string& name : cluster.node_names()) {
+    const NodeStatus& node = *cluster.FindNode(name);
+    if (!node.schedulable) continue;
+    for (const GpuStatus& g : node.gpus) free += g.healthy && g.idle() ? 1 : 0;
+  }
+  return free;
+}
 
 }  // namespace
 
@@ -150,77 +235,52 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
     return absl::AlreadyExistsError(
         absl::StrCat("request '", request.id, "' is already placed"));
   }
-  if (max_moves < 0 || max_moves > kMaxMoves) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_moves ", max_moves, " is outside 0..", kMaxMoves));
-  }
-  if (search_budget < 1 || search_budget > (int64_t{1} << 40)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("search budget ", search_budget, " is outside 1..2^40"));
-  }
-  std::vector<Movable> pods;
-  if (movable.empty()) {
-    for (const Placement& p : placements()) {
-      Request r = InferRequest(p, *FindNode(p.node));
-      absl::StatusOr<Demand> d = Validate(r);
-      if (d.ok()) pods.push_back({std::move(r), *d});
-    }
-  } else {
-    absl::flat_hash_set<std::string> seen;
-    for (size_t i = 0; i < movable.size(); ++i) {
-      const Request& r = movable[i];
-      absl::StatusOr<Demand> d = Validate(r);
-      if (!d.ok()) {
-        return absl::Status(d.status().code(),
-                            absl::StrCat("movable[", i, "]: ", d.status().message()));
-      }
-      const Placement* p = FindPlacement(r.id);
-      if (p == nullptr || !SameShape(*p, *d)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "movable[", i, "]: request '", r.id, "' is not placed",
-            p == nullptr ? "" : " with this shape"));
-      }
-      if (!seen.insert(r.id).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("movable[", i, "]: id '", r.id, "' appears twice"));
-      }
-      pods.push_back({r, *d});
-    }
-  }
+  if (absl::Status s = CheckLimits(max_moves, search_budget); !s.ok()) return s;
+  absl::StatusOr<std::vector<Movable>> pods = MovablePods(*this, movable);
+  if (!pods.ok()) return pods.status();
 
   MigrationPlan plan;
   plan.request = request;
-  Planner planner(*this, request, std::move(pods), search_budget);
-  bool aborted = false;
-  for (int depth = 0; depth <= max_moves; ++depth) {
-    if (planner.Deepen(depth)) {
-      plan.found = true;
-      plan.proven = !aborted;
-      plan.moves = planner.moves();
-      planner.Replay();
-      plan.then = planner.Then();
-      return plan;
-    }
-    aborted = aborted || planner.aborted();
-    if (aborted) break;
+  std::shared_ptr<Policy> binpack = *MakePolicy("binpack");
+  auto fits = [&request, binpack](const Cluster& c) {
+    return c.Plan(request, *binpack).ok();
+  };
+  std::unique_ptr<Planner> planner =
+      Deepen(*this, fits, *std::move(pods), max_moves, search_budget,
+             absl::StrCat("makes '", request.id, "' fit"), plan);
+  if (plan.found) {
+    absl::StatusOr<Placement> then = planner->scratch().Plan(request, *binpack);
+    if (then.ok()) plan.then = *then;
   }
-  plan.proven = !aborted;
-  plan.reason = aborted
-                    ? absl::StrCat("no plan found within the search budget of ",
-                                   search_budget, " candidate moves")
-                    : absl::StrCat("no plan of at most ", max_moves, " move",
-                                   max_moves == 1 ? "" : "s", " makes '", request.id,
-                                   "' fit");
+  return plan;
+}
+
+absl::StatusOr<MigrationPlan> Cluster::PlanMigrationsToFreeGpus(
+    int64_t gpus, int max_moves, const std::vector<Request>& movable,
+    int64_t search_budget) const {
+  if (gpus < 1 || gpus > kMaxQuantity) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus ", gpus, " is outside 1..", kMaxQuantity));
+  }
+  if (absl::Status s = CheckLimits(max_moves, search_budget); !s.ok()) return s;
+  absl::StatusOr<std::vector<Movable>> pods = MovablePods(*this, movable);
+  if (!pods.ok()) return pods.status();
+  MigrationPlan plan;
+  plan.free_gpus_goal = gpus;
+  auto enough = [gpus](const Cluster& c) { return FreeWholeGpus(c) >= gpus; };
+  Deepen(*this, enough, *std::move(pods), max_moves, search_budget,
+         absl::StrCat("frees ", gpus, " whole GPU", gpus == 1 ? "" : "s"), plan);
   return plan;
 }
 
 absl::Status Cluster::ApplyMigrations(const MigrationPlan& plan) {
   if (!plan.found) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the plan for '", plan.request.id, "' was not found: ", plan.reason));
+        absl::StrCat("the plan was not found: ", plan.reason));
   }
-  absl::StatusOr<Demand> target = Validate(plan.request);
-  if (!target.ok()) return target.status();
+  if (plan.free_gpus_goal == 0) {
+    if (absl::Status s = Validate(plan.request).status(); !s.ok()) return s;
+  }
   // Check every move on a copy, then repeat them here.
   Cluster scratch(*this);
   std::vector<int> fitting;
@@ -253,7 +313,13 @@ absl::Status Cluster::ApplyMigrations(const MigrationPlan& plan) {
     }
     if (absl::Status s = scratch.Commit(m.to); !s.ok()) return stale(std::string(s.message()));
   }
-  if (absl::Status s = scratch.Plan(plan.request, "binpack").status(); !s.ok()) {
+  if (plan.free_gpus_goal > 0) {
+    if (const int64_t free = FreeWholeGpus(scratch); free < plan.free_gpus_goal) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "after the moves only ", free, " whole GPUs would be free, not ",
+          plan.free_gpus_goal));
+    }
+  } else if (absl::Status s = scratch.Plan(plan.request, "binpack").status(); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "after the moves '", plan.request.id, "' would still not fit: ", s.message()));
   }
