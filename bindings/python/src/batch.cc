@@ -94,6 +94,8 @@ void RegisterBatch(py::module_& m) {
           },
           "Where the request would go after the moves (binpack), or None.")
       .def_readonly("request", &MigrationPlan::request, "The request the plan is for.")
+      .def_readonly("free_gpus_goal", &MigrationPlan::free_gpus_goal,
+                    "Goal form (plan_free_gpus): the whole GPUs the moves free; else 0.")
       .def_readonly("reason", &MigrationPlan::reason, "When not found: why.")
       .def("__repr__", [](const MigrationPlan& p) {
         return absl::StrCat("MigrationPlan(request='", p.request.id, "', found=",
@@ -154,6 +156,23 @@ void RegisterBatch(py::module_& m) {
           "`movable`: the pods that may move, as submitted (their models and selector "
           "constrain the moves); None: every placed pod, kept to its GPU models and to "
           "nodes with all labels of its node. Returns a MigrationPlan (check .found).")
+      .def(
+          "plan_free_gpus",
+          [](ClusterBox& self, Int<int64_t, arg::gpus> gpus, Int<int, arg::max_moves> max_moves,
+             std::optional<std::vector<Request>> movable,
+             Int<int64_t, arg::search_budget> search_budget) {
+            absl::StatusOr<MigrationPlan> plan;
+            {
+              Guard guard(self, true);
+              plan = self.cluster.PlanMigrationsToFreeGpus(
+                  gpus, max_moves, movable.value_or(std::vector<Request>{}), search_budget);
+            }
+            return ValueOrThrow(std::move(plan));
+          },
+          py::arg("gpus"), py::arg("max_moves") = 1, py::arg("movable") = py::none(),
+          py::arg("search_budget") = 200000,
+          "The fewest moves after which at least `gpus` healthy GPUs on schedulable nodes "
+          "hold nothing; like plan_defragmentation() otherwise.")
       .def(
           "apply_migrations",
           [](ClusterBox& self, const MigrationPlan& plan) {

@@ -98,3 +98,17 @@ def test_a_stale_plan_is_refused() -> None:
     assert c.to_json() == before
     with pytest.raises(gs.InvalidArgumentError, match="max_moves 17"):
         c.plan_defragmentation(gs.Request("big", gpu_memory=7), max_moves=17)
+
+
+def test_plan_free_gpus() -> None:
+    c = gs.Cluster()
+    c.add_node("a", gpus=[8, 8], labels={"gpushare": "true"})
+    c.add_node("b", gpus=[8], labels={"gpushare": "true"})
+    c.commit(gs.Placement("x", "a", [0], memory_per_gpu=2))
+    c.commit(gs.Placement("y", "a", [1], memory_per_gpu=2))
+    c.commit(gs.Placement("z", "b", [0], memory_per_gpu=3))
+    plan = c.plan_free_gpus(2, max_moves=3)
+    assert plan.found and plan.proven and len(plan.moves) == 2 and plan.free_gpus_goal == 2
+    assert not c.plan_free_gpus(3, max_moves=3).found
+    c.apply_migrations(plan)
+    assert c.usage().idle_gpus == 2
