@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpushare/batch.h"
 #include "gpushare/policy.h"
 #include "gpushare/types.h"
 
@@ -276,6 +277,83 @@ class Cluster {
   // names it), or a state that would violate the guarantees (duplicate
   // names or ids, over-full GPUs).
   static absl::StatusOr<Cluster> FromJson(std::string_view json);
+
+  // ---- Batches and defragmentation (src/batch/) ----------------------------
+
+  // Places a set of requests at once, maximising the number placed. Never
+  // places fewer than Place() of each request in the given order (skipping
+  // those that do not fit) would: that one-by-one result is computed first
+  // and kept unless a method below places strictly more.
+  //  - identical single-GPU shared requests (same memory, compute, cpu, host
+  //    memory, models and selector): a maximum flow of least cost on
+  //    Boost.Graph (successive shortest paths), source -> request class ->
+  //    GPU (capacity: how many copies its free memory and compute hold, 1
+  //    with gang_anti_sharing) -> node (capacity: copies its free host CPU and
+  //    memory hold) -> sink, edge costs preferring the GPUs with the least
+  //    free memory. Exact for the count: proven_optimal is true.
+  //    O(F * E log V) for F placed, E = eligible GPUs + nodes.
+  //  - any other set (mixed sizes: bin packing, NP-hard; multi-GPU, exclusive,
+  //    CPU-only, mixed): a depth-first branch and bound over every request
+  //    (largest first) and every distinct candidate (node, GPU set) plus
+  //    "not placed", on a scratch copy, with the fit rules of Plan(); nodes
+  //    and GPUs whose state (and labels, models, host resources) are equal
+  //    are tried once (they are interchangeable). Bound: placed so far +
+  //    requests left <= best known. Exact when it finishes within
+  //    options.search_budget candidates (proven_optimal), otherwise the best
+  //    found. Exponential in the worst case; budget-bound.
+  // Only the count is optimised; among results with equal counts the
+  // one-by-one result is kept, then the first found. Placements are then
+  // committed in the order given (Policy::OnCommitted is called for each).
+  // A failed call changes nothing. Errors: those of Validate() with the
+  // request's index; InvalidArgument for an id repeated in the batch or a
+  // budget out of range; AlreadyExists for an id already placed;
+  // ResourceExhausted when all_or_nothing and not all could be placed.
+  absl::StatusOr<BatchResult> PlaceBatch(const std::vector<Request>& requests,
+                                         Policy& policy,
+                                         const BatchOptions& options = {});
+  absl::StatusOr<BatchResult> PlaceBatch(const std::vector<Request>& requests,
+                                         std::string_view policy = "binpack",
+                                         const BatchOptions& options = {});
+
+  // The fewest moves of placed requests after which `request` fits (Plan()
+  // with "binpack" succeeds), without changing anything. Moves are searched
+  // by iterative deepening (0, 1, ..., max_moves moves): a move takes one
+  // movable placed request to any other node and GPU set where the fit rules
+  // of Plan() accept it (for its models, selector, sharing, exclusivity,
+  // compute, cpu and host memory) on the state after the earlier moves;
+  // equal nodes and GPUs are tried once. Exact (plan.proven) when the search
+  // ends within `search_budget` candidate moves: then no shorter plan exists,
+  // or none within max_moves. Cost O((P x C)^k) for P movable requests,
+  // C candidate destinations, k moves.
+  // `movable`: the requests that may move, as they were submitted (their
+  // models and selector are constraints the cluster does not store); each
+  // must be placed with this shape. Empty: every placed request may move,
+  // kept to the GPU models it runs on and to nodes carrying every label of
+  // the node it is on (so any selector it had still holds).
+  // Errors: those of Validate(); AlreadyExists if `request` is placed;
+  // InvalidArgument for max_moves outside 0..16, a budget out of range, or a
+  // movable request that is not placed with that shape (named).
+  absl::StatusOr<MigrationPlan> PlanMigrations(
+      const Request& request, int max_moves,
+      const std::vector<Request>& movable = {},
+      int64_t search_budget = 200000) const;
+
+  // The cluster-goal form of PlanMigrations(): the fewest moves after which
+  // at least `gpus` healthy GPUs on schedulable nodes hold nothing (free to be
+  // taken whole). Same search, exactness and cost; `movable` as there.
+  // Errors: InvalidArgument for gpus < 1 and those of PlanMigrations().
+  absl::StatusOr<MigrationPlan> PlanMigrationsToFreeGpus(
+      int64_t gpus, int max_moves, const std::vector<Request>& movable = {},
+      int64_t search_budget = 200000) const;
+
+  // Applies the moves of a found plan in order (each a Release() and a
+  // Commit()), after checking on a copy that every move still holds: the
+  // pod is placed exactly at `from`, `to` passes the pod's fit rules, and the
+  // plan's request fits afterwards (goal form: enough GPUs are free). It does
+  // not place the request.
+  // Errors: FailedPrecondition naming the first move that no longer holds
+  // (then nothing changes); InvalidArgument for a plan that was not found.
+  [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);
 
  private:
   std::unique_ptr<internal::ClusterState> state_;

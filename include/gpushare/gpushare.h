@@ -5,6 +5,7 @@
 //   types.h          GPUs, nodes, requests, placements, fit results
 //   policy.h         the Policy interface and the built-in policies
 //   cluster.h        the cluster and its operations; JSON snapshots
+//   batch.h          results of batch placement and of the migration planner
 //   inspect.h        `kubectl inspect gpushare`-style text views
 //   device_plugin.h  pod annotations and container environment of a placement
 //   fragmentation.h  GPU fragmentation against a target workload (FGD)
@@ -18,6 +19,7 @@
 #ifndef GPUSHARE_GPUSHARE_H_
 #define GPUSHARE_GPUSHARE_H_
 
+#include "gpushare/batch.h"
 #include "gpushare/cluster.h"
 #include "gpushare/device_plugin.h"
 #include "gpushare/fragmentation.h"

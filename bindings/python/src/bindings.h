@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -37,6 +38,9 @@ void RegisterPolicy(py::module_& m);   // policy.cc: Policy, Score, make_policy.
 void RegisterCluster(py::module_& m);  // cluster.cc: Cluster.
 void RegisterInspect(py::module_& m);  // inspect.cc: inspect views, DeviceView.
 void RegisterSimulate(py::module_& m);  // simulate.cc: simulate, replay, openb loaders.
+// batch.cc: BatchResult, Migration, MigrationPlan and the Cluster methods
+// place_batch, plan_defragmentation, apply_migrations.
+void RegisterBatch(py::module_& m);
 
 // ---- Topology (topology.cc) ----------------------------------------------------
 
@@ -111,11 +115,13 @@ GPUSHARE_PY_ARG(idle_gpus);
 GPUSHARE_PY_ARG(indent);
 GPUSHARE_PY_ARG(index);
 GPUSHARE_PY_ARG(limit);
+GPUSHARE_PY_ARG(max_moves);
 GPUSHARE_PY_ARG(memory);
 GPUSHARE_PY_ARG(memory_per_gpu);
 GPUSHARE_PY_ARG(memory_used);
 GPUSHARE_PY_ARG(placements);
 GPUSHARE_PY_ARG(remembered_releases);
+GPUSHARE_PY_ARG(search_budget);
 GPUSHARE_PY_ARG(seed);
 GPUSHARE_PY_ARG(threads);
 GPUSHARE_PY_ARG(tie_break_seed);
@@ -188,6 +194,43 @@ struct PolicyArg {
   bool may_release_gil() const { return python == nullptr; }
 };
 PolicyArg ToPolicyArg(py::handle policy);
+
+// Holds the cluster's lock, and releases the GIL for the duration when
+// `release_gil` (the GIL comes back after the lock is given up).
+class Guard {
+ public:
+  Guard(ClusterBox& box, bool release_gil) {
+    if (release_gil) {
+      release_.emplace();
+      lock_ = std::unique_lock<std::recursive_mutex>(box.mu);
+    } else {
+      lock_ = box.Lock();
+    }
+  }
+
+ private:
+  std::optional<py::gil_scoped_release> release_;
+  std::unique_lock<std::recursive_mutex> lock_;
+};
+
+// Runs `call(policy)` under the lock (without the GIL unless the policy is
+// written in Python) and re-raises a Python policy's exception.
+template <typename Call>
+auto WithPolicy(ClusterBox& self, py::handle policy, bool release_gil, Call call) {
+  PolicyArg arg = ToPolicyArg(policy);
+  std::unique_ptr<Policy> owned;
+  if (arg.object == nullptr) {
+    owned = ValueOrThrow(MakePolicy(arg.name));
+    arg.object = owned.get();
+  }
+  std::optional<decltype(call(*arg.object))> result;
+  {
+    Guard guard(self, release_gil && arg.may_release_gil());
+    result.emplace(call(*arg.object));
+  }
+  if (arg.python != nullptr) arg.python->RethrowPolicyError();
+  return *std::move(result);
+}
 
 // The device-plugin view of `p` on the cluster it came from (inspect.cc).
 // Raises InvalidArgumentError for a placement made by hand (no cluster), and

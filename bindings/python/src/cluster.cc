@@ -20,24 +20,6 @@ namespace {
 using StrMap = std::map<std::string, std::string>;
 using Box = std::shared_ptr<ClusterBox>;
 
-// Holds the cluster's lock, and releases the GIL for the duration when
-// `release_gil` (the GIL comes back after the lock is given up).
-class Guard {
- public:
-  Guard(ClusterBox& box, bool release_gil) {
-    if (release_gil) {
-      release_.emplace();
-      lock_ = std::unique_lock<std::recursive_mutex>(box.mu);
-    } else {
-      lock_ = box.Lock();
-    }
-  }
-
- private:
-  std::optional<py::gil_scoped_release> release_;
-  std::unique_lock<std::recursive_mutex> lock_;
-};
-
 MemoryUnit ParseUnit(const std::string& unit) {
   if (unit == "GiB") return MemoryUnit::kGiB;
   if (unit == "MiB") return MemoryUnit::kMiB;
@@ -56,25 +38,6 @@ py::list BindAll(ClusterBox& self, std::vector<Placement> placements) {
     out[i] = py::cast(Bind(self, std::move(placements[i])));
   }
   return out;
-}
-
-// Runs `call(policy)` under the lock (without the GIL unless the policy is
-// written in Python) and re-raises a Python policy's exception.
-template <typename Call>
-auto WithPolicy(ClusterBox& self, py::handle policy, bool release_gil, Call call) {
-  PolicyArg arg = ToPolicyArg(policy);
-  std::unique_ptr<Policy> owned;
-  if (arg.object == nullptr) {
-    owned = ValueOrThrow(MakePolicy(arg.name));
-    arg.object = owned.get();
-  }
-  std::optional<decltype(call(*arg.object))> result;
-  {
-    Guard guard(self, release_gil && arg.may_release_gil());
-    result.emplace(call(*arg.object));
-  }
-  if (arg.python != nullptr) arg.python->RethrowPolicyError();
-  return *std::move(result);
 }
 
 // Places every request of a batch in order; a request that does not fit gets

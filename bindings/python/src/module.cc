@@ -13,4 +13,5 @@ PYBIND11_MODULE(_core, m) {
   python::RegisterCluster(m);
   python::RegisterInspect(m);  // After RegisterCluster: adds Cluster.device_view().
   python::RegisterSimulate(m);
+  python::RegisterBatch(m);  // After RegisterCluster: adds Cluster methods.
 }

@@ -1,0 +1,309 @@
+// Cluster::PlanMigrations() and ApplyMigrations(): exact plans on small
+// clusters, minimality against brute force, constraints of the moved pods,
+// and refusal of a stale plan.
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gpushare/gpushare.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpushare {
+namespace {
+
+using ::gpushare::testing::Shared;
+using ::gpushare::testing::SharedNode;
+using ::gpushare::testing::StatusIs;
+using ::testing::HasSubstr;
+
+Placement At(const std::string& id, const std::string& node, std::vector<int> gpus,
+             int64_t memory) {
+  Placement p;
+  p.request_id = id;
+  p.node = node;
+  p.gpus = std::move(gpus);
+  p.memory_per_gpu = memory;
+  return p;
+}
+
+// The fewest moves (up to `limit`) after which `request` fits, by trying
+// every placed pod on every node and GPU set; -1 if none. Every pod may move
+// anywhere Commit() accepts (the clusters here have one label set and model).
+int BruteForceMoves(const Cluster& c, const std::function<bool(const Cluster&)>& goal,
+                    int limit) {
+  Cluster copy(c);
+  std::function<bool(int)> reach = [&](int left) -> bool {
+    if (goal(copy)) return true;
+    if (left == 0) return false;
+    for (const Placement& from : copy.placements()) {
+      EXPECT_OK(copy.Release(from.request_id));
+      bool ok = false;
+      for (const std::string& name : copy.node_names()) {
+        const int g = static_cast<int>(copy.FindNode(name)->gpus.size());
+        for (int mask = 1; mask < (1 << g) && !ok; ++mask) {
+          if (__builtin_popcount(mask) != static_cast<int>(from.gpus.size())) continue;
+          Placement to = from;
+          to.node = name;
+          to.gpus.clear();
+          for (int k = 0; k < g; ++k) {
+            if (mask & (1 << k)) to.gpus.push_back(k);
+          }
+          if (to == from || !copy.Commit(to).ok()) continue;
+          ok = reach(left - 1);
+          EXPECT_OK(copy.Release(to.request_id));
+        }
+      }
+      EXPECT_OK(copy.Commit(from));
+      if (ok) return true;
+    }
+    return false;
+  };
+  for (int k = 0; k <= limit; ++k) {
+    if (reach(k)) return k;
+  }
+  return -1;
+}
+
+TEST(PlanMigrationsTest, OneMoveFreesAGpu) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("a", {8})));
+  ASSERT_OK(c.AddNode(SharedNode("b", {8})));
+  ASSERT_OK(c.Commit(At("x", "a", {0}, 4)));
+  ASSERT_OK(c.Commit(At("y", "b", {0}, 2)));
+  const Request big = Shared("big", 7);
+  const std::string before = c.ToJson();
+
+  // Only y may move: y leaves b for a, and b is empty.
+  absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(big, 2, {Shared("y", 2)});
+  ASSERT_OK(plan.status());
+  EXPECT_EQ(c.ToJson(), before) << "planning changed the cluster";
+  ASSERT_TRUE(plan->found);
+  EXPECT_TRUE(plan->proven);
+  ASSERT_EQ(plan->moves.size(), 1u);
+  EXPECT_EQ(plan->moves[0].from, At("y", "b", {0}, 2));
+  EXPECT_EQ(plan->moves[0].to, At("y", "a", {0}, 2));
+  ASSERT_TRUE(plan->then.has_value());
+  EXPECT_EQ(plan->then->node, "b");
+
+  ASSERT_OK(c.ApplyMigrations(*plan));
+  EXPECT_EQ(*c.GetPlacement("y"), At("y", "a", {0}, 2));
+  EXPECT_OK(c.Place(big).status());
+  EXPECT_OK(c.CheckInvariants());
+}
+
+TEST(PlanMigrationsTest, NoMoveNeededAndNoPlanWithinTheLimit) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("a", {8})));
+  ASSERT_OK(c.AddNode(SharedNode("b", {8})));
+  ASSERT_OK(c.Commit(At("x", "a", {0}, 5)));
+  ASSERT_OK(c.Commit(At("y", "b", {0}, 5)));
+
+  absl::StatusOr<MigrationPlan> now = c.PlanMigrations(Shared("small", 3), 1);
+  ASSERT_OK(now.status());
+  EXPECT_TRUE(now->found);
+  EXPECT_TRUE(now->moves.empty());
+
+  // 8 units need an empty GPU: x and y cannot share one (10 > 8).
+  absl::StatusOr<MigrationPlan> none = c.PlanMigrations(Shared("big", 8), 3);
+  ASSERT_OK(none.status());
+  EXPECT_FALSE(none->found);
+  EXPECT_TRUE(none->proven);
+  EXPECT_THAT(none->reason, HasSubstr("no plan of at most 3 moves"));
+  EXPECT_THAT(c.ApplyMigrations(*none),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not found"));
+
+  EXPECT_THAT(c.PlanMigrations(Shared("big", 8), 17).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "max_moves 17"));
+  EXPECT_THAT(c.PlanMigrations(Shared("x", 1), 1).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, "'x'"));
+  EXPECT_THAT(c.PlanMigrations(Shared("big", 8), 1, {Shared("x", 4)}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "'x' is not placed with this shape"));
+}
+
+TEST(PlanMigrationsTest, MovesKeepThePodsGpuModels) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("t4", {8}, "T4")));
+  ASSERT_OK(c.AddNode(SharedNode("v100", {8}, "V100")));
+  ASSERT_OK(c.Commit(At("x", "t4", {0}, 4)));
+  Request want = Shared("want", 6);
+  want.gpu_models = {"T4"};
+
+  // Inferred from its placement, x keeps to T4: no plan.
+  absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 2);
+  ASSERT_OK(plan.status());
+  EXPECT_FALSE(plan->found);
+  EXPECT_TRUE(plan->proven);
+
+  Request x = Shared("x", 4);
+  x.gpu_models = {"T4"};
+  plan = c.PlanMigrations(want, 2, {x});
+  ASSERT_OK(plan.status());
+  EXPECT_FALSE(plan->found);
+
+  // Submitted without a model list, x may go to the V100.
+  x.gpu_models.clear();
+  plan = c.PlanMigrations(want, 2, {x});
+  ASSERT_OK(plan.status());
+  ASSERT_TRUE(plan->found);
+  ASSERT_EQ(plan->moves.size(), 1u);
+  EXPECT_EQ(plan->moves[0].to.node, "v100");
+
+  // A selector is kept too.
+  x.node_selector = {{"zone", "a"}};
+  plan = c.PlanMigrations(want, 2, {x});
+  ASSERT_OK(plan.status());
+  EXPECT_FALSE(plan->found);
+}
+
+TEST(PlanMigrationsTest, AStalePlanIsRefusedAndChangesNothing) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("a", {8})));
+  ASSERT_OK(c.AddNode(SharedNode("b", {8})));
+  ASSERT_OK(c.Commit(At("x", "a", {0}, 4)));
+  ASSERT_OK(c.Commit(At("y", "b", {0}, 2)));
+  absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(Shared("big", 7), 1, {Shared("y", 2)});
+  ASSERT_OK(plan.status());
+  ASSERT_TRUE(plan->found);
+  ASSERT_OK(c.Commit(At("z", "a", {0}, 3)));  // a has no room for y now.
+  const std::string before = c.ToJson();
+  EXPECT_THAT(c.ApplyMigrations(*plan),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "move 0 of 'y' from b[0] to a[0] no longer holds"));
+  EXPECT_EQ(c.ToJson(), before);
+
+  // The pod moved elsewhere meanwhile.
+  ASSERT_OK(c.Release("z"));
+  ASSERT_OK(c.Release("y"));
+  ASSERT_OK(c.Commit(At("y", "a", {0}, 2)));
+  const std::string moved = c.ToJson();
+  EXPECT_THAT(c.ApplyMigrations(*plan),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "placed elsewhere"));
+  EXPECT_EQ(c.ToJson(), moved);
+}
+
+TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
+  std::mt19937 rng(1818);
+  int needed_moves = 0, two_or_more = 0;
+  for (int round = 0; round < 400; ++round) {
+    Cluster c;
+    const int nodes = 2 + static_cast<int>(rng() % 2);
+    for (int n = 0; n < nodes; ++n) {
+      std::vector<int64_t> gpus(1 + rng() % 2, 8);
+      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
+    }
+    const int pods = 2 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < pods; ++i) {
+      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
+      c.Place(r, "spread").IgnoreError();
+    }
+    const Request want = rng() % 4 == 0 ? Shared("want", 8, 2)
+                                        : Shared("want", 4 + static_cast<int64_t>(rng() % 5));
+    SCOPED_TRACE(absl::StrCat("round ", round, ": ", c.ToJson()));
+    const int expected = BruteForceMoves(
+        c, [&](const Cluster& x) { return x.Plan(want, "binpack").ok(); }, 3);
+    absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 3);
+    ASSERT_OK(plan.status());
+    EXPECT_TRUE(plan->proven);
+    EXPECT_EQ(plan->found, expected >= 0);
+    if (!plan->found) continue;
+    EXPECT_EQ(static_cast<int>(plan->moves.size()), expected);
+    needed_moves += expected > 0 ? 1 : 0;
+    two_or_more += expected > 1 ? 1 : 0;
+    ASSERT_OK(c.ApplyMigrations(*plan));
+    EXPECT_OK(c.Place(want).status());
+    EXPECT_OK(c.CheckInvariants());
+  }
+  EXPECT_GT(needed_moves, 0) << "no instance needed a move";
+  EXPECT_GT(two_or_more, 0) << "no instance needed two moves";
+}
+
+int64_t IdleGpus(const Cluster& c) { return c.TotalUsage().idle_gpus; }
+
+TEST(PlanMigrationsToFreeGpusTest, FreesWholeGpusWithTheFewestMoves) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("a", {8, 8})));
+  ASSERT_OK(c.AddNode(SharedNode("b", {8})));
+  ASSERT_OK(c.Commit(At("x", "a", {0}, 2)));
+  ASSERT_OK(c.Commit(At("y", "a", {1}, 2)));
+  ASSERT_OK(c.Commit(At("z", "b", {0}, 3)));
+  const std::string before = c.ToJson();
+
+  absl::StatusOr<MigrationPlan> one = c.PlanMigrationsToFreeGpus(1, 3);
+  ASSERT_OK(one.status());
+  ASSERT_TRUE(one->found);
+  EXPECT_TRUE(one->proven);
+  EXPECT_EQ(one->moves.size(), 1u);
+  EXPECT_EQ(one->free_gpus_goal, 1);
+
+  absl::StatusOr<MigrationPlan> two = c.PlanMigrationsToFreeGpus(2, 3);
+  ASSERT_OK(two.status());
+  ASSERT_TRUE(two->found);
+  EXPECT_TRUE(two->proven);
+  EXPECT_EQ(two->moves.size(), 2u);
+
+  absl::StatusOr<MigrationPlan> three = c.PlanMigrationsToFreeGpus(3, 3);
+  ASSERT_OK(three.status());
+  EXPECT_FALSE(three->found);
+  EXPECT_TRUE(three->proven);
+  EXPECT_THAT(three->reason, HasSubstr("frees 3 whole GPUs"));
+  EXPECT_EQ(c.ToJson(), before);
+  EXPECT_THAT(c.PlanMigrationsToFreeGpus(0, 1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gpus 0"));
+
+  // The moves found put x and y beside z on b. Where one more pod holds a
+  // GPU the moves would empty, the moves still hold but the goal does not.
+  ASSERT_EQ(two->moves[0].to.node, "b");
+  ASSERT_EQ(two->moves[1].to.node, "b");
+  Cluster other(c);
+  ASSERT_OK(other.Commit(At("w", "a", {1}, 1)));
+  const std::string other_before = other.ToJson();
+  EXPECT_THAT(other.ApplyMigrations(*two),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "would be free, not 2"));
+  EXPECT_EQ(other.ToJson(), other_before);
+
+  ASSERT_OK(c.ApplyMigrations(*two));
+  EXPECT_EQ(IdleGpus(c), 2);
+  EXPECT_OK(c.CheckInvariants());
+}
+
+TEST(PlanMigrationsToFreeGpusTest, MoveCountEqualsBruteForce) {
+  std::mt19937 rng(7);
+  int needed_moves = 0;
+  for (int round = 0; round < 300; ++round) {
+    Cluster c;
+    const int nodes = 2 + static_cast<int>(rng() % 2);
+    for (int n = 0; n < nodes; ++n) {
+      std::vector<int64_t> gpus(1 + rng() % 2, 8);
+      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
+    }
+    const int pods = 2 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < pods; ++i) {
+      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
+      c.Place(r, "spread").IgnoreError();
+    }
+    const int64_t k = 1 + static_cast<int64_t>(rng() % 3);
+    SCOPED_TRACE(absl::StrCat("round ", round, ", k ", k, ": ", c.ToJson()));
+    const int expected =
+        BruteForceMoves(c, [&](const Cluster& x) { return IdleGpus(x) >= k; }, 3);
+    absl::StatusOr<MigrationPlan> plan = c.PlanMigrationsToFreeGpus(k, 3);
+    ASSERT_OK(plan.status());
+    EXPECT_TRUE(plan->proven);
+    EXPECT_EQ(plan->found, expected >= 0);
+    if (!plan->found) continue;
+    EXPECT_EQ(static_cast<int>(plan->moves.size()), expected);
+    needed_moves += expected > 0 ? 1 : 0;
+    ASSERT_OK(c.ApplyMigrations(*plan));
+    EXPECT_GE(IdleGpus(c), k);
+  }
+  EXPECT_GT(needed_moves, 0) << "no instance needed a move";
+}
+
+}  // namespace
+}  // namespace gpushare
