@@ -22,11 +22,11 @@ namespace gpushare::fuzz {
 
 inline gpushare::Cluster FixedCluster() {
   gpushare::Cluster cluster;
-  gpushare::Node n1{"n1", "10.0.0.1", {{"gpushare", "true"}}, {}, 0, 0, true, true};
+  gpushare::Node n1{"n1", "10.0.0.1", {{"gpushare", "true"}}, {}, 0, 0, true, true, nullptr};
   for (int i = 0; i < 2; ++i) n1.gpus.push_back(gpushare::Gpu{16, "T4", "", true});
-  gpushare::Node n2{"n2", "", {{"zone", "a"}, {"rank", "7"}}, {}, 0, 0, true, true};
+  gpushare::Node n2{"n2", "", {{"zone", "a"}, {"rank", "7"}}, {}, 0, 0, true, true, nullptr};
   for (int i = 0; i < 4; ++i) n2.gpus.push_back(gpushare::Gpu{32, "V100M32", "", true});
-  gpushare::Node n3{"n3", "", {}, {gpushare::Gpu{24, "A10", "", true}}, 0, 0, true, false};
+  gpushare::Node n3{"n3", "", {}, {gpushare::Gpu{24, "A10", "", true}}, 0, 0, true, false, nullptr};
   for (const gpushare::Node& n : {n1, n2, n3}) FUZZ_CHECK_OK(cluster.AddNode(n), n.name);
   gpushare::Placement held;
   held.request_id = "default/running";

@@ -195,8 +195,12 @@ class Search {
 IndexedPolicy ClassifyPolicy(const Policy& policy) {
   // The built-in policies are final classes, so their dynamic type identifies
   // them; wrappers and user policies have other types.
-  static const std::type_info& binpack = typeid(*policies::NewBinpackPolicy());
-  static const std::type_info& spread = typeid(*policies::NewSpreadPolicy());
+  static const std::unique_ptr<Policy> binpack_policy = policies::NewBinpackPolicy();
+  static const std::unique_ptr<Policy> spread_policy = policies::NewSpreadPolicy();
+  static const Policy& binpack_ref = *binpack_policy;
+  static const Policy& spread_ref = *spread_policy;
+  static const std::type_info& binpack = typeid(binpack_ref);
+  static const std::type_info& spread = typeid(spread_ref);
   const std::type_info& type = typeid(policy);
   if (type == binpack) return IndexedPolicy::kBinpack;
   if (type == spread) return IndexedPolicy::kSpread;
