@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gpushare/cluster.h"
@@ -27,21 +28,13 @@ namespace fgd {
 
 double NodeFrag(const NodeStatus& node, const CompiledTarget& target) {
   const bool memory = target.resource == FragResource::kMemory;
-  std::vector<int64_t> left(node.gpus.size());
+  absl::InlinedVector<int64_t, kMaxGpusPerNode> left(node.gpus.size());
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     const GpuStatus& g = node.gpus[i];
     left[i] = !g.healthy ? 0 : memory ? g.memory_free() : g.compute_free();
   }
-  std::vector<uint8_t> allowed(target.types.size());
-  for (size_t k = 0; k < target.types.size(); ++k) {
-    const std::vector<std::string>& models = target.source.tasks[k].gpu_models;
-    bool ok = models.empty();
-    for (const GpuStatus& g : node.gpus) {
-      if (ok) break;
-      ok = g.healthy && std::find(models.begin(), models.end(), g.model) != models.end();
-    }
-    allowed[k] = ok ? 1 : 0;
-  }
+  absl::InlinedVector<uint8_t, 64> allowed(target.types.size());
+  TypesAllowed(target, node, allowed.data());
   const int64_t full = memory && !node.gpus.empty() ? node.gpus[0].memory : kGpuCompute;
   const int64_t cpu_left = node.cpu > 0 ? node.cpu - node.cpu_used : fgd::kUnlimitedCpu;
   return FragAmount(target, left.data(), static_cast<int>(left.size()), full, cpu_left,

@@ -66,8 +66,37 @@ void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int
   std::copy(order.begin(), order.begin() + count, gpus);
 }
 
+void TypesAllowed(const CompiledTarget& target, const NodeStatus& node, uint8_t* allowed) {
+  // The healthy GPUs' models, each once (a node usually has one).
+  std::array<const std::string*, kMaxGpusPerNode> distinct;
+  int num_distinct = 0;
+  for (const GpuStatus& g : node.gpus) {
+    if (!g.healthy) continue;
+    bool seen = false;
+    for (int i = 0; i < num_distinct && !seen; ++i) seen = *distinct[i] == g.model;
+    if (!seen && num_distinct < kMaxGpusPerNode) distinct[num_distinct++] = &g.model;
+  }
+  for (size_t j = 0; j < target.types.size(); ++j) {
+    const std::vector<std::string>& models = target.source.tasks[j].gpu_models;
+    bool ok = models.empty();
+    for (int i = 0; i < num_distinct && !ok; ++i) {
+      ok = std::find(models.begin(), models.end(), *distinct[i]) != models.end();
+    }
+    allowed[j] = ok ? 1 : 0;
+  }
+}
+
 NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
                                   const std::vector<int>& fitting, const Cluster& cluster) {
+  NodeChoice choice;
+  choice.gpus.resize(demand.gpu_count);
+  choice.score.primary = EvaluateInto(demand, node, fitting, cluster, choice.gpus.data());
+  return choice;
+}
+
+double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
+                                  const std::vector<int>& fitting, const Cluster& cluster,
+                                  int* gpus, double* node_frag) {
   const int n = static_cast<int>(node.gpus.size());
   // Only the first n entries are written and read: zeroing both (1 KiB) on
   // every evaluation cost more than filling them.
@@ -90,16 +119,14 @@ NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
   std::vector<uint8_t>& allowed = allowed_;  // Kept between calls: no allocation.
   if (t != nullptr) {
     allowed.resize(t->types.size());
-    for (size_t j = 0; j < t->types.size(); ++j) {
-      const std::vector<std::string>& models = t->source.tasks[j].gpu_models;
-      bool ok = models.empty();
-      for (const GpuStatus& g : node.gpus) {
-        if (ok) break;
-        ok = g.healthy && std::find(models.begin(), models.end(), g.model) != models.end();
-      }
-      allowed[j] = ok ? 1 : 0;
-    }
+    TypesAllowed(*t, node, allowed.data());
     k.type_allowed = allowed.data();
+    if (node_frag != nullptr) {
+      if (*node_frag < 0) {
+        *node_frag = FragAmount(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
+      }
+      k.frag = *node_frag;
+    }
   }
   if (NeedsTags()) {
     for (const std::string& id : node.requests) {
@@ -121,11 +148,7 @@ NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
     task.compute = demand.compute_per_gpu;
     task.frag_share = memory ? demand.memory_per_gpu : demand.compute_per_gpu;
   }
-  NodeChoice choice;
-  choice.gpus.resize(demand.gpu_count);
-  choice.score.primary = Score(task, k, fitting.data(), static_cast<int>(fitting.size()),
-                               choice.gpus.data());
-  return choice;
+  return Score(task, k, fitting.data(), static_cast<int>(fitting.size()), gpus);
 }
 
 }  // namespace gpushare::fgd

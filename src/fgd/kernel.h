@@ -68,6 +68,10 @@ CompiledTarget Compile(const TargetWorkload& target);
 double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
                   int64_t cpu_left, const uint8_t* allowed);
 
+// Writes, per type of `target`, whether some healthy GPU of `node` has a
+// model the type allows (target.types.size() entries).
+void TypesAllowed(const CompiledTarget& target, const NodeStatus& node, uint8_t* allowed);
+
 // F_N(T) of a node of a cluster (unhealthy GPUs have nothing idle).
 double NodeFrag(const NodeStatus& node, const CompiledTarget& target);
 
@@ -98,7 +102,16 @@ class KernelPolicy : public Policy {
   virtual const CompiledTarget* target() const { return nullptr; }
 
   NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
-                      const std::vector<int>& fitting, const Cluster& cluster) override;
+                      const std::vector<int>& fitting, const Cluster& cluster) final;
+  // Evaluate() without allocating, for the score memo: writes the
+  // demand.gpu_count chosen GPUs to `gpus` and returns the score's primary
+  // part (the others are always 0). With a target() and `node_frag`, the
+  // node's F_N(T) now is read from *node_frag when >= 0, and otherwise
+  // computed and stored there, so that scoring one node for several
+  // requests computes it once.
+  double EvaluateInto(const Demand& demand, const NodeStatus& node,
+                      const std::vector<int>& fitting, const Cluster& cluster, int* gpus,
+                      double* node_frag = nullptr);
 
  private:
   std::vector<uint8_t> allowed_;  // Evaluate()'s per-type permissions.

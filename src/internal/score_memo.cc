@@ -3,6 +3,7 @@
 #include "src/internal/score_memo.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <typeinfo>
@@ -25,15 +26,22 @@ struct Verdict {
   bool feasible = false;
 };
 
+// A tree entry. The kernel policies' scores have only a primary part (the
+// others are 0), so their keys keep only that: smaller keys make wider, and
+// so shallower, trees.
+template <typename S>
 struct Key {
-  Score score;
+  S score;
   uint64_t tie;
   uint32_t slot;
 };
+using PrimaryKey = Key<double>;
+using FullKey = Key<Score>;
 
 // The scan's ranking: higher score, then larger tie key, then lower slot.
 struct KeyLess {
-  bool operator()(const Key& a, const Key& b) const {
+  template <typename S>
+  bool operator()(const Key<S>& a, const Key<S>& b) const {
     if (!(a.score == b.score)) return b.score < a.score;
     if (a.tie != b.tie) return a.tie > b.tie;
     return a.slot < b.slot;
@@ -109,7 +117,8 @@ struct ScoreMemo::Memo {
     Request request;  // Its GPU models and node selector; no id.
     Demand demand;
     std::vector<Verdict> verdicts;  // By slot.
-    absl::btree_set<Key, KeyLess> tree;
+    absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies.
+    absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
     uint64_t cursor = 0;  // Position in the change log it has applied.
     bool fresh = true;    // Nothing applied yet: compare every stamp.
     uint64_t last_use = 0;
@@ -119,9 +128,15 @@ struct ScoreMemo::Memo {
   std::optional<fgd::CompiledTarget> target;
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
   uint64_t last_use = 0;
+  // With a target: each node's F_N(T) and the change stamp it was computed
+  // at (~0: never), shared by the shapes that re-score the node.
+  std::vector<double> frag;
+  std::vector<uint64_t> frag_stamp;
 
   Memo() = default;
-  Memo(const Memo& other) : type(other.type), target(other.target), last_use(other.last_use) {
+  Memo(const Memo& other)
+      : type(other.type), target(other.target), last_use(other.last_use), frag(other.frag),
+        frag_stamp(other.frag_stamp) {
     for (const auto& [key, shape] : other.shapes) {
       shapes.emplace(key, std::make_unique<Shape>(*shape));
     }
@@ -211,7 +226,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
                      const Demand& demand, Policy& policy, int* best_slot,
                      NodeChoice* best_choice, bool* none_feasible) const {
   if (!Serves(policy)) return false;
-  const auto* kernel = dynamic_cast<const fgd::KernelPolicy*>(&policy);
+  auto* kernel = dynamic_cast<fgd::KernelPolicy*>(&policy);
   const fgd::CompiledTarget* target = kernel != nullptr ? kernel->target() : nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   Data& d = *data_;
@@ -270,6 +285,14 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
 
   // Re-scores the nodes that changed since the shape's last Plan().
   std::vector<int> fitting;
+  NodeChoice choice;
+  auto erase = [&](const Score& score, uint64_t tie, uint32_t slot) {
+    if (kernel != nullptr) {
+      shape.tree.erase(PrimaryKey{score.primary, tie, slot});
+    } else {
+      shape.full_tree.erase(FullKey{score, tie, slot});
+    }
+  };
   auto refresh = [&](uint32_t slot) {
     Verdict& v = shape.verdicts[slot];
     if (v.stamp == d.stamps[slot]) return true;
@@ -277,16 +300,43 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
     if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
+      if (v.feasible) erase(v.score, tie, slot);
       v.feasible = false;
       return true;
     }
-    NodeChoice choice = policy.Evaluate(shape.demand, node, fitting, cluster);
+    // Kernel policies write their choice into `chosen` without allocating.
+    std::array<int, kMaxGpusPerNode> chosen;
+    const int* gpus = chosen.data();
+    int count = demand.gpu_count;
+    Score score;
+    if (kernel != nullptr) {
+      if (count < 0 || count > kMaxGpusPerNode) return false;
+      double* node_frag = nullptr;
+      if (target != nullptr) {
+        if (memo->frag.size() < n) {
+          memo->frag.resize(n, -1);
+          memo->frag_stamp.resize(n, ~uint64_t{0});
+        }
+        if (memo->frag_stamp[slot] != v.stamp) {
+          memo->frag_stamp[slot] = v.stamp;
+          memo->frag[slot] = -1;
+        }
+        node_frag = &memo->frag[slot];
+      }
+      score.primary =
+          kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(), node_frag);
+    } else {
+      choice = policy.Evaluate(shape.demand, node, fitting, cluster);
+      score = choice.score;
+      gpus = choice.gpus.data();
+      count = static_cast<int>(choice.gpus.size());
+    }
     // The scan's own check (Cluster::Plan()); the scan reports the error.
-    if (static_cast<int>(choice.gpus.size()) != demand.gpu_count) return false;
+    if (count != demand.gpu_count) return false;
     uint64_t mask = 0;
     int previous = -1;
-    for (int g : choice.gpus) {
+    for (int i = 0; i < count; ++i) {
+      const int g = gpus[i];
       if (g <= previous || !std::binary_search(fitting.begin(), fitting.end(), g)) return false;
       previous = g;
       mask |= uint64_t{1} << g;
@@ -294,11 +344,15 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.gpus = mask;
     // Scores are often unchanged (the built-in ones are whole numbers): the
     // node then keeps its place in the tree.
-    if (v.feasible && v.score == choice.score) return true;
-    if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
-    v.score = choice.score;
+    if (v.feasible && v.score == score) return true;
+    if (v.feasible) erase(v.score, tie, slot);
+    v.score = score;
     v.feasible = true;
-    shape.tree.insert(Key{v.score, tie, slot});
+    if (kernel != nullptr) {
+      shape.tree.insert(PrimaryKey{v.score.primary, tie, slot});
+    } else {
+      shape.full_tree.insert(FullKey{v.score, tie, slot});
+    }
     return true;
   };
   bool ok = true;
@@ -317,16 +371,17 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   }
   shape.cursor = d.log_base + d.log.size();
   shape.fresh = false;
-  if (shape.tree.empty()) {
+  if (shape.tree.empty() && shape.full_tree.empty()) {
     if (none_feasible != nullptr) *none_feasible = true;
     return false;
   }
 
-  const Key& best = *shape.tree.begin();
-  *best_slot = static_cast<int>(best.slot);
-  best_choice->score = best.score;
+  const uint32_t best = kernel != nullptr ? shape.tree.begin()->slot
+                                          : shape.full_tree.begin()->slot;
+  *best_slot = static_cast<int>(best);
+  best_choice->score = shape.verdicts[best].score;
   best_choice->gpus.clear();
-  const uint64_t mask = shape.verdicts[best.slot].gpus;
+  const uint64_t mask = shape.verdicts[best].gpus;
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
     if (mask >> g & 1) best_choice->gpus.push_back(g);
   }
@@ -339,12 +394,17 @@ bool ScoreMemo::Consistent() const {
     for (const auto& [key, shape] : m->shapes) {
       size_t feasible = 0;
       for (const Verdict& v : shape->verdicts) feasible += v.feasible;
-      if (feasible != shape->tree.size()) return false;
-      for (const Key& k : shape->tree) {
-        if (k.slot >= shape->verdicts.size() || !shape->verdicts[k.slot].feasible ||
-            !(shape->verdicts[k.slot].score == k.score)) {
-          return false;
-        }
+      if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
+      if (feasible != shape->tree.size() + shape->full_tree.size()) return false;
+      auto held = [&](uint32_t slot, const Score& score) {
+        return slot < shape->verdicts.size() && shape->verdicts[slot].feasible &&
+               shape->verdicts[slot].score == score;
+      };
+      for (const PrimaryKey& k : shape->tree) {
+        if (!held(k.slot, Score{k.score, 0, 0})) return false;
+      }
+      for (const FullKey& k : shape->full_tree) {
+        if (!held(k.slot, k.score)) return false;
       }
     }
   }
