@@ -272,27 +272,28 @@ class ClusterEngine final : public Engine {
   }
 
   int Place(int task, int64_t slot, uint64_t* gpus) override {
-    Request r = (*p_.requests)[task];
-    r.id = absl::StrCat("#", slot);
-    absl::StatusOr<Placement> placed = cluster_.Place(r, policy_);
+    // Assigned, not constructed: the scratch request's buffers are reused.
+    request_ = (*p_.requests)[task];
+    request_.id.clear();
+    absl::StrAppend(&request_.id, "#", slot);
+    absl::StatusOr<Placement> placed = cluster_.Place(request_, policy_);
     *gpus = 0;
     if (!placed.ok()) return -1;
     *gpus = Mask(placed->gpus);
     allocated_ += p_.tasks[task].gpu_request;
-    slot_task_[slot] = task;
     const int i = index_.at(placed->node);
+    slot_task_[slot] = {task, i};
     Refresh(i);
     return i;
   }
 
   void Release(int64_t slot) override {
-    const std::string id = absl::StrCat("#", slot);
-    const Placement* placed = cluster_.FindPlacement(id);
-    if (placed == nullptr) return;
-    const int i = index_.at(placed->node);
-    cluster_.Release(id).IgnoreError();
-    allocated_ -= p_.tasks[slot_task_.at(slot)].gpu_request;
-    slot_task_.erase(slot);
+    auto it = slot_task_.find(slot);
+    if (it == slot_task_.end()) return;
+    const auto [task, i] = it->second;
+    slot_task_.erase(it);
+    cluster_.Release(absl::StrCat("#", slot)).IgnoreError();
+    allocated_ -= p_.tasks[task].gpu_request;
     Refresh(i);
   }
 
@@ -313,8 +314,9 @@ class ClusterEngine final : public Engine {
   const Prepared& p_;
   Policy& policy_;
   Cluster cluster_;
+  Request request_;  // The request being placed.
   absl::flat_hash_map<std::string, int> index_;
-  absl::flat_hash_map<int64_t, int> slot_task_;
+  absl::flat_hash_map<int64_t, std::pair<int, int>> slot_task_;  // Task, node index.
   std::vector<double> frag_node_;
 };
 
