@@ -96,7 +96,7 @@ NodeChoice KernelPolicy::Evaluate(const Demand& demand, const NodeStatus& node,
 
 double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
                                   const std::vector<int>& fitting, const Cluster& cluster,
-                                  int* gpus, double* node_frag) {
+                                  int* gpus, NodeFacts* facts) {
   const int n = static_cast<int>(node.gpus.size());
   // Only the first n entries are written and read: zeroing both (1 KiB) on
   // every evaluation cost more than filling them.
@@ -117,16 +117,20 @@ double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
   k.cpu_left = node.cpu > 0 ? node.cpu - node.cpu_used : kUnlimitedCpu;
   k.cpu_capacity = node.cpu;
   std::vector<uint8_t>& allowed = allowed_;  // Kept between calls: no allocation.
-  if (t != nullptr) {
+  if (t != nullptr && facts != nullptr) {
+    if (!facts->allowed_known) {
+      TypesAllowed(*t, node, facts->allowed);
+      facts->allowed_known = true;
+    }
+    k.type_allowed = facts->allowed;
+    if (facts->frag < 0) {
+      facts->frag = FragAmount(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
+    }
+    k.frag = facts->frag;
+  } else if (t != nullptr) {
     allowed.resize(t->types.size());
     TypesAllowed(*t, node, allowed.data());
     k.type_allowed = allowed.data();
-    if (node_frag != nullptr) {
-      if (*node_frag < 0) {
-        *node_frag = FragAmount(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
-      }
-      k.frag = *node_frag;
-    }
   }
   if (NeedsTags()) {
     for (const std::string& id : node.requests) {

@@ -103,15 +103,21 @@ class KernelPolicy : public Policy {
 
   NodeChoice Evaluate(const Demand& demand, const NodeStatus& node,
                       const std::vector<int>& fitting, const Cluster& cluster) final;
+  // What EvaluateInto() derives from the node alone and the target(), kept
+  // by the caller while the node is unchanged, so that scoring one node for
+  // several requests derives it once.
+  struct NodeFacts {
+    double frag = -1;            // F_N(T) now; < 0: not derived yet.
+    uint8_t* allowed = nullptr;  // target()->types.size() entries (TypesAllowed()).
+    bool allowed_known = false;  // Whether `allowed` is filled.
+  };
   // Evaluate() without allocating, for the score memo: writes the
   // demand.gpu_count chosen GPUs to `gpus` and returns the score's primary
-  // part (the others are always 0). With a target() and `node_frag`, the
-  // node's F_N(T) now is read from *node_frag when >= 0, and otherwise
-  // computed and stored there, so that scoring one node for several
-  // requests computes it once.
+  // part (the others are always 0). With a target() and `facts`, what is
+  // not known in *facts yet is derived and stored there.
   double EvaluateInto(const Demand& demand, const NodeStatus& node,
                       const std::vector<int>& fitting, const Cluster& cluster, int* gpus,
-                      double* node_frag = nullptr);
+                      NodeFacts* facts = nullptr);
 
  private:
   std::vector<uint8_t> allowed_;  // Evaluate()'s per-type permissions.

@@ -128,15 +128,19 @@ struct ScoreMemo::Memo {
   std::optional<fgd::CompiledTarget> target;
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
   uint64_t last_use = 0;
-  // With a target: each node's F_N(T) and the change stamp it was computed
-  // at (~0: never), shared by the shapes that re-score the node.
+  // With a target: what the kernel derives from each node alone (F_N(T),
+  // the target types its GPU models allow), and the change stamp it belongs
+  // to (~0: none), shared by the shapes that re-score the node.
   std::vector<double> frag;
-  std::vector<uint64_t> frag_stamp;
+  std::vector<uint8_t> allowed;  // types x slot.
+  std::vector<uint8_t> allowed_known;
+  std::vector<uint64_t> facts_stamp;
 
   Memo() = default;
   Memo(const Memo& other)
       : type(other.type), target(other.target), last_use(other.last_use), frag(other.frag),
-        frag_stamp(other.frag_stamp) {
+        allowed(other.allowed), allowed_known(other.allowed_known),
+        facts_stamp(other.facts_stamp) {
     for (const auto& [key, shape] : other.shapes) {
       shapes.emplace(key, std::make_unique<Shape>(*shape));
     }
@@ -311,20 +315,30 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     Score score;
     if (kernel != nullptr) {
       if (count < 0 || count > kMaxGpusPerNode) return false;
-      double* node_frag = nullptr;
+      fgd::KernelPolicy::NodeFacts facts;
       if (target != nullptr) {
+        const size_t types = target->types.size();
         if (memo->frag.size() < n) {
           memo->frag.resize(n, -1);
-          memo->frag_stamp.resize(n, ~uint64_t{0});
+          memo->allowed.resize(n * types);
+          memo->allowed_known.resize(n, 0);
+          memo->facts_stamp.resize(n, ~uint64_t{0});
         }
-        if (memo->frag_stamp[slot] != v.stamp) {
-          memo->frag_stamp[slot] = v.stamp;
+        if (memo->facts_stamp[slot] != v.stamp) {
+          memo->facts_stamp[slot] = v.stamp;
           memo->frag[slot] = -1;
+          memo->allowed_known[slot] = 0;
         }
-        node_frag = &memo->frag[slot];
+        facts.frag = memo->frag[slot];
+        facts.allowed = memo->allowed.data() + slot * types;
+        facts.allowed_known = memo->allowed_known[slot] != 0;
       }
-      score.primary =
-          kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(), node_frag);
+      score.primary = kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(),
+                                           target != nullptr ? &facts : nullptr);
+      if (target != nullptr) {
+        memo->frag[slot] = facts.frag;
+        memo->allowed_known[slot] = facts.allowed_known ? 1 : 0;
+      }
     } else {
       choice = policy.Evaluate(shape.demand, node, fitting, cluster);
       score = choice.score;
