@@ -18,9 +18,10 @@
 namespace gpushare::internal {
 namespace {
 
-// One node's verdict for one shape.
+// One node's verdict for one shape: the primary part of its score (the
+// others, when the policy sets them, are kept beside: Shape::rest).
 struct Verdict {
-  Score score;
+  double score = 0;
   uint64_t stamp = 0;  // The node's change stamp it was made at; 0: never.
   uint64_t gpus = 0;   // Bit mask of the chosen GPUs.
   bool feasible = false;
@@ -117,6 +118,20 @@ struct ScoreMemo::Memo {
     Request request;  // Its GPU models and node selector; no id.
     Demand demand;
     std::vector<Verdict> verdicts;  // By slot.
+    // Policies other than the kernel ones: each slot's secondary and
+    // tertiary score (the kernel ones set only the primary).
+    bool full = false;
+    std::vector<std::array<double, 2>> rest;
+
+    Score ScoreAt(uint32_t slot) const {
+      Score s;
+      s.primary = verdicts[slot].score;
+      if (full) {
+        s.secondary = rest[slot][0];
+        s.tertiary = rest[slot][1];
+      }
+      return s;
+    }
     absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies.
     absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
     uint64_t cursor = 0;  // Position in the change log it has applied.
@@ -278,6 +293,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape->request.node_selector = request.node_selector;
     shape->request.topology = request.topology;
     shape->demand = demand;
+    shape->full = kernel == nullptr;
     it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
   }
   Memo::Shape& shape = *it->second;
@@ -285,16 +301,17 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   if (shape.verdicts.size() < n) {
     d.entries += static_cast<int64_t>(n - shape.verdicts.size());
     shape.verdicts.resize(n);
+    if (shape.full) shape.rest.resize(n);
   }
 
   // Re-scores the nodes that changed since the shape's last Plan().
   std::vector<int> fitting;
   NodeChoice choice;
-  auto erase = [&](const Score& score, uint64_t tie, uint32_t slot) {
+  auto erase = [&](uint64_t tie, uint32_t slot) {
     if (kernel != nullptr) {
-      shape.tree.erase(PrimaryKey{score.primary, tie, slot});
+      shape.tree.erase(PrimaryKey{shape.verdicts[slot].score, tie, slot});
     } else {
-      shape.full_tree.erase(FullKey{score, tie, slot});
+      shape.full_tree.erase(FullKey{shape.ScoreAt(slot), tie, slot});
     }
   };
   auto refresh = [&](uint32_t slot) {
@@ -304,7 +321,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
     if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      if (v.feasible) erase(v.score, tie, slot);
+      if (v.feasible) erase(tie, slot);
       v.feasible = false;
       return true;
     }
@@ -358,14 +375,15 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.gpus = mask;
     // Scores are often unchanged (the built-in ones are whole numbers): the
     // node then keeps its place in the tree.
-    if (v.feasible && v.score == score) return true;
-    if (v.feasible) erase(v.score, tie, slot);
-    v.score = score;
+    if (v.feasible && shape.ScoreAt(slot) == score) return true;
+    if (v.feasible) erase(tie, slot);
+    v.score = score.primary;
     v.feasible = true;
     if (kernel != nullptr) {
-      shape.tree.insert(PrimaryKey{v.score.primary, tie, slot});
+      shape.tree.insert(PrimaryKey{score.primary, tie, slot});
     } else {
-      shape.full_tree.insert(FullKey{v.score, tie, slot});
+      shape.rest[slot] = {score.secondary, score.tertiary};
+      shape.full_tree.insert(FullKey{score, tie, slot});
     }
     return true;
   };
@@ -393,7 +411,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   const uint32_t best = kernel != nullptr ? shape.tree.begin()->slot
                                           : shape.full_tree.begin()->slot;
   *best_slot = static_cast<int>(best);
-  best_choice->score = shape.verdicts[best].score;
+  best_choice->score = shape.ScoreAt(best);
   best_choice->gpus.clear();
   const uint64_t mask = shape.verdicts[best].gpus;
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
@@ -412,7 +430,7 @@ bool ScoreMemo::Consistent() const {
       if (feasible != shape->tree.size() + shape->full_tree.size()) return false;
       auto held = [&](uint32_t slot, const Score& score) {
         return slot < shape->verdicts.size() && shape->verdicts[slot].feasible &&
-               shape->verdicts[slot].score == score;
+               shape->ScoreAt(slot) == score;
       };
       for (const PrimaryKey& k : shape->tree) {
         if (!held(k.slot, Score{k.score, 0, 0})) return false;
