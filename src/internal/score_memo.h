@@ -14,8 +14,13 @@
 // first entry is the scan's winner, ties included. Changes are recorded by
 // Touch() (called by PlacementIndex::Link() for every change to a node) and
 // applied lazily: a shape re-scores, on its next Plan(), only the nodes that
-// changed since its last one. Each verdict comes from CheckNode() and the
-// policy's own Evaluate(), exactly as the scan gets it.
+// changed since its last one. Each verdict comes from the scan's feasibility
+// rules (NodeFits()) and the policy's own Evaluate() — for the kernel
+// policies its non-allocating form, KernelPolicy::EvaluateInto(), which
+// computes the same score — exactly as the scan gets it. What the kernel
+// derives from a node alone (its F_N(T) for fgd, the target types its GPU
+// models allow) is derived once per change of the node and shared by every
+// shape that re-scores it.
 //
 // A shape is everything of a request that feasibility and score depend on:
 // the Demand, the GPU models and the node selector. The memory is bounded:
