@@ -132,13 +132,19 @@ double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
     TypesAllowed(*t, node, allowed.data());
     k.type_allowed = allowed.data();
   }
-  if (NeedsTags()) {
+  if (NeedsTags() && facts != nullptr && facts->tags_known) {
+    k.gpu_tags = facts->gpu_tags;
+  } else if (NeedsTags()) {
     for (const std::string& id : node.requests) {
       const Placement* p = cluster.FindPlacement(id);
       if (p == nullptr || p->gpus.empty()) continue;
       const int bit = TagBit(p->exclusive ? Demand::Kind::kExclusive : Demand::Kind::kShared,
                              static_cast<int>(p->gpus.size()));
       k.gpu_tags |= uint64_t{1} << bit;
+    }
+    if (facts != nullptr) {
+      facts->gpu_tags = k.gpu_tags;
+      facts->tags_known = true;
     }
   }
   KTask task;

@@ -110,11 +110,13 @@ class KernelPolicy : public Policy {
     double frag = -1;            // F_N(T) now; < 0: not derived yet.
     uint8_t* allowed = nullptr;  // target()->types.size() entries (TypesAllowed()).
     bool allowed_known = false;  // Whether `allowed` is filled.
+    uint64_t gpu_tags = 0;       // KNode::gpu_tags, when NeedsTags().
+    bool tags_known = false;     // Whether `gpu_tags` is derived.
   };
   // Evaluate() without allocating, for the score memo: writes the
   // demand.gpu_count chosen GPUs to `gpus` and returns the score's primary
-  // part (the others are always 0). With a target() and `facts`, what is
-  // not known in *facts yet is derived and stored there.
+  // part (the others are always 0). With `facts`, what is not known in
+  // *facts yet is derived and stored there.
   double EvaluateInto(const Demand& demand, const NodeStatus& node,
                       const std::vector<int>& fitting, const Cluster& cluster, int* gpus,
                       NodeFacts* facts = nullptr);

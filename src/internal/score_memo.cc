@@ -143,19 +143,24 @@ struct ScoreMemo::Memo {
   std::optional<fgd::CompiledTarget> target;
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
   uint64_t last_use = 0;
-  // With a target: what the kernel derives from each node alone (F_N(T),
-  // the target types its GPU models allow), and the change stamp it belongs
-  // to (~0: none), shared by the shapes that re-score the node.
-  std::vector<double> frag;
+  // Kernel policies: what they derive from each node alone (F_N(T) and the
+  // target types its GPU models allow, with a target; the tags of what it
+  // holds), and the change stamp it belongs to (~0: none), shared by the
+  // shapes that re-score the node.
+  struct SlotFacts {
+    uint64_t stamp = ~uint64_t{0};
+    double frag = -1;
+    uint64_t gpu_tags = 0;
+    bool tags_known = false;
+    bool allowed_known = false;
+  };
+  std::vector<SlotFacts> facts;
   std::vector<uint8_t> allowed;  // types x slot.
-  std::vector<uint8_t> allowed_known;
-  std::vector<uint64_t> facts_stamp;
 
   Memo() = default;
   Memo(const Memo& other)
-      : type(other.type), target(other.target), last_use(other.last_use), frag(other.frag),
-        allowed(other.allowed), allowed_known(other.allowed_known),
-        facts_stamp(other.facts_stamp) {
+      : type(other.type), target(other.target), last_use(other.last_use), facts(other.facts),
+        allowed(other.allowed) {
     for (const auto& [key, shape] : other.shapes) {
       shapes.emplace(key, std::make_unique<Shape>(*shape));
     }
@@ -332,30 +337,25 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     Score score;
     if (kernel != nullptr) {
       if (count < 0 || count > kMaxGpusPerNode) return false;
+      const size_t types = target != nullptr ? target->types.size() : 0;
+      if (memo->facts.size() < n) {
+        memo->facts.resize(n);
+        memo->allowed.resize(n * types);
+      }
+      Memo::SlotFacts& kept = memo->facts[slot];
+      if (kept.stamp != v.stamp) kept = Memo::SlotFacts{v.stamp};
       fgd::KernelPolicy::NodeFacts facts;
-      if (target != nullptr) {
-        const size_t types = target->types.size();
-        if (memo->frag.size() < n) {
-          memo->frag.resize(n, -1);
-          memo->allowed.resize(n * types);
-          memo->allowed_known.resize(n, 0);
-          memo->facts_stamp.resize(n, ~uint64_t{0});
-        }
-        if (memo->facts_stamp[slot] != v.stamp) {
-          memo->facts_stamp[slot] = v.stamp;
-          memo->frag[slot] = -1;
-          memo->allowed_known[slot] = 0;
-        }
-        facts.frag = memo->frag[slot];
-        facts.allowed = memo->allowed.data() + slot * types;
-        facts.allowed_known = memo->allowed_known[slot] != 0;
-      }
+      facts.frag = kept.frag;
+      facts.allowed = memo->allowed.data() + slot * types;
+      facts.allowed_known = kept.allowed_known;
+      facts.gpu_tags = kept.gpu_tags;
+      facts.tags_known = kept.tags_known;
       score.primary = kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(),
-                                           target != nullptr ? &facts : nullptr);
-      if (target != nullptr) {
-        memo->frag[slot] = facts.frag;
-        memo->allowed_known[slot] = facts.allowed_known ? 1 : 0;
-      }
+                                           &facts);
+      kept.frag = facts.frag;
+      kept.allowed_known = facts.allowed_known;
+      kept.gpu_tags = facts.gpu_tags;
+      kept.tags_known = facts.tags_known;
     } else {
       choice = policy.Evaluate(shape.demand, node, fitting, cluster);
       score = choice.score;
