@@ -12,7 +12,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/node_race.h"
 #include "src/internal/placement_index.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare::internal {
 namespace {
@@ -26,12 +28,13 @@ struct Verdict {
 };
 
 struct Key {
-  Score score;
+  Score score;  // The policy's keys (PolicyKeys()); the topology key is in the Verdict.
   uint64_t tie;
   uint32_t slot;
 };
 
-// The scan's ranking: higher score, then larger tie key, then lower slot.
+// The scan's ranking: higher policy score, then larger tie key, then lower
+// slot (then NodeRace's window decides on the topology key).
 struct KeyLess {
   bool operator()(const Key& a, const Key& b) const {
     if (!(a.score == b.score)) return b.score < a.score;
@@ -70,17 +73,16 @@ std::string ShapeKey(const Request& request, const Demand& demand,
     AppendText(&key, k);
     AppendText(&key, v);
   }
-  // A required minimum link decides feasibility (NodeFits), so it is part of
-  // the shape; the mode alone otherwise only changes the GPUs chosen after.
+  // The topology need: the mode and objective decide the GPUs and the score's
+  // topology key (ApplyTopology), a required minimum link also feasibility.
   const TopologyNeed& need = request.topology;
-  const bool required = need.mode == TopologyNeed::Mode::kRequire;
-  AppendNumber(&key, required ? 1 : 0);
-  if (required) {
-    for (int64_t v : {static_cast<int64_t>(need.min_link.kind),
-                      static_cast<int64_t>(need.min_link.nvlinks),
-                      static_cast<int64_t>(need.objective)}) {
-      AppendNumber(&key, v);
-    }
+  AppendNumber(&key, static_cast<int64_t>(need.mode));
+  if (need.mode != TopologyNeed::Mode::kNone) {
+    AppendNumber(&key, static_cast<int64_t>(need.objective));
+  }
+  if (need.mode == TopologyNeed::Mode::kRequire) {
+    AppendNumber(&key, static_cast<int64_t>(need.min_link.kind));
+    AppendNumber(&key, static_cast<int64_t>(need.min_link.nvlinks));
   }
   return key;
 }
@@ -277,28 +279,29 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
     if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
+      if (v.feasible) shape.tree.erase(Key{PolicyKeys(v.score), tie, slot});
       v.feasible = false;
       return true;
     }
     NodeChoice choice = policy.Evaluate(shape.demand, node, fitting, cluster);
     // The scan's own check (Cluster::Plan()); the scan reports the error.
     if (static_cast<int>(choice.gpus.size()) != demand.gpu_count) return false;
-    uint64_t mask = 0;
     int previous = -1;
     for (int g : choice.gpus) {
       if (g <= previous || !std::binary_search(fitting.begin(), fitting.end(), g)) return false;
       previous = g;
-      mask |= uint64_t{1} << g;
     }
+    ApplyTopology(node, shape.demand, shape.request, fitting, &choice);
+    uint64_t mask = 0;
+    for (int g : choice.gpus) mask |= uint64_t{1} << g;
     v.gpus = mask;
     // Scores are often unchanged (the built-in ones are whole numbers): the
     // node then keeps its place in the tree.
-    if (v.feasible && v.score == choice.score) return true;
-    if (v.feasible) shape.tree.erase(Key{v.score, tie, slot});
+    const bool same_place = v.feasible && PolicyKeys(v.score) == PolicyKeys(choice.score);
+    if (v.feasible && !same_place) shape.tree.erase(Key{PolicyKeys(v.score), tie, slot});
     v.score = choice.score;
     v.feasible = true;
-    shape.tree.insert(Key{v.score, tie, slot});
+    if (!same_place) shape.tree.insert(Key{PolicyKeys(v.score), tie, slot});
     return true;
   };
   bool ok = true;
@@ -322,11 +325,22 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     return false;
   }
 
-  const Key& best = *shape.tree.begin();
-  *best_slot = static_cast<int>(best.slot);
-  best_choice->score = best.score;
+  // The first nodes of the best policy score, in the tie-break order, race
+  // on the topology key (NodeRace, as the scan does).
+  NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
+  const Score top = shape.tree.begin()->score;
+  int entered = 0;
+  for (auto k = shape.tree.begin(); k != shape.tree.end() && k->score == top; ++k) {
+    NodeChoice entry;
+    entry.score = shape.verdicts[k->slot].score;
+    race.Offer(k->slot, std::move(entry));
+    if (++entered >= kTopologyWindow || race.Settled()) break;
+  }
+  NodeChoice won;
+  race.Finish(best_slot, &won);
+  best_choice->score = won.score;
   best_choice->gpus.clear();
-  const uint64_t mask = shape.verdicts[best.slot].gpus;
+  const uint64_t mask = shape.verdicts[*best_slot].gpus;
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
     if (mask >> g & 1) best_choice->gpus.push_back(g);
   }
@@ -342,7 +356,7 @@ bool ScoreMemo::Consistent() const {
       if (feasible != shape->tree.size()) return false;
       for (const Key& k : shape->tree) {
         if (k.slot >= shape->verdicts.size() || !shape->verdicts[k.slot].feasible ||
-            !(shape->verdicts[k.slot].score == k.score)) {
+            !(PolicyKeys(shape->verdicts[k.slot].score) == k.score)) {
           return false;
         }
       }
