@@ -271,6 +271,7 @@ TEST_P(PolicyConformanceTest, BreaksEqualScoresByConnectivity) {
         for (const std::string& name : {std::string("node-a"), std::string("node-b")}) {
           Node node;
           node.name = name;
+          node.labels = {{"gpushare", "true"}};  // Takes shared GPU work.
           node.gpus.assign(8, Gpu{16, "V100", "", true});
           node.topology = dgx1;
           ASSERT_OK(cluster.AddNode(node));
