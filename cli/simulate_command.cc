@@ -38,6 +38,13 @@ constexpr char kUsage[] =
     "  --curve FILE       write the per-bin curve as CSV (policy,seed,arrived_pct,\n"
     "                     unallocated_pct,frag_amount,frag_rate)\n"
     "  --markdown         print the table as markdown\n"
+    "  --topology N=FILE|MODEL=FILE\n"
+    "                     attach the GPU topology in FILE (nvidia-smi topo -m text or\n"
+    "                     its JSON form) to every N-GPU node, or to every node of GPU\n"
+    "                     model MODEL with as many GPUs as FILE has; repeatable, the\n"
+    "                     first matching rule wins. Then also prints how many\n"
+    "                     multi-GPU tasks got the best connectivity available on their\n"
+    "                     node and their weakest links (summed over seeds)\n"
     "  --replay           instead, replay the tasks by creation and deletion time\n"
     "                     (tasks leave; tie-break by the first seed) and print\n"
     "                     placed and failed tasks and the peak allocation\n";
@@ -59,6 +66,44 @@ Stats MeanSd(const std::vector<double>& xs) {
   return s;
 }
 
+// The connectivity multi-GPU tasks got under one policy, over all seeds:
+// "NV2 120 (60.0%), SYS 80 (40.0%)" style.
+std::string ConnectivityRow(absl::string_view policy, const std::vector<SimulationResult>& runs,
+                            bool markdown) {
+  int64_t tasks = 0, best = 0;
+  std::vector<std::pair<std::string, int64_t>> weakest;  // Best link first.
+  for (const SimulationResult& r : runs) {
+    tasks += r.topology_tasks;
+    best += r.topology_best;
+    for (const auto& [link, n] : r.topology_weakest) {
+      auto it = std::find_if(weakest.begin(), weakest.end(),
+                             [&](const auto& e) { return e.first == link; });
+      if (it == weakest.end()) {
+        weakest.emplace_back(link, n);
+      } else {
+        it->second += n;
+      }
+    }
+  }
+  std::stable_sort(weakest.begin(), weakest.end(), [](const auto& a, const auto& b) {
+    absl::StatusOr<Link> x = ParseLink(a.first), y = ParseLink(b.first);
+    return x.ok() && y.ok() && *y < *x;
+  });
+  const double denominator = static_cast<double>(std::max<int64_t>(tasks, 1));
+  std::string links;
+  for (const auto& [link, n] : weakest) {
+    absl::StrAppend(&links, links.empty() ? "" : ", ", link, " ", n,
+                    absl::StrFormat(" (%.1f%%)", 100.0 * static_cast<double>(n) / denominator));
+  }
+  const std::string share =
+      absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(best) / denominator);
+  if (markdown) {
+    return absl::StrFormat("| %s | %d | %s | %s |\n", policy, tasks, share, links);
+  }
+  return absl::StrFormat("%-14s %8d tasks, best available %6s, weakest links: %s\n", policy,
+                         tasks, share, links);
+}
+
 }  // namespace
 
 int RunSimulate(int argc, char** argv) {
@@ -70,6 +115,7 @@ int RunSimulate(int argc, char** argv) {
   int threads = 0;
   bool markdown = false;
   bool replay = false;
+  std::vector<TopologyRule> topology_rules;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string* out) {
@@ -93,6 +139,13 @@ int RunSimulate(int argc, char** argv) {
       policies = v;
     } else if (arg == "--seeds" && value(&v)) {
       seeds_text = v;
+    } else if (arg == "--topology" && value(&v)) {
+      absl::StatusOr<TopologyRule> rule = LoadTopologyRule(v);
+      if (!rule.ok()) {
+        std::cerr << "gpushare simulate: " << rule.status().message() << "\n";
+        return 2;
+      }
+      topology_rules.push_back(*std::move(rule));
     } else if (arg == "--curve" && value(&v)) {
       curve_path = v;
     } else if (arg == "--inflate" && value(&v)) {
@@ -153,6 +206,7 @@ int RunSimulate(int argc, char** argv) {
       SimulationOptions options;
       options.policy = std::string(name);
       options.seed = seeds.front();
+      options.topologies = topology_rules;
       auto run = Replay(*nodes, timed, options);
       if (!run.ok()) {
         std::cerr << "gpushare simulate: " << run.status().message() << "\n";
@@ -185,10 +239,12 @@ int RunSimulate(int argc, char** argv) {
                 "@95%", "@100%", "@110%", "frag@100%", "failed", "cpu/share/1gpu/multi",
                 "s/run");
   }
+  std::vector<std::string> connectivity;  // One row per policy, with topologies.
   for (absl::string_view name : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
     SimulationOptions options;
     options.policy = std::string(name);
     options.inflate = inflate;
+    options.topologies = topology_rules;
     auto runs = SimulateSeeds(*nodes, requests, options, seeds, threads);
     if (!runs.ok()) {
       std::cerr << "gpushare simulate: " << runs.status().message() << "\n";
@@ -235,6 +291,16 @@ int RunSimulate(int argc, char** argv) {
                   cells[6].c_str(), per_run);
     }
     std::fflush(stdout);
+    if (!topology_rules.empty()) connectivity.push_back(ConnectivityRow(name, *runs, markdown));
+  }
+  if (!connectivity.empty()) {
+    std::cout << "\nmulti-GPU tasks on nodes with a topology, summed over seeds: how many got "
+                 "the best connectivity available on their node, and their weakest links\n";
+    if (markdown) {
+      std::cout << "| policy | multi-GPU tasks | best available | weakest links |\n"
+                   "|---|---|---|---|\n";
+    }
+    for (const std::string& line : connectivity) std::cout << line;
   }
   return 0;
 }

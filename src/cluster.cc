@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/node_race.h"
 #include "src/internal/status_macros.h"
 #include "src/internal/text.h"
 #include "src/topology/node_gpus.h"
@@ -46,7 +47,8 @@ int64_t FillNode(NodeStatus node, const Demand& demand, const Request& request,
       return limit;
     }
     NodeChoice choice = policy.Evaluate(demand, node, fitting, cluster);
-    p.gpus = internal::TopologyGpus(node, demand, request, fitting, std::move(choice.gpus));
+    internal::ApplyTopology(node, demand, request, fitting, &choice);
+    p.gpus = std::move(choice.gpus);
     p.request_id = ScratchId(copies);
     internal::ApplyToNode(node, p);
     node.requests.pop_back();  // Keep the scratch node small.
@@ -224,6 +226,7 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   std::vector<int> fitting;
   int best = -1;
   NodeChoice best_choice;
+  internal::NodeRace race(state_->tie_keys, internal::TopologyKeyCap(demand, request));
   std::string reasons;
   int infeasible = 0;
   // The built-in policies are answered from the ordered indexes (the same
@@ -256,12 +259,10 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
           " GPUs on node '", internal::Echo(node.name), "' that are not ", demand.gpu_count,
           " distinct fitting GPUs in ascending order"));
     }
-    if (best < 0 || best_choice.score < choice.score ||
-        (choice.score == best_choice.score && state_->tie_keys[i] > state_->tie_keys[best])) {
-      best = static_cast<int>(i);
-      best_choice = std::move(choice);
-    }
+    internal::ApplyTopology(node, demand, request, fitting, &choice);
+    race.Offer(static_cast<uint32_t>(i), std::move(choice));
   }
+  if (!indexed) race.Finish(&best, &best_choice);
   if (best < 0) {
     if (infeasible > 5) absl::StrAppend(&reasons, "; and ", infeasible - 5, " more");
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -272,11 +273,9 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   p.request_id = request.id;
   p.node = state_->nodes[best].name;
   p.gpus = std::move(best_choice.gpus);
-  // The policy chose the node; its topology, if any, chooses the GPUs there.
+  // The GPUs are those the node's topology chose (ApplyTopology()).
   if (const NodeStatus& node = state_->nodes[best];
       node.topology != nullptr && request.topology.mode != TopologyNeed::Mode::kNone) {
-    internal::CheckNode(node, demand, request, &fitting);
-    p.gpus = internal::TopologyGpus(node, demand, request, fitting, std::move(p.gpus));
     p.weakest_link = internal::WeakestLinkOf(node, p.gpus);
   }
   p.memory_per_gpu = demand.memory_per_gpu;

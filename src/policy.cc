@@ -46,8 +46,9 @@ const std::vector<Entry>& Registry() {
 }  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Score& s) {
-  return os << "Score(" << s.primary << ", " << s.secondary << ", "
-            << s.tertiary << ")";
+  os << "Score(" << s.primary << ", " << s.secondary << ", " << s.tertiary;
+  if (s.topology != 0) os << ", topology=" << s.topology;
+  return os << ")";
 }
 
 std::vector<std::string> PolicyNames() {

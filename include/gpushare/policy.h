@@ -38,15 +38,22 @@ struct Score {
   double primary = 0;
   double secondary = 0;
   double tertiary = 0;
+  // Not the policy's: the cluster sets it after Evaluate() from the node's
+  // GPU topology (0..1, see "GPU topology" under PolicyNames() below); it
+  // only decides between nodes whose three policy keys are equal, and only
+  // among the first 16 of them in the tie-break order. Policies leave it 0;
+  // a value they set is overwritten.
+  double topology = 0;
 
   friend bool operator<(const Score& a, const Score& b) {
     if (a.primary != b.primary) return a.primary < b.primary;
     if (a.secondary != b.secondary) return a.secondary < b.secondary;
-    return a.tertiary < b.tertiary;
+    if (a.tertiary != b.tertiary) return a.tertiary < b.tertiary;
+    return a.topology < b.topology;
   }
   friend bool operator==(const Score& a, const Score& b) {
     return a.primary == b.primary && a.secondary == b.secondary &&
-           a.tertiary == b.tertiary;
+           a.tertiary == b.tertiary && a.topology == b.topology;
   }
 };
 
@@ -153,18 +160,37 @@ struct PolicyOptions {
 // Scores use the state before the placement. Ties between nodes: see
 // ClusterOptions::tie_break_seed.
 //
-// GPU topology (gpushare/topology.h), the same for every policy: the node
-// score is the policy's own, computed on the GPUs the policy picks, so the
-// node a request goes to never depends on topology (packing and the FGD
-// fragmentation descent behave as on topology-blind nodes). On the winning
-// node, when it has a topology and Request::topology is not kNone, the GPUs
-// are then chosen by Topology::Choose() among the fitting GPUs, with the
-// policy's pick first in the preference order: a set at least as well
+// GPU topology (gpushare/topology.h), the same for every policy. For a
+// request of two or more GPUs whose Request::topology is not kNone, the
+// cluster combines each feasible node's policy score with the connectivity
+// the node can offer, lexicographically:
+//  1. the policy's own score (primary, secondary, tertiary), computed on the
+//     GPUs the policy picks, decides first, so packing and the FGD
+//     fragmentation descent are never traded for connectivity;
+//  2. among the nodes it scores equal, the first 16 in the tie-break order
+//     compete on Score::topology, and the highest wins: the node's
+//     topology chooses its set (Topology::Choose() among the fitting GPUs,
+//     with the policy's pick first in the preference order), and the key is
+//     that set's measure divided by the measure of the best set of as many
+//     GPUs the topology has when every GPU is idle — the weakest pair's
+//     weight for TopologyObjective::kWeakestLink, the total for kTotal. So
+//     it is 1 when the node can still offer its best (always on NVSwitch
+//     nodes) and less when its free GPUs are worse connected; e.g. on a
+//     DGX-1 a free NV2 pair scores 1, a free SYS pair 8/50 = 0.16. A node
+//     without a topology scores 1 (nothing is known against it);
+//  3. equal keys go to the earlier node in the tie-break order
+//     (ClusterOptions::tie_break_seed).
+// The window of 16 bounds the cost: at most 16 more nodes are evaluated
+// than without topology, however many nodes tie (the tie-break order is a
+// seeded shuffle, so they are a sample of the tied nodes). The key is a
+// function of the node and the request only (like the rest of the score),
+// 0 for single-GPU, CPU-only and kNone requests, and 1 on every node of a
+// cluster without topologies, where the result is the policy's alone. The GPUs placed are the set the topology chose: at least as well
 // connected as the policy's pick (for kWeakestLink, never a weaker weakest
 // pair), equal to it when no other set is better or leaves better groups
-// behind. A required minimum link (TopologyNeed::kRequire) makes nodes that
-// cannot meet it infeasible before any score is computed. Placement::
-// weakest_link reports the result.
+// behind. A single GPU is moved only among idle GPUs. A required minimum
+// link (TopologyNeed::kRequire) makes nodes that cannot meet it infeasible
+// before any score is computed. Placement::weakest_link reports the result.
 std::vector<std::string> PolicyNames();
 
 // Makes the policy called `name`.

@@ -31,6 +31,11 @@
 // other policy name, and any run in which a node has a GPU topology (the
 // specialised engine is topology-blind), runs through a Cluster.
 //
+// GPU topologies: trace nodes carry none; SimulationOptions::topologies
+// attaches fixtures by GPU count or model (LoadTopologyRule("8=dgx1.txt"),
+// AttachTopologies()), and SimulationResult reports the connectivity
+// multi-GPU tasks got (topology_tasks, topology_best, topology_weakest).
+//
 // Thread safety: the functions are reentrant. SimulateSeeds() runs seeds on
 // several threads.
 
@@ -40,13 +45,38 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "gpushare/fragmentation.h"
+#include "gpushare/topology.h"
 #include "gpushare/types.h"
 
 namespace gpushare {
+
+// Attaches a GPU topology (gpushare/topology.h) to trace nodes, which carry
+// none: every node with topology->num_gpus() GPUs, all of model `model`
+// when that is not empty, gets `topology` (SimulationOptions::topologies).
+struct TopologyRule {
+  std::string model;     // GPU model, e.g. "V100M32"; empty: any model.
+  TopologyPtr topology;  // Shared by every node it goes to.
+};
+
+// Reads a rule from "N=FILE" (every N-GPU node; N must be the topology's
+// GPU count) or "MODEL=FILE" (every node of that GPU model with the
+// topology's GPU count). FILE holds the text of `nvidia-smi topo -m` or the
+// JSON form (when its first non-blank character is '{').
+// Errors: InvalidArgument naming the spec (no '=', empty key, N not the
+// file's GPU count) or the file's error; NotFound for a file that cannot be
+// read.
+absl::StatusOr<TopologyRule> LoadTopologyRule(std::string_view spec);
+
+// Copies of `nodes` where every node without a topology gets that of the
+// first rule it matches.
+std::vector<Node> AttachTopologies(const std::vector<Node>& nodes,
+                                   const std::vector<TopologyRule>& rules);
 
 struct SimulationOptions {
   std::string policy = "fgd";  // Any name of PolicyNames().
@@ -59,6 +89,8 @@ struct SimulationOptions {
   // Place through a gpushare::Cluster with Cluster::Place() (slow; a check of
   // the specialised engine, or for policies it does not know).
   bool through_cluster = false;
+  // Topologies attached to the nodes before the run (AttachTopologies()).
+  std::vector<TopologyRule> topologies;
 };
 
 // Requests that found no node, by kind.
@@ -103,6 +135,9 @@ struct SimulationResult {
   // node's GPUs that held nothing yet (Topology::Choose, kWeakestLink).
   int64_t topology_tasks = 0;
   int64_t topology_best = 0;
+  // The same tasks by the weakest link among their GPUs ("NV2", "SYS"...),
+  // best link first: (link name, tasks).
+  std::vector<std::pair<std::string, int64_t>> topology_weakest;
 
   // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
   // curve (linear between bins, the last bin beyond it). NaN if empty.

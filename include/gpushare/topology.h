@@ -209,6 +209,13 @@ class Topology {
                       int k, TopologyObjective objective, double min_weight = 0,
                       const std::vector<int>& preference = {}) const;
 
+  // What an empty node offers: the measure `objective` ranks sets by first
+  // (the weakest pair's weight for kWeakestLink, the total for kTotal) of
+  // the best set of `k` GPUs when every GPU is idle; 0 for k < 2 or k larger
+  // than the GPU count. Computed by Choose() once per (k, objective), then
+  // cached. The node score's topology key divides by it (gpushare/policy.h).
+  double IdealMeasure(int k, TopologyObjective objective) const;
+
   // The reference for Choose(): the same rules by trying every subset.
   // Exponential; for tests on up to ~12 GPUs.
   GpuSetChoice ChooseByBruteForce(const std::vector<int>& candidates,

@@ -13,9 +13,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/node_race.h"
 #include "src/policies/binpack_policy.h"
 #include "src/policies/gpu_order.h"
 #include "src/policies/spread_policy.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare::internal {
 namespace {
@@ -136,58 +138,47 @@ bool SameTree(const Tree& a, const Tree& b, Less less) {
 }
 
 // One search: evaluates candidate nodes exactly as the generic scan does and
-// keeps the best under the scan's tie-break rule.
+// keeps the best under the scan's rule (NodeRace).
 class Search {
  public:
   Search(const ClusterState& state, const Cluster& cluster, const Request& request,
          const Demand& demand, Policy& policy)
-      : state_(state), cluster_(cluster), request_(request), demand_(demand), policy_(policy) {}
+      : state_(state),
+        cluster_(cluster),
+        request_(request),
+        demand_(demand),
+        policy_(policy),
+        race_(state.tie_keys, TopologyKeyCap(demand, request)) {}
 
   // Evaluates node `slot`; false if it cannot host the demand.
   bool Consider(uint32_t slot) {
     const NodeStatus& node = state_.nodes[slot];
     if (!NodeFits(node, demand_, request_, &fitting_)) return false;
     NodeChoice choice = policy_.Evaluate(demand_, node, fitting_, cluster_);
-    if (best_ < 0 || best_choice_.score < choice.score ||
-        (choice.score == best_choice_.score && TieBeatsBest(slot))) {
-      best_ = static_cast<int>(slot);
-      best_choice_ = std::move(choice);
-    }
+    ApplyTopology(node, demand_, request_, fitting_, &choice);
+    race_.Offer(slot, std::move(choice));
     return true;
   }
 
-  // Whether a node in `slot` scoring at most `bound` could still win.
-  bool CouldWin(const Score& bound, uint32_t slot) const {
-    if (best_ < 0) return true;
-    if (bound < best_choice_.score) return false;
-    return !(bound == best_choice_.score) || TieBeatsBest(slot);
-  }
+  // Whether a node in `slot` whose policy keys are at most `bound` could
+  // still win.
+  bool CouldWin(const Score& bound, uint32_t slot) const { return race_.CouldWin(bound, slot); }
 
-  bool found() const { return best_ >= 0; }
+  bool found() const { return race_.found(); }
+  // See NodeRace::Settled(): for walks in (score desc, tie-break) order.
+  bool settled() const { return race_.Settled(); }
   bool Finish(int* best_slot, NodeChoice* best_choice) {
-    if (best_ < 0) return false;
-    *best_slot = best_;
-    *best_choice = std::move(best_choice_);
-    return true;
+    return race_.Finish(best_slot, best_choice);
   }
 
  private:
-  // The scan visits nodes in slot order and replaces the best only on a
-  // strictly larger tie key, so among equal keys the lowest slot wins.
-  bool TieBeatsBest(uint32_t slot) const {
-    const uint64_t a = state_.tie_keys[slot];
-    const uint64_t b = state_.tie_keys[best_];
-    return a > b || (a == b && static_cast<int>(slot) < best_);
-  }
-
   const ClusterState& state_;
   const Cluster& cluster_;
   const Request& request_;
   const Demand& demand_;
   Policy& policy_;
+  NodeRace race_;
   std::vector<int> fitting_;
-  int best_ = -1;
-  NodeChoice best_choice_;
 };
 
 }  // namespace
@@ -646,7 +637,8 @@ bool PlacementIndex::PlanBinpackShared(const ClusterState& state, const Cluster&
     const uint32_t slot = e.slot();
     ++next->it;
     if (seen.contains(slot)) continue;
-    if (search.Consider(slot)) break;  // The first feasible node wins (M = 1).
+    // The first feasible node wins (M = 1: no topology key, a window of one).
+    if (search.Consider(slot) && search.settled()) break;
     seen.insert(slot);
   }
   return search.Finish(best_slot, best_choice);
@@ -729,9 +721,14 @@ bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& clu
   Search search(state, cluster, request, demand, policy);
   const int32_t k = demand.gpu_count;
   if (!spread) {
+    // Scores fall along the walk; nodes of equal (idle, free) score equal,
+    // so the walk goes on past the first feasible node only while one of
+    // them might offer a better connected set.
     const ExclusiveKey low{std::numeric_limits<int64_t>::min(), 0, 0, k};
     for (auto it = exclusive.lower_bound(low); it != exclusive.end(); ++it) {
-      if (search.Consider(it->slot)) break;
+      const Score bound{-static_cast<double>(it->idle), -static_cast<double>(it->free_memory), 0};
+      if (!search.CouldWin(bound, it->slot)) break;
+      if (search.Consider(it->slot) && search.settled()) break;
     }
     return search.Finish(best_slot, best_choice);
   }
@@ -740,8 +737,8 @@ bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& clu
     const ExclusiveKey& last = *std::prev(hi);
     if (last.idle < k) break;
     auto lo = exclusive.lower_bound(ExclusiveKey{last.free_memory, 0, 0, last.idle});
-    for (auto it = lo; it != hi; ++it) {
-      if (search.Consider(it->slot)) break;
+    for (auto it = lo; it != hi; ++it) {  // Equal scores: see the binpack walk.
+      if (search.Consider(it->slot) && search.settled()) break;
     }
     hi = lo;
   }

@@ -13,13 +13,16 @@
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/node_race.h"
 #include "src/internal/placement_index.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare::internal {
 namespace {
 
 // One node's verdict for one shape: the primary part of its score (the
-// others, when the policy sets them, are kept beside: Shape::rest).
+// others, when the policy sets them, and the topology key, when the shape
+// gets one, are kept beside: Shape::rest, Shape::topology).
 struct Verdict {
   double score = 0;
   uint64_t stamp = 0;  // The node's change stamp it was made at; 0: never.
@@ -27,9 +30,10 @@ struct Verdict {
   bool feasible = false;
 };
 
-// A tree entry. The kernel policies' scores have only a primary part (the
-// others are 0), so their keys keep only that: smaller keys make wider, and
-// so shallower, trees.
+// A tree entry, on the policy's keys (PolicyKeys(); the topology key decides
+// only later, in NodeRace). The kernel policies' scores have only a primary
+// part (the others are 0), so their keys keep only that: smaller keys make
+// wider, and so shallower, trees.
 template <typename S>
 struct Key {
   S score;
@@ -39,7 +43,8 @@ struct Key {
 using PrimaryKey = Key<double>;
 using FullKey = Key<Score>;
 
-// The scan's ranking: higher score, then larger tie key, then lower slot.
+// The scan's ranking: higher policy score, then larger tie key, then lower
+// slot (then NodeRace's window decides on the topology key).
 struct KeyLess {
   template <typename S>
   bool operator()(const Key<S>& a, const Key<S>& b) const {
@@ -79,17 +84,16 @@ std::string ShapeKey(const Request& request, const Demand& demand,
     AppendText(&key, k);
     AppendText(&key, v);
   }
-  // A required minimum link decides feasibility (NodeFits), so it is part of
-  // the shape; the mode alone otherwise only changes the GPUs chosen after.
+  // The topology need: the mode and objective decide the GPUs and the score's
+  // topology key (ApplyTopology), a required minimum link also feasibility.
   const TopologyNeed& need = request.topology;
-  const bool required = need.mode == TopologyNeed::Mode::kRequire;
-  AppendNumber(&key, required ? 1 : 0);
-  if (required) {
-    for (int64_t v : {static_cast<int64_t>(need.min_link.kind),
-                      static_cast<int64_t>(need.min_link.nvlinks),
-                      static_cast<int64_t>(need.objective)}) {
-      AppendNumber(&key, v);
-    }
+  AppendNumber(&key, static_cast<int64_t>(need.mode));
+  if (need.mode != TopologyNeed::Mode::kNone) {
+    AppendNumber(&key, static_cast<int64_t>(need.objective));
+  }
+  if (need.mode == TopologyNeed::Mode::kRequire) {
+    AppendNumber(&key, static_cast<int64_t>(need.min_link.kind));
+    AppendNumber(&key, static_cast<int64_t>(need.min_link.nvlinks));
   }
   return key;
 }
@@ -122,14 +126,23 @@ struct ScoreMemo::Memo {
     // tertiary score (the kernel ones set only the primary).
     bool full = false;
     std::vector<std::array<double, 2>> rest;
+    // Shapes that get a topology key (TopologyKeyCap() > 0): each slot's.
+    bool keyed = false;
+    std::vector<double> topology;
 
-    Score ScoreAt(uint32_t slot) const {
+    // The policy's keys of the slot's score (PolicyKeys()).
+    Score PolicyScoreAt(uint32_t slot) const {
       Score s;
       s.primary = verdicts[slot].score;
       if (full) {
         s.secondary = rest[slot][0];
         s.tertiary = rest[slot][1];
       }
+      return s;
+    }
+    Score ScoreAt(uint32_t slot) const {
+      Score s = PolicyScoreAt(slot);
+      if (keyed) s.topology = topology[slot];
       return s;
     }
     absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies.
@@ -299,6 +312,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape->request.topology = request.topology;
     shape->demand = demand;
     shape->full = kernel == nullptr;
+    shape->keyed = TopologyKeyCap(demand, request) > 0;
     it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
   }
   Memo::Shape& shape = *it->second;
@@ -307,6 +321,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     d.entries += static_cast<int64_t>(n - shape.verdicts.size());
     shape.verdicts.resize(n);
     if (shape.full) shape.rest.resize(n);
+    if (shape.keyed) shape.topology.resize(n);
   }
 
   // Re-scores the nodes that changed since the shape's last Plan().
@@ -316,7 +331,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     if (kernel != nullptr) {
       shape.tree.erase(PrimaryKey{shape.verdicts[slot].score, tie, slot});
     } else {
-      shape.full_tree.erase(FullKey{shape.ScoreAt(slot), tie, slot});
+      shape.full_tree.erase(FullKey{shape.PolicyScoreAt(slot), tie, slot});
     }
   };
   auto refresh = [&](uint32_t slot) {
@@ -364,26 +379,41 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
     // The scan's own check (Cluster::Plan()); the scan reports the error.
     if (count != demand.gpu_count) return false;
-    uint64_t mask = 0;
     int previous = -1;
     for (int i = 0; i < count; ++i) {
       const int g = gpus[i];
       if (g <= previous || !std::binary_search(fitting.begin(), fitting.end(), g)) return false;
       previous = g;
-      mask |= uint64_t{1} << g;
     }
+    // The node's topology may move the GPUs and sets the topology key; on a
+    // topology-blind node, or for kNone, it only sets the key (ApplyTopology()).
+    if (node.topology != nullptr && shape.request.topology.mode != TopologyNeed::Mode::kNone &&
+        count > 0) {
+      if (kernel != nullptr) choice.gpus.assign(gpus, gpus + count);
+      choice.score = score;
+      ApplyTopology(node, shape.demand, shape.request, fitting, &choice);
+      score.topology = choice.score.topology;
+      gpus = choice.gpus.data();
+      count = static_cast<int>(choice.gpus.size());
+    } else {
+      score.topology = count > 0 ? TopologyKeyCap(shape.demand, shape.request) : 0;
+    }
+    uint64_t mask = 0;
+    for (int i = 0; i < count; ++i) mask |= uint64_t{1} << gpus[i];
     v.gpus = mask;
-    // Scores are often unchanged (the built-in ones are whole numbers): the
-    // node then keeps its place in the tree.
-    if (v.feasible && shape.ScoreAt(slot) == score) return true;
+    if (shape.keyed) shape.topology[slot] = score.topology;
+    // Policy scores are often unchanged (the built-in ones are whole
+    // numbers): the node then keeps its place in the tree.
+    const Score keys = PolicyKeys(score);
+    if (v.feasible && shape.PolicyScoreAt(slot) == keys) return true;
     if (v.feasible) erase(tie, slot);
-    v.score = score.primary;
+    v.score = keys.primary;
     v.feasible = true;
     if (kernel != nullptr) {
-      shape.tree.insert(PrimaryKey{score.primary, tie, slot});
+      shape.tree.insert(PrimaryKey{keys.primary, tie, slot});
     } else {
-      shape.rest[slot] = {score.secondary, score.tertiary};
-      shape.full_tree.insert(FullKey{score, tie, slot});
+      shape.rest[slot] = {keys.secondary, keys.tertiary};
+      shape.full_tree.insert(FullKey{keys, tie, slot});
     }
     return true;
   };
@@ -408,12 +438,29 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     return false;
   }
 
-  const uint32_t best = kernel != nullptr ? shape.tree.begin()->slot
-                                          : shape.full_tree.begin()->slot;
-  *best_slot = static_cast<int>(best);
-  best_choice->score = shape.ScoreAt(best);
+  // The first nodes of the best policy score, in the tie-break order, race
+  // on the topology key (NodeRace, as the scan does).
+  NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
+  auto enter = [&](const auto& tree) {
+    const auto top = tree.begin()->score;
+    int entered = 0;
+    for (auto k = tree.begin(); k != tree.end() && k->score == top; ++k) {
+      NodeChoice entry;
+      entry.score = shape.ScoreAt(k->slot);
+      race.Offer(k->slot, std::move(entry));
+      if (++entered >= kTopologyWindow || race.Settled()) break;
+    }
+  };
+  if (kernel != nullptr) {
+    enter(shape.tree);
+  } else {
+    enter(shape.full_tree);
+  }
+  NodeChoice won;
+  race.Finish(best_slot, &won);
+  best_choice->score = won.score;
   best_choice->gpus.clear();
-  const uint64_t mask = shape.verdicts[best].gpus;
+  const uint64_t mask = shape.verdicts[*best_slot].gpus;
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
     if (mask >> g & 1) best_choice->gpus.push_back(g);
   }
@@ -430,7 +477,7 @@ bool ScoreMemo::Consistent() const {
       if (feasible != shape->tree.size() + shape->full_tree.size()) return false;
       auto held = [&](uint32_t slot, const Score& score) {
         return slot < shape->verdicts.size() && shape->verdicts[slot].feasible &&
-               shape->ScoreAt(slot) == score;
+               shape->PolicyScoreAt(slot) == score;
       };
       for (const PrimaryKey& k : shape->tree) {
         if (!held(k.slot, Score{k.score, 0, 0})) return false;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
+#include "src/topology/node_gpus.h"
 
 namespace gpushare {
 
@@ -98,6 +99,7 @@ absl::StatusOr<std::vector<NodeScore>> Scheduler::Score(
     if (node == nullptr) continue;
     if (internal::CheckNode(*node, demand, request, &fitting)) continue;
     NodeChoice choice = policy->Evaluate(demand, *node, fitting, cluster);
+    internal::ApplyTopology(*node, demand, request, fitting, &choice);
     out.push_back(NodeScore{name, choice.score, 0});
   }
   std::vector<gpushare::Score> distinct;
@@ -233,6 +235,7 @@ absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string
                                                        internal::Sv(node), "': ", *why));
     }
     NodeChoice choice = policy->Evaluate(demand, *status, fitting, cluster);
+    internal::ApplyTopology(*status, demand, request, fitting, &choice);
     p.request_id = request.id;
     p.node = status->name;
     p.gpus = std::move(choice.gpus);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <thread>
 #include <utility>
@@ -113,6 +114,7 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
   // GPUs each node has handed out so far (tasks never leave here), to judge
   // the connectivity multi-GPU tasks get on nodes with a topology.
   std::vector<uint64_t> touched(p.nodes->size(), 0);
+  std::map<Link, int64_t> weakest;
   for (size_t k = 0; k < order.size(); ++k) {
     const sim::Task& t = p.tasks[order[k]];
     // Bins below the arrived request with this one hold the state before it.
@@ -134,7 +136,9 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
         const GpuSetChoice best = topology->Choose(idle, idle, static_cast<int>(chosen.size()),
                                                    TopologyObjective::kWeakestLink);
         ++r.topology_tasks;
-        if (topology->Rate(chosen).weakest_weight >= best.weakest_weight) ++r.topology_best;
+        const GpuSetChoice got = topology->Rate(chosen);
+        if (got.weakest_weight >= best.weakest_weight) ++r.topology_best;
+        ++weakest[got.weakest];
       }
       touched[node] |= gpus;
     }
@@ -151,6 +155,9 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     }
   }
   record(static_cast<int>(std::floor(100.0 * static_cast<double>(arrived) / capacity)));
+  for (auto it = weakest.rbegin(); it != weakest.rend(); ++it) {
+    r.topology_weakest.emplace_back(LinkName(it->first), it->second);
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -161,6 +168,15 @@ absl::Status CheckOptions(const SimulationOptions& options) {
         absl::StrCat("inflate ", options.inflate, " is outside [0, 100]"));
   }
   return MakePolicy(options.policy).status();
+}
+
+// `nodes`, or copies with options.topologies attached (kept in `*storage`).
+const std::vector<Node>& WithTopologies(const std::vector<Node>& nodes,
+                                        const SimulationOptions& options,
+                                        std::vector<Node>* storage) {
+  if (options.topologies.empty()) return nodes;
+  *storage = AttachTopologies(nodes, options.topologies);
+  return *storage;
 }
 
 }  // namespace
@@ -177,8 +193,10 @@ absl::StatusOr<SimulationResult> Simulate(const std::vector<Node>& nodes,
                                           const std::vector<Request>& requests,
                                           const SimulationOptions& options) {
   GPUSHARE_RETURN_IF_ERROR(CheckOptions(options));
-  GPUSHARE_ASSIGN_OR_RETURN(std::shared_ptr<const sim::Prepared> p,
-                            sim::Prepare(nodes, requests, options.target));
+  std::vector<Node> attached;  // Outlives `p`, which points to its nodes.
+  GPUSHARE_ASSIGN_OR_RETURN(
+      std::shared_ptr<const sim::Prepared> p,
+      sim::Prepare(WithTopologies(nodes, options, &attached), requests, options.target));
   return Run(*p, options);
 }
 
@@ -187,8 +205,10 @@ absl::StatusOr<std::vector<SimulationResult>> SimulateSeeds(
     const SimulationOptions& options, const std::vector<uint64_t>& seeds, int threads) {
   if (seeds.empty()) return absl::InvalidArgumentError("no seeds to simulate");
   GPUSHARE_RETURN_IF_ERROR(CheckOptions(options));
-  GPUSHARE_ASSIGN_OR_RETURN(std::shared_ptr<const sim::Prepared> p,
-                            sim::Prepare(nodes, requests, options.target));
+  std::vector<Node> attached;  // Outlives `p`, which points to its nodes.
+  GPUSHARE_ASSIGN_OR_RETURN(
+      std::shared_ptr<const sim::Prepared> p,
+      sim::Prepare(WithTopologies(nodes, options, &attached), requests, options.target));
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min<int>(threads, static_cast<int>(seeds.size()));
   std::vector<absl::StatusOr<SimulationResult>> results(seeds.size(),
@@ -228,8 +248,10 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
     }
     plain.push_back(t.request);
   }
+  std::vector<Node> attached;  // Outlives `p`, which points to its nodes.
   GPUSHARE_ASSIGN_OR_RETURN(std::shared_ptr<const sim::Prepared> p,
-                            sim::Prepare(nodes, plain, options.target));
+                            sim::Prepare(WithTopologies(nodes, options, &attached), plain,
+                                         options.target));
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakeRunPolicy(*p, options));
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<sim::Engine> engine,
                             sim::MakeEngine(*p, *policy, options.seed, options.through_cluster));

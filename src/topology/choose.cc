@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "gpushare/topology.h"
 #include "src/topology/topology_impl.h"
 
@@ -165,16 +166,34 @@ GpuSetChoice Topology::ChooseByBruteForce(const std::vector<int>& candidates_in,
 GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::vector<int>& idle,
                               int k, TopologyObjective objective, double min_weight,
                               const std::vector<int>& preference) const {
-  std::vector<int> candidates = candidates_in;
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  // Callers mostly pass sorted, distinct candidates (a fitting list): no copy.
+  std::vector<int> sorted;
+  const bool clean =
+      std::is_sorted(candidates_in.begin(), candidates_in.end()) &&
+      std::adjacent_find(candidates_in.begin(), candidates_in.end()) == candidates_in.end();
+  if (!clean) {
+    sorted = candidates_in;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  }
+  const std::vector<int>& candidates = clean ? candidates_in : sorted;
   if (!Usable(*this, candidates, k)) return GpuSetChoice{};
   const uint64_t idle_mask = MaskOf(idle);
 
-  std::string key;
+  // The memo key, built on the stack: a hit allocates nothing but the result.
   const uint64_t cand_mask = MaskOf(candidates);
-  auto put = [&key](const void* p, size_t size) {
-    key.append(static_cast<const char*>(p), size);
+  char stack[32 + sizeof(int) * 64];
+  std::string heap;
+  char* key = stack;
+  const size_t need = 32 + sizeof(int) * preference.size();
+  if (need > sizeof stack) {
+    heap.resize(need);
+    key = heap.data();
+  }
+  size_t size = 0;
+  auto put = [&](const void* p, size_t n) {
+    std::memcpy(key + size, p, n);
+    size += n;
   };
   const int obj = static_cast<int>(objective);
   put(&cand_mask, sizeof cand_mask);
@@ -183,9 +202,10 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
   put(&obj, sizeof obj);
   put(&min_weight, sizeof min_weight);
   for (int g : preference) put(&g, sizeof g);
+  const absl::string_view key_view(key, size);
   {
     std::lock_guard<std::mutex> lock(impl_->memo_mutex);
-    auto it = impl_->memo.find(key);
+    auto it = impl_->memo.find(key_view);
     if (it != impl_->memo.end()) return it->second;
   }
 
@@ -281,8 +301,20 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
   GpuSetChoice result = Result(best);
   std::lock_guard<std::mutex> lock(impl_->memo_mutex);
   if (impl_->memo.size() >= kMaxMemo) impl_->memo.clear();
-  impl_->memo.emplace(std::move(key), result);
+  impl_->memo.emplace(std::string(key_view), result);
   return result;
+}
+
+double Topology::IdealMeasure(int k, TopologyObjective objective) const {
+  if (k < 2 || k > n_) return 0;
+  std::atomic<double>& slot = impl_->ideal[static_cast<int>(objective)][k];
+  double v = slot.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  std::vector<int> all(n_);
+  for (int g = 0; g < n_; ++g) all[g] = g;
+  v = MeasureOf(Choose(all, all, k, objective), objective);
+  slot.store(v, std::memory_order_relaxed);  // Racing writers store the same value.
+  return v;
 }
 
 }  // namespace gpushare

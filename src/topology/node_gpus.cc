@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/topology/topology_impl.h"
 
 namespace gpushare::internal {
 
@@ -27,28 +28,33 @@ double MinWeight(const Topology& t, const Request& request) {
 
 }  // namespace
 
-std::vector<int> TopologyGpus(const NodeStatus& node, const Demand& demand,
-                              const Request& request, const std::vector<int>& fitting,
-                              std::vector<int> chosen) {
+void ApplyTopology(const NodeStatus& node, const Demand& demand, const Request& request,
+                   const std::vector<int>& fitting, NodeChoice* choice) {
+  choice->score.topology = choice->gpus.empty() ? 0 : TopologyKeyCap(demand, request);
   if (node.topology == nullptr || request.topology.mode == TopologyNeed::Mode::kNone ||
-      demand.gpu_count < 1 || chosen.empty()) {
-    return chosen;
+      demand.gpu_count < 1 || choice->gpus.empty()) {
+    return;
   }
   const Topology& t = *node.topology;
-  if (t.uniform() && demand.gpu_count > 1) return chosen;  // Every set is as good.
+  if (t.uniform() && demand.gpu_count > 1) return;  // Every set is as good.
   std::vector<int> idle = IdleGpus(node);
-  std::vector<int> candidates;
+  std::vector<int> idle_fitting;  // The candidates for one GPU.
   if (demand.gpu_count == 1) {
-    if (!std::binary_search(idle.begin(), idle.end(), chosen[0])) return chosen;
+    if (!std::binary_search(idle.begin(), idle.end(), choice->gpus[0])) return;
     std::set_intersection(fitting.begin(), fitting.end(), idle.begin(), idle.end(),
-                          std::back_inserter(candidates));
-  } else {
-    candidates = fitting;
+                          std::back_inserter(idle_fitting));
   }
-  GpuSetChoice best = t.Choose(candidates, idle, demand.gpu_count, request.topology.objective,
-                               MinWeight(t, request), chosen);
-  if (best.gpus.empty()) return chosen;
-  return best.gpus;
+  GpuSetChoice best = t.Choose(demand.gpu_count == 1 ? idle_fitting : fitting, idle,
+                               demand.gpu_count, request.topology.objective,
+                               MinWeight(t, request), choice->gpus);
+  if (best.gpus.empty()) return;
+  choice->gpus = std::move(best.gpus);
+  if (demand.gpu_count < 2) return;
+  const double ideal = t.IdealMeasure(demand.gpu_count, request.topology.objective);
+  if (ideal > 0) {
+    choice->score.topology =
+        std::min(1.0, MeasureOf(best, request.topology.objective) / ideal);
+  }
 }
 
 bool MeetsTopologyNeed(const NodeStatus& node, const Demand& demand, const Request& request,

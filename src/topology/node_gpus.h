@@ -8,20 +8,34 @@
 #include <string>
 #include <vector>
 
+#include "gpushare/policy.h"
 #include "gpushare/types.h"
 
 namespace gpushare::internal {
 
-// The GPUs `request` gets on `node`, given the policy's choice `chosen` among
-// `fitting`. Unchanged on a topology-blind node, for mode kNone and for CPU-
-// only demands. Otherwise Topology::Choose() over the fitting GPUs, with the
-// policy's choice first in the preference order (so among equally connected
-// sets the policy's own wins). A single GPU is moved only among idle GPUs,
-// and only when the policy took an idle one: the topology then picks the
-// idle GPU that breaks the fewest well-connected groups.
-std::vector<int> TopologyGpus(const NodeStatus& node, const Demand& demand,
-                              const Request& request, const std::vector<int>& fitting,
-                              std::vector<int> chosen);
+// Applies `node`'s topology to the policy's verdict `choice` (its GPUs among
+// `fitting`), as every path that scores nodes does right after Evaluate():
+//  - the GPUs: unchanged on a topology-blind node, for mode kNone and for
+//    CPU-only demands; otherwise Topology::Choose() over the fitting GPUs,
+//    with the policy's choice first in the preference order (so among
+//    equally connected sets the policy's own wins). A single GPU is moved
+//    only among idle GPUs, and only when the policy took an idle one: the
+//    topology then picks the idle GPU that breaks the fewest well-connected
+//    groups;
+//  - choice->score.topology (gpushare/policy.h): for two or more GPUs and a
+//    mode other than kNone, the chosen set's measure over
+//    Topology::IdealMeasure(), or 1 on a node without a topology or with a
+//    uniform one; 0 otherwise.
+// A function of the node and the request only, so memoised scores stay valid
+// until the node changes.
+void ApplyTopology(const NodeStatus& node, const Demand& demand, const Request& request,
+                   const std::vector<int>& fitting, NodeChoice* choice);
+
+// The largest Score::topology any node can get for the request: 1 when
+// ApplyTopology() sets the key, else 0 (for the bounds of the indexes).
+inline double TopologyKeyCap(const Demand& demand, const Request& request) {
+  return demand.gpu_count >= 2 && request.topology.mode != TopologyNeed::Mode::kNone ? 1 : 0;
+}
 
 // Whether `node` can meet the request's required minimum link with the
 // `fitting` GPUs (true also when nothing is required, or for one GPU): the

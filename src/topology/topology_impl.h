@@ -5,6 +5,8 @@
 #ifndef GPUSHARE_TOPOLOGY_TOPOLOGY_IMPL_H_
 #define GPUSHARE_TOPOLOGY_TOPOLOGY_IMPL_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -42,7 +44,20 @@ struct Topology::Impl {
 
   mutable std::mutex memo_mutex;
   mutable absl::flat_hash_map<std::string, GpuSetChoice> memo;
+
+  // IdealMeasure() per (objective, k), filled on first use; < 0: not yet.
+  mutable std::array<std::array<std::atomic<double>, 65>, 2> ideal;
+  Impl() {
+    for (auto& row : ideal) {
+      for (auto& v : row) v.store(-1, std::memory_order_relaxed);
+    }
+  }
 };
+
+// The measure `objective` ranks sets by first (Topology::IdealMeasure()).
+inline double MeasureOf(const GpuSetChoice& set, TopologyObjective objective) {
+  return objective == TopologyObjective::kWeakestLink ? set.weakest_weight : set.total_weight;
+}
 
 // Group sizes the leftover rule counts, most important first.
 inline constexpr int kGroupSizes[] = {8, 4, 2};

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional, Sequence, Tuple, Union, overload
+from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union, overload
 
 GPU_COMPUTE: int
 MAX_QUANTITY: int
@@ -242,8 +242,9 @@ class Score:
     primary: float
     secondary: float
     tertiary: float
+    topology: float
     def __init__(self, primary: float = 0.0, secondary: float = 0.0,
-                 tertiary: float = 0.0) -> None: ...
+                 tertiary: float = 0.0, topology: float = 0.0) -> None: ...
     def __eq__(self, other: object) -> bool: ...
     def __lt__(self, other: Score) -> bool: ...
 
@@ -421,7 +422,10 @@ def simulate(nodes: Union[str, "os.PathLike[str]", Sequence[Node]],
              tasks: Union[str, "os.PathLike[str]", Sequence[Request]],
              policy: str = "fgd", seed: Union[int, Iterable[int]] = 42,
              inflate: float = 1.3, shuffle: bool = True, through_cluster: bool = False,
-             threads: int = 0) -> Union[SimulationResult, list[SimulationResult]]: ...
+             threads: int = 0,
+             topologies: Optional[Mapping[Union[int, str],
+                                          Union[Topology, str, "os.PathLike[str]"]]] = None
+             ) -> Union[SimulationResult, list[SimulationResult]]: ...
 def replay(nodes: Union[str, "os.PathLike[str]", Sequence[Node]],
            tasks: Union[str, "os.PathLike[str]", Sequence[Tuple[Request, int, int]]],
            policy: str = "fgd", seed: int = 42) -> dict[str, object]: ...

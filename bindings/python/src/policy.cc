@@ -123,18 +123,23 @@ PolicyArg ToPolicyArg(py::handle policy) {
 void RegisterPolicy(py::module_& m) {
   py::class_<Score>(m, "Score",
                     "A node's score under a policy; compared lexicographically, higher wins.")
-      .def(py::init([](double primary, double secondary, double tertiary) {
-             return Score{primary, secondary, tertiary};
+      .def(py::init([](double primary, double secondary, double tertiary, double topology) {
+             return Score{primary, secondary, tertiary, topology};
            }),
            py::arg("primary") = 0.0, py::arg("secondary") = 0.0, py::arg("tertiary") = 0.0,
-           "A score of up to three keys; unused keys stay 0.")
+           py::arg("topology") = 0.0,
+           "A score of up to three keys; unused keys stay 0. `topology` is set by the "
+           "cluster, not by policies.")
       .def_readwrite("primary", &Score::primary, "The first key.")
       .def_readwrite("secondary", &Score::secondary, "The second key.")
       .def_readwrite("tertiary", &Score::tertiary, "The third key.")
+      .def_readwrite("topology", &Score::topology,
+                     "The connectivity key the cluster adds for multi-GPU requests on nodes "
+                     "with a topology (0..1); compared after the three policy keys.")
       .def("__eq__", [](const Score& a, const Score& b) { return a == b; }, py::arg("other"),
            py::is_operator(), "Equal when all three keys are equal.")
       .def("__lt__", [](const Score& a, const Score& b) { return a < b; }, py::arg("other"),
-           py::is_operator(), "Lexicographic: primary, then secondary, then tertiary.")
+           py::is_operator(), "Lexicographic: primary, then secondary, then tertiary, then topology.")
       .def("__repr__", &Repr<Score>, "A constructor call that makes an equal value.");
 
   py::class_<Demand>(m, "Demand",

@@ -94,6 +94,9 @@ py::dict Summary(const SimulationResult& r) {
   d["seconds"] = r.seconds;
   d["topology_tasks"] = r.topology_tasks;
   d["topology_best"] = r.topology_best;
+  py::dict weakest;  // Best link first.
+  for (const auto& [link, n] : r.topology_weakest) weakest[py::str(link)] = n;
+  d["topology_weakest"] = weakest;
   return d;
 }
 
@@ -172,6 +175,41 @@ SimulationOptions Options(const std::string& policy, uint64_t seed, double infla
   return o;
 }
 
+// The rules of gs.simulate(topologies={...}): keys are GPU counts (int) or
+// GPU models (str), values a gs.Topology or the path of a file holding
+// `nvidia-smi topo -m` text or the JSON form.
+std::vector<TopologyRule> TopologiesArg(py::handle topologies) {
+  std::vector<TopologyRule> rules;
+  if (topologies.is_none()) return rules;
+  if (!py::isinstance<py::dict>(topologies)) {
+    throw py::type_error("topologies must be a dict {gpu count or GPU model: Topology or path}");
+  }
+  for (const auto& [key, value] : topologies.cast<py::dict>()) {
+    const bool by_count = PyIndex_Check(key.ptr()) && !PyBool_Check(key.ptr());
+    if (!by_count && !py::isinstance<py::str>(key)) {
+      throw py::type_error("a key of topologies must be a GPU count (int) or a GPU model (str)");
+    }
+    const std::string name = py::str(key).cast<std::string>();
+    TopologyRule rule;
+    if (py::isinstance<Topology>(value)) {
+      rule.topology = value.cast<std::shared_ptr<Topology>>();
+      if (!by_count) rule.model = name;
+      if (by_count && ReadInt<int>(key, "a key of topologies") != rule.topology->num_gpus()) {
+        ThrowIfError(absl::InvalidArgumentError(
+            absl::StrCat("topologies[", name, "] has ", rule.topology->num_gpus(),
+                         " GPUs, not ", name)));
+      }
+    } else if (IsPath(value)) {
+      rule = ValueOrThrow(LoadTopologyRule(absl::StrCat(name, "=", PathOf(value))));
+    } else {
+      throw py::type_error(absl::StrCat("topologies[", name,
+                                        "] must be a gs.Topology or a path"));
+    }
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
+
 }  // namespace
 
 void RegisterSimulate(py::module_& m) {
@@ -201,7 +239,9 @@ void RegisterSimulate(py::module_& m) {
                              "A dict of the headline numbers: unallocated GPU % at arrived 90/95/100/110 %, "
                              "fragmentation rate at 100 %, requests, placed and failed tasks, seconds, and "
                              "topology_tasks / topology_best: multi-GPU tasks on nodes with a "
-                             "topology, and those that got the best connectivity available.")
+                             "topology, and those that got the best connectivity available; "
+                             "topology_weakest: those tasks by weakest link, best first "
+                             "({'NV2': 40, 'SYS': 3}).")
       .def("unallocated_at", &SimulationResult::UnallocatedAt, py::arg("arrived_pct"),
            "Unallocated GPU % when arrived GPU request is `arrived_pct` % of capacity.")
       .def("frag_rate_at", &SimulationResult::FragRateAt, py::arg("arrived_pct"),
@@ -217,7 +257,8 @@ void RegisterSimulate(py::module_& m) {
       "simulate",
       [](py::object nodes, py::object tasks, const std::string& policy, py::object seed,
          double inflate, bool shuffle, bool through_cluster,
-         Int<int, arg::threads> threads) -> py::object {
+         Int<int, arg::threads> threads, py::object topologies) -> py::object {
+        const std::vector<TopologyRule> rules = TopologiesArg(topologies);
         // One seed (an int, numpy's too) or several (a bool is neither).
         const bool one_seed = PyIndex_Check(seed.ptr()) && !PyBool_Check(seed.ptr());
         const uint64_t single = one_seed ? ReadInt<uint64_t>(seed, arg::seed) : 0;
@@ -225,7 +266,8 @@ void RegisterSimulate(py::module_& m) {
         const std::vector<Node> n = NodesArg(nodes);
         const std::vector<Request> r = RequestsArg(tasks);
         if (one_seed) {
-          const SimulationOptions o = Options(policy, single, inflate, shuffle, through_cluster);
+          SimulationOptions o = Options(policy, single, inflate, shuffle, through_cluster);
+          o.topologies = rules;
           absl::StatusOr<SimulationResult> result;
           {
             py::gil_scoped_release release;
@@ -233,7 +275,8 @@ void RegisterSimulate(py::module_& m) {
           }
           return py::cast(ValueOrThrow(std::move(result)));
         }
-        const SimulationOptions o = Options(policy, 0, inflate, shuffle, through_cluster);
+        SimulationOptions o = Options(policy, 0, inflate, shuffle, through_cluster);
+        o.topologies = rules;
         absl::StatusOr<std::vector<SimulationResult>> results;
         {
           py::gil_scoped_release release;
@@ -243,11 +286,15 @@ void RegisterSimulate(py::module_& m) {
       },
       py::arg("nodes"), py::arg("tasks"), py::arg("policy") = "fgd", py::arg("seed") = 42,
       py::arg("inflate") = 1.3, py::arg("shuffle") = true, py::arg("through_cluster") = false,
-      py::arg("threads") = 0,
+      py::arg("threads") = 0, py::arg("topologies") = py::none(),
       "Runs the FGD trace experiment. `nodes` and `tasks` are openb CSV paths or lists of\n"
       "gs.Node / gs.Request; `seed` an int (one SimulationResult) or an iterable of ints,\n"
       "each at most once, at most 10,000 (a list, run in parallel on `threads` threads,\n"
-      "0 = all cores).");
+      "0 = all cores). `topologies` attaches GPU topologies to nodes without one:\n"
+      "{8: gs.Topology or path, 'V100M32': ...}; an int key takes every node with that\n"
+      "many GPUs (the topology's count), a str key every node of that GPU model with\n"
+      "as many GPUs as the topology; the first matching key wins. A path names a file\n"
+      "of `nvidia-smi topo -m` text or the JSON form.");
 
   m.def(
       "replay",

@@ -73,3 +73,56 @@ def test_node_objects_and_blind_nodes():
     assert (p.weakest_link is None) == (p.node == "blind")
     with pytest.raises(gs.InvalidArgumentError, match="topology has 2 GPUs but the node has 3"):
         c.add_node("wrong", gpus=[16] * 3, topology=t)
+
+
+def _trace_nodes(topologies=None):
+    return [gs.Node(f"n{i}", gpus=[gs.Gpu(memory=16, model="V100M32" if i % 2 else "P100")] * 8,
+                    cpu=96000, host_memory=262144,
+                    topology=None if topologies is None else topologies[i % 2])
+            for i in range(6)]
+
+
+def _multi_gpu_tasks(topology=None):
+    tasks = []
+    for i in range(60):
+        extra = {} if topology is None else {"topology": topology}
+        if i % 3 == 0:
+            tasks.append(gs.Request(f"t{i}", compute=300, cpu=1000, **extra))
+        else:
+            tasks.append(gs.Request(f"t{i}", whole_gpus=2 if i % 3 == 1 else 4, cpu=1000, **extra))
+    return tasks
+
+
+def test_simulate_attaches_topologies_and_reports_connectivity():
+    dgx1 = gs.Topology.from_nvidia_smi(fixture("dgx1_v100.txt"))
+    pcie = os.path.join(FIXTURES, "pcie_2socket_8gpu.txt")
+    aware = gs.simulate(_trace_nodes(), _multi_gpu_tasks(), policy="fgd", inflate=0.9,
+                        topologies={"V100M32": dgx1, 8: pcie}).summary
+    assert aware["topology_tasks"] > 10
+    assert aware["topology_best"] == aware["topology_tasks"]
+    weakest = aware["topology_weakest"]
+    assert sum(weakest.values()) == aware["topology_tasks"]
+    assert set(weakest) <= {"NV2", "NV1", "PIX", "PXB", "NODE", "SYS"}
+    # The same as putting the topologies on the nodes.
+    nodes = _trace_nodes([gs.Topology.from_nvidia_smi(fixture("pcie_2socket_8gpu.txt")), dgx1])
+    same = gs.simulate(nodes, _multi_gpu_tasks(), policy="fgd", inflate=0.9).summary
+    assert same["topology_weakest"] == weakest
+    # Topology-blind GPU choice gets worse links.
+    blind = gs.simulate(_trace_nodes(), _multi_gpu_tasks("none"), policy="fgd", inflate=0.9,
+                        topologies={8: dgx1}).summary
+    assert blind["topology_best"] < blind["topology_tasks"]
+    none = gs.simulate(_trace_nodes(), _multi_gpu_tasks(), policy="fgd", inflate=0.9).summary
+    assert none["topology_tasks"] == 0 and none["topology_weakest"] == {}
+
+
+def test_simulate_topology_rules_are_checked():
+    dgx1 = gs.Topology.from_nvidia_smi(fixture("dgx1_v100.txt"))
+    with pytest.raises(ValueError, match=r"topologies\[4\] has 8 GPUs, not 4"):
+        gs.simulate(_trace_nodes(), _multi_gpu_tasks(), topologies={4: dgx1})
+    with pytest.raises(ValueError, match="has 8 GPUs, not 2"):
+        gs.simulate(_trace_nodes(), _multi_gpu_tasks(),
+                    topologies={2: os.path.join(FIXTURES, "dgx1_v100.txt")})
+    with pytest.raises(TypeError, match="must be a gs.Topology or a path"):
+        gs.simulate(_trace_nodes(), _multi_gpu_tasks(), topologies={8: 3})
+    with pytest.raises(TypeError, match="topologies must be a dict"):
+        gs.simulate(_trace_nodes(), _multi_gpu_tasks(), topologies=[dgx1])
