@@ -50,6 +50,7 @@ namespace gpushare {
 
 namespace internal {
 struct ClusterState;
+struct ClusterAccess;  // The library's own loaders (not part of the API).
 }  // namespace internal
 
 struct ClusterOptions {
@@ -356,6 +357,7 @@ class Cluster {
   [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);
 
  private:
+  friend struct internal::ClusterAccess;
   std::unique_ptr<internal::ClusterState> state_;
 };
 
