@@ -276,7 +276,9 @@ class Cluster {
   // Rebuilds a cluster from ToJson() output. Errors: InvalidArgument for
   // malformed or truncated JSON, a missing or mistyped field (the message
   // names it), or a state that would violate the guarantees (duplicate
-  // names or ids, over-full GPUs).
+  // names or ids, over-full GPUs). Reads with simdjson and keeps its buffers
+  // (a few bytes per byte of text) on the calling thread for the next call,
+  // for texts up to 64 MB.
   static absl::StatusOr<Cluster> FromJson(std::string_view json);
 
   // ---- Batches and defragmentation (src/batch/) ----------------------------

@@ -161,8 +161,9 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json,
 // The items of a v1.PodList / v1.NodeList (or a bare array), each read as
 // ParsePod() / ParseNode() read one object, for a host that uses a list more
 // than once (gpushare-extender's start-up: RebuildCluster() and
-// Extender::RememberPods()). Large lists are read with simdjson, about 10×
-// faster than one ParsePod() per item. Errors: InvalidArgument for malformed
+// Extender::RememberPods()). Lists are read with simdjson (several times
+// faster than nlohmann/json on large lists); the results and errors are
+// those of ParsePod() / ParseNode() on each item. Errors: InvalidArgument for malformed
 // JSON, a list that is neither an array nor an object with "items", or the
 // first malformed item (as ParsePod() / ParseNode() name it).
 absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json);
