@@ -13,6 +13,7 @@
 #include "bench/bench_cluster.h"
 #include "benchmark/benchmark.h"
 #include "gpushare/gpushare.h"
+#include "src/formats/snapshot_reader.h"
 
 namespace gpushare::bench {
 namespace {
@@ -111,6 +112,27 @@ void BM_SnapshotFromJson(benchmark::State& state) {
 BENCHMARK(BM_SnapshotFromJson)
     ->ArgNames({"nodes"})
     ->Arg(1000)
+    ->Arg(10000)
+    ->Unit(benchmark::kMillisecond);
+
+// The reference reader alone (nlohmann::json), the baseline of the fast one
+// that FromJson() runs first.
+void BM_SnapshotFromJsonReference(benchmark::State& state) {
+  const Cluster& cluster = CachedCluster(static_cast<int>(state.range(0)));
+  const std::string json = cluster.ToJson();
+  for (auto _ : state) {
+    absl::StatusOr<Cluster> loaded = internal::SnapshotFromJsonReference(json);
+    if (!loaded.ok()) {
+      state.SkipWithError("load failed");
+      break;
+    }
+    benchmark::DoNotOptimize(loaded);
+  }
+  state.SetItemsProcessed(state.iterations() * cluster.num_nodes());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(json.size()));
+}
+BENCHMARK(BM_SnapshotFromJsonReference)
+    ->ArgNames({"nodes"})
     ->Arg(10000)
     ->Unit(benchmark::kMillisecond);
 

@@ -462,9 +462,15 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Each list is parsed once: the pods serve the rebuild and the extender.
   gpushare::k8s::RebuildReport report;
+  absl::StatusOr<std::vector<gpushare::Node>> nodes = gpushare::k8s::ParseNodeList(nodes_json);
+  absl::StatusOr<std::vector<gpushare::k8s::Pod>> pods =
+      nodes.ok() ? gpushare::k8s::ParsePodList(pods_json)
+                 : absl::StatusOr<std::vector<gpushare::k8s::Pod>>(nodes.status());
   absl::StatusOr<gpushare::Cluster> cluster =
-      gpushare::k8s::RebuildCluster(nodes_json, pods_json, {}, &report);
+      pods.ok() ? gpushare::k8s::RebuildCluster(*nodes, *pods, {}, &report)
+                : gpushare::k8s::RebuildCluster(nodes_json, pods_json, {}, &report);
   if (!cluster.ok()) {
     std::cerr << "gpushare-extender: cannot rebuild the state: " << cluster.status() << "\n";
     return 1;
@@ -512,10 +518,7 @@ int main(int argc, char** argv) {
     };
   }
   gpushare::k8s::Extender ext(scheduler->get(), ext_options);
-  if (absl::Status s = ext.RememberPods(pods_json); !s.ok()) {
-    std::cerr << "gpushare-extender: " << s << "\n";
-    return 1;
-  }
+  ext.RememberPods(*pods);
 
   // Watches: one thread per kind. Pod events and the replay of a node's pods
   // are applied under one mutex, so a replay never applies an older state of

@@ -8,7 +8,9 @@
 //  - a parsed node has a name, at most kMaxGpusPerNode GPUs of one size
 //    (>= 1 unit) and one model, and a Cluster accepts it;
 //  - a rebuilt cluster passes CheckInvariants(), its report adds up, and its
-//    snapshot loads back to the same text.
+//    snapshot loads back to the same text;
+//  - differential: the whole input read as a pod list and as a node list by
+//    the fast readers (simdjson) gives the reference's items or error.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,8 @@
 #include "gpushare/kubernetes.h"
 #include "gpushare/types.h"
 #include "nlohmann/json.hpp"
+#include "src/k8s/json_util.h"
+#include "tests/testing/k8s_text.h"
 
 namespace {
 
@@ -92,6 +96,33 @@ void CheckRebuild(std::string_view text) {
   FUZZ_CHECK(again->ToJson() == dump, "snapshot round trip changed " + dump);
 }
 
+void CheckListReaders(std::string_view text) {
+  namespace internal = k8s::internal;
+  using gpushare::testing::ListText;
+  absl::StatusOr<std::vector<k8s::Pod>> pods = internal::ReadPodList(text);
+  absl::StatusOr<std::vector<k8s::Pod>> pods_ref = internal::ReadPodListReference(text);
+  FUZZ_CHECK(pods.ok() == pods_ref.ok(), pods.ok() ? pods_ref.status().ToString()
+                                                   : pods.status().ToString());
+  if (pods.ok()) {
+    FUZZ_CHECK(ListText(*pods, gpushare::testing::PodText) ==
+                   ListText(*pods_ref, gpushare::testing::PodText),
+               "pod lists differ");
+  } else {
+    FUZZ_CHECK(pods.status() == pods_ref.status(), pods.status().ToString());
+  }
+  absl::StatusOr<std::vector<gpushare::Node>> nodes = internal::ReadNodeList(text);
+  absl::StatusOr<std::vector<gpushare::Node>> nodes_ref = internal::ReadNodeListReference(text);
+  FUZZ_CHECK(nodes.ok() == nodes_ref.ok(), nodes.ok() ? nodes_ref.status().ToString()
+                                                      : nodes.status().ToString());
+  if (nodes.ok()) {
+    FUZZ_CHECK(ListText(*nodes, gpushare::testing::NodeText) ==
+                   ListText(*nodes_ref, gpushare::testing::NodeText),
+               "node lists differ");
+  } else {
+    FUZZ_CHECK(nodes.status() == nodes_ref.status(), nodes.status().ToString());
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -99,5 +130,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckPod(text);
   CheckNode(text);
   CheckRebuild(text);
+  CheckListReaders(text);
   return 0;
 }

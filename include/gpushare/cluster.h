@@ -50,6 +50,7 @@ namespace gpushare {
 
 namespace internal {
 struct ClusterState;
+struct ClusterAccess;  // The library's own loaders (not part of the API).
 }  // namespace internal
 
 struct ClusterOptions {
@@ -275,7 +276,9 @@ class Cluster {
   // Rebuilds a cluster from ToJson() output. Errors: InvalidArgument for
   // malformed or truncated JSON, a missing or mistyped field (the message
   // names it), or a state that would violate the guarantees (duplicate
-  // names or ids, over-full GPUs).
+  // names or ids, over-full GPUs). Reads with simdjson and keeps its buffers
+  // (a few bytes per byte of text) on the calling thread for the next call,
+  // for texts up to 64 MB.
   static absl::StatusOr<Cluster> FromJson(std::string_view json);
 
   // ---- Batches and defragmentation (src/batch/) ----------------------------
@@ -356,6 +359,7 @@ class Cluster {
   [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);
 
  private:
+  friend struct internal::ClusterAccess;
   std::unique_ptr<internal::ClusterState> state_;
 };
 

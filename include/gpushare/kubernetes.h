@@ -158,6 +158,24 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json,
                                        ClusterOptions options = {},
                                        RebuildReport* report = nullptr);
 
+// The items of a v1.PodList / v1.NodeList (or a bare array), each read as
+// ParsePod() / ParseNode() read one object, for a host that uses a list more
+// than once (gpushare-extender's start-up: RebuildCluster() and
+// Extender::RememberPods()). Lists are read with simdjson (several times
+// faster than nlohmann/json on large lists); the results and errors are
+// those of ParsePod() / ParseNode() on each item. Errors: InvalidArgument for malformed
+// JSON, a list that is neither an array nor an object with "items", or the
+// first malformed item (as ParsePod() / ParseNode() name it).
+absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json);
+absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json);
+
+// RebuildCluster() from parsed lists. Errors: InvalidArgument for a node
+// listed twice.
+absl::StatusOr<Cluster> RebuildCluster(const std::vector<Node>& nodes,
+                                       const std::vector<Pod>& pods,
+                                       ClusterOptions options = {},
+                                       RebuildReport* report = nullptr);
+
 // ---- Extender protocol ---------------------------------------------------------------
 
 // Result of a bind: where the pod went and what to write on it.
@@ -302,6 +320,8 @@ class Extender {
   // from), so that Preempt and the lifecycle calls can find them by UID.
   // Errors: InvalidArgument for malformed JSON; nothing is remembered then.
   [[nodiscard]] absl::Status RememberPods(std::string_view pods_json);
+  // The same for a list already parsed (ParsePodList()).
+  void RememberPods(const std::vector<Pod>& pods);
 
   // ---- Keeping up with the cluster ---------------------------------------------
   //

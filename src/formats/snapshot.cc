@@ -8,6 +8,10 @@
 //             gpushare/topology.h, as a string)}],
 //  "placements": [{"request_id", "node", "gpus", "memory_per_gpu",
 //                  "compute_per_gpu", "exclusive", "cpu", "host_memory"}]}
+//
+// Two readers: the reference below (nlohmann::json) and the fast one in
+// snapshot_fast.cc (simdjson), which FromJson() tries first; a change of the
+// format's rules goes into both (tests/snapshot_reader_test.cc compares them).
 
 #include <climits>
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpushare/cluster.h"
 #include "nlohmann/json.hpp"
+#include "src/formats/snapshot_reader.h"
 #include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
 #include "src/internal/text.h"
@@ -314,6 +319,12 @@ std::string Cluster::ToJson(int indent) const {
 }
 
 absl::StatusOr<Cluster> Cluster::FromJson(std::string_view text) {
+  absl::StatusOr<Cluster> fast = internal::SnapshotFromJsonFast(text);
+  if (fast.ok()) return fast;
+  return internal::SnapshotFromJsonReference(text);
+}
+
+absl::StatusOr<Cluster> internal::SnapshotFromJsonReference(std::string_view text) {
   GPUSHARE_ASSIGN_OR_RETURN(const json root,
                             internal::ParseJsonText(text, "malformed cluster JSON"));
   GPUSHARE_RETURN_IF_ERROR(RequireObject(root, "cluster JSON"));

@@ -50,6 +50,15 @@ struct ClusterState {
   PlacementIndex index;
 };
 
+// What the library's loaders (the snapshot, Kubernetes lists) may do to a
+// Cluster beyond its API.
+struct ClusterAccess {
+  // Makes room for `nodes` nodes, `gpus` GPUs (with UUIDs at most) and
+  // `placements` placements, so that adding them does not rehash the maps
+  // (which moves every entry). Changes nothing else.
+  static void Reserve(Cluster& cluster, size_t nodes, size_t gpus, size_t placements);
+};
+
 // The tie key of a node added as the `sequence`-th node: with seed 0 the
 // sequence itself (newest wins), otherwise a seeded hash of the name.
 uint64_t TieKey(uint64_t seed, const std::string& name, uint64_t sequence);

@@ -235,16 +235,14 @@ std::string ErrorJson(const absl::Status& status) {
 std::string Extender::Version() const { return ::gpushare::internal::DumpJson(json{{"version", options_.version}}); }
 
 absl::Status Extender::RememberPods(std::string_view pods_json) {
-  GPUSHARE_ASSIGN_OR_RETURN(json list, internal::ParseJson(pods_json, "pod list"));
-  GPUSHARE_ASSIGN_OR_RETURN(const json* items, internal::ListItems(list, "pod list"));
-  std::vector<Pod> pods;
-  for (const json& item : *items) {
-    GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
-    pods.push_back(std::move(pod));
-  }
+  GPUSHARE_ASSIGN_OR_RETURN(std::vector<Pod> pods, internal::ReadPodList(pods_json));
+  RememberPods(pods);
+  return absl::OkStatus();
+}
+
+void Extender::RememberPods(const std::vector<Pod>& pods) {
   for (const Pod& pod : pods) cache_->Put(pod);
   NoteOwners(pods);
-  return absl::OkStatus();
 }
 
 void Extender::NoteOwners(const std::vector<Pod>& pods) {
@@ -771,20 +769,9 @@ bool SameNode(const Node& node, const NodeStatus& status) {
 absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
                                           std::string_view pods_json, uint64_t mark) {
   // Parse and validate everything before changing anything.
-  GPUSHARE_ASSIGN_OR_RETURN(json node_list, internal::ParseJson(nodes_json, "node list"));
-  GPUSHARE_ASSIGN_OR_RETURN(json pod_list, internal::ParseJson(pods_json, "pod list"));
-  GPUSHARE_ASSIGN_OR_RETURN(const json* node_items, internal::ListItems(node_list, "node list"));
-  GPUSHARE_ASSIGN_OR_RETURN(const json* pod_items, internal::ListItems(pod_list, "pod list"));
   std::vector<Node> nodes;
-  for (const json& item : *node_items) {
-    GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(item));
-    nodes.push_back(std::move(node));
-  }
   std::vector<Pod> pods;
-  for (const json& item : *pod_items) {
-    GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
-    pods.push_back(std::move(pod));
-  }
+  GPUSHARE_RETURN_IF_ERROR(internal::ReadLists(nodes_json, pods_json, &nodes, &pods));
 
   SyncReport r;
   auto warn = [&](auto&&... parts) { r.warnings.push_back(absl::StrCat(parts...)); };

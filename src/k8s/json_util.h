@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +54,46 @@ absl::StatusOr<std::optional<Placement>> RecordedPlacement(const Cluster& cluste
 
 // ALIYUN_COM_GPU_MEM_ASSUME_TIME of a pod (ns since the epoch), 0 if absent.
 int64_t AssumeTime(const Pod& pod);
+
+// Shared by PodFromJson() / NodeFromJson() and the fast readers below.
+std::string Who(const Pod& pod);    // "pod <namespace>/<name>", for messages.
+std::string Who(const Node& node);  // "node <name>".
+// The rest of a pod once its fields are read: the gpu-count label and the
+// topology annotation.
+absl::Status PodRequestFromMetadata(Pod* pod);
+// A node's GPUs from its capacity (units of gpu-mem, gpu-count, whole GPUs)
+// and its model labels.
+absl::Status NodeGpus(int64_t memory, int64_t count, int64_t whole, Node* node);
+// A node's topology annotation, and whether it takes shared GPU work.
+absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& annotations,
+                                    int64_t memory, Node* node);
+
+// ---- Whole lists (fast_objects.cc) ------------------------------------------
+//
+// The items of a v1.PodList / v1.NodeList text (or a bare array), read by
+// simdjson with the rules of PodFromJson() / NodeFromJson(). An item the fast
+// reader does not handle itself (required node affinity, keys that match
+// only ignoring case, numbers written as floats, anything malformed) is read
+// by PodFromJson() / NodeFromJson(); a text simdjson refuses is read by the
+// reference below. Results and errors are those of the reference.
+
+// The reference: ParseJson(text, "pod list"), ListItems(), PodFromJson() of
+// each item in order.
+absl::StatusOr<std::vector<Pod>> ReadPodListReference(std::string_view text);
+absl::StatusOr<std::vector<Node>> ReadNodeListReference(std::string_view text);
+
+absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text);
+absl::StatusOr<std::vector<Node>> ReadNodeList(std::string_view text);
+
+// For tests: how many items the last ReadPodList() / ReadNodeList() on this
+// thread read without the nlohmann readers.
+int FastItemsOfLastRead();
+
+// Both lists, with the errors of parsing both texts, then checking both
+// lists, then reading the nodes, then the pods (as Extender::Sync() reports
+// them).
+absl::Status ReadLists(std::string_view nodes_json, std::string_view pods_json,
+                       std::vector<Node>* nodes, std::vector<Pod>* pods);
 
 }  // namespace gpushare::k8s::internal
 

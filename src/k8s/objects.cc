@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gpushare/kubernetes.h"
+#include "src/internal/cluster_state.h"
 #include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
 #include "src/internal/text.h"
@@ -192,6 +193,44 @@ bool RequirementMatches(const NodeSelectorRequirement& r, const std::string* val
 
 }  // namespace
 
+std::string Who(const Pod& pod) { return absl::StrCat("pod ", pod.namespace_name, "/", pod.name); }
+std::string Who(const Node& node) { return absl::StrCat("node ", node.name); }
+
+absl::Status PodRequestFromMetadata(Pod* pod) {
+  // The label splits gpu-mem over M GPUs. On a pod that asks for GPUs (of
+  // either kind) it must be a positive integer: "0" or "-1" is a mistake, not
+  // "no GPUs". On a pod that asks for none it means nothing and is ignored.
+  auto count = pod->labels.find(kGpuCountResource);
+  if (count != pod->labels.end() &&
+      (pod->request.gpu_memory > 0 || pod->request.whole_gpus > 0)) {
+    absl::StatusOr<int64_t> m = QuantityInteger(count->second);
+    if (!m.ok() || *m < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(*pod), ": label ", kGpuCountResource, "=\"",
+                                                     ::gpushare::internal::Echo(count->second),
+                                                     "\" is not a positive integer"));
+    }
+    if (pod->request.gpu_memory > 0) pod->request.gpu_count = *m;
+  }
+  // How much GPU topology matters: "none", "prefer" or a required minimum link.
+  if (auto need = pod->annotations.find(Topology::kKubernetesAnnotation);
+      need != pod->annotations.end()) {
+    if (need->second == "none") {
+      pod->request.topology.mode = TopologyNeed::Mode::kNone;
+    } else if (need->second != "prefer") {
+      absl::StatusOr<Link> link = ParseLink(need->second);
+      if (!link.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Who(*pod), ": annotation ", Topology::kKubernetesAnnotation, "=\"",
+            ::gpushare::internal::Echo(need->second),
+            "\" is not none, prefer or a link kind such as NV1 or PIX"));
+      }
+      pod->request.topology.mode = TopologyNeed::Mode::kRequire;
+      pod->request.topology.min_link = *link;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Pod> PodFromJson(const json& j) {
   if (!j.is_object()) return absl::InvalidArgumentError("pod must be a JSON object");
   Pod pod;
@@ -241,37 +280,7 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
       pod.request.host_memory += host;
     }
   }
-  // The label splits gpu-mem over M GPUs. On a pod that asks for GPUs (of
-  // either kind) it must be a positive integer: "0" or "-1" is a mistake, not
-  // "no GPUs". On a pod that asks for none it means nothing and is ignored.
-  auto count = pod.labels.find(kGpuCountResource);
-  if (count != pod.labels.end() &&
-      (pod.request.gpu_memory > 0 || pod.request.whole_gpus > 0)) {
-    absl::StatusOr<int64_t> m = QuantityInteger(count->second);
-    if (!m.ok() || *m < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(who, ": label ", kGpuCountResource, "=\"",
-                                                     ::gpushare::internal::Echo(count->second),
-                                                     "\" is not a positive integer"));
-    }
-    if (pod.request.gpu_memory > 0) pod.request.gpu_count = *m;
-  }
-  // How much GPU topology matters: "none", "prefer" or a required minimum link.
-  if (auto need = pod.annotations.find(Topology::kKubernetesAnnotation);
-      need != pod.annotations.end()) {
-    if (need->second == "none") {
-      pod.request.topology.mode = TopologyNeed::Mode::kNone;
-    } else if (need->second != "prefer") {
-      absl::StatusOr<Link> link = ParseLink(need->second);
-      if (!link.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            who, ": annotation ", Topology::kKubernetesAnnotation, "=\"",
-            ::gpushare::internal::Echo(need->second),
-            "\" is not none, prefer or a link kind such as NV1 or PIX"));
-      }
-      pod.request.topology.mode = TopologyNeed::Mode::kRequire;
-      pod.request.topology.min_link = *link;
-    }
-  }
+  GPUSHARE_RETURN_IF_ERROR(PodRequestFromMetadata(&pod));
   const json* affinity = Member(*spec, "affinity");
   const json* node_affinity = affinity ? Member(*affinity, "nodeAffinity") : nullptr;
   const json* required =
@@ -296,6 +305,59 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
     }
   }
   return pod;
+}
+
+absl::Status NodeGpus(int64_t memory, int64_t count, int64_t whole, Node* node) {
+  if (count == 0) count = whole;
+  if (count > kMaxGpusPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(*node), ": ", count, " GPUs exceed the limit of ",
+                                                   kMaxGpusPerNode));
+  }
+  if (memory > 0 && count == 0) count = 1;
+  std::string model;
+  for (const char* key : {"nvidia.com/gpu.product", "aliyun.accelerator/nvidia_name"}) {
+    auto it = node->labels.find(key);
+    if (it != node->labels.end()) {
+      model = it->second;
+      break;
+    }
+  }
+  const int64_t per_gpu = memory > 0 ? memory / count : 1;
+  if (count > 0 && per_gpu < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(*node), ": ", memory, " units of ",
+                                                   kGpuMemResource, " over ", count, " GPUs"));
+  }
+  for (int64_t i = 0; i < count; ++i) node->gpus.push_back(Gpu{per_gpu, model, "", true});
+  return absl::OkStatus();
+}
+
+absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& annotations,
+                                    int64_t memory, Node* node) {
+  if (auto t = annotations.find(Topology::kKubernetesAnnotation); t != annotations.end()) {
+    absl::StatusOr<TopologyPtr> topology = Topology::FromJson(t->second);
+    if (!topology.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(Who(*node), ": annotation ",
+                                                     Topology::kKubernetesAnnotation, ": ",
+                                                     topology.status().message()));
+    }
+    if ((*topology)->num_gpus() != static_cast<int>(node->gpus.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(*node), ": annotation ", Topology::kKubernetesAnnotation, " describes ",
+          (*topology)->num_gpus(), " GPUs but the node has ", node->gpus.size()));
+    }
+    node->topology = *std::move(topology);
+  }
+  // As gpushare-scheduler-extender does, a node whose capacity offers
+  // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless
+  // a label opts it out; without that capacity the labels decide.
+  if (memory > 0) {
+    auto opted_out = [&](const char* key) {
+      auto it = node->labels.find(key);
+      return it != node->labels.end() && it->second == "false";
+    };
+    node->gpu_sharing = !opted_out("gpushare") && !opted_out("cgpu");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Node> NodeFromJson(const json& j) {
@@ -346,53 +408,11 @@ absl::StatusOr<Node> NodeFromJson(const json& j) {
       }
     }
   }
-  if (count == 0) count = whole;
-  if (count > kMaxGpusPerNode) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": ", count, " GPUs exceed the limit of ",
-                                                   kMaxGpusPerNode));
-  }
-  if (memory > 0 && count == 0) count = 1;
-  std::string model;
-  for (const char* key : {"nvidia.com/gpu.product", "aliyun.accelerator/nvidia_name"}) {
-    auto it = node.labels.find(key);
-    if (it != node.labels.end()) {
-      model = it->second;
-      break;
-    }
-  }
-  const int64_t per_gpu = memory > 0 ? memory / count : 1;
-  if (count > 0 && per_gpu < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": ", memory, " units of ",
-                                                   kGpuMemResource, " over ", count, " GPUs"));
-  }
-  for (int64_t i = 0; i < count; ++i) node.gpus.push_back(Gpu{per_gpu, model, "", true});
+  GPUSHARE_RETURN_IF_ERROR(NodeGpus(memory, count, whole, &node));
   // The GPU topology, in the compact JSON form of gpushare/topology.h.
   GPUSHARE_ASSIGN_OR_RETURN(const auto annotations,
                             StringMap(*metadata, "annotations", who + " metadata"));
-  if (auto t = annotations.find(Topology::kKubernetesAnnotation); t != annotations.end()) {
-    absl::StatusOr<TopologyPtr> topology = Topology::FromJson(t->second);
-    if (!topology.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(who, ": annotation ",
-                                                     Topology::kKubernetesAnnotation, ": ",
-                                                     topology.status().message()));
-    }
-    if ((*topology)->num_gpus() != static_cast<int>(node.gpus.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": annotation ", Topology::kKubernetesAnnotation, " describes ",
-          (*topology)->num_gpus(), " GPUs but the node has ", node.gpus.size()));
-    }
-    node.topology = *std::move(topology);
-  }
-  // As gpushare-scheduler-extender does, a node whose capacity offers
-  // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless
-  // a label opts it out; without that capacity the labels decide.
-  if (memory > 0) {
-    auto opted_out = [&](const char* key) {
-      auto it = node.labels.find(key);
-      return it != node.labels.end() && it->second == "false";
-    };
-    node.gpu_sharing = !opted_out("gpushare") && !opted_out("cgpu");
-  }
+  GPUSHARE_RETURN_IF_ERROR(NodeTopologyAndSharing(annotations, memory, &node));
   return node;
 }
 
@@ -516,11 +536,35 @@ int64_t AssumeTime(const Pod& pod) {
 
 }  // namespace internal
 
-absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_view pods_json,
-                                       ClusterOptions options, RebuildReport* report) {
-  RebuildReport local;
-  RebuildReport& r = report ? *report : local;
-  r = RebuildReport{};
+namespace {
+
+// Restores the placements recorded on `pods` (the rules of RebuildCluster()).
+void RestorePlacements(const std::vector<Pod>& parsed, Cluster* cluster, RebuildReport* r) {
+  // Oldest binds first: on a conflict the pod bound later is the one skipped.
+  std::vector<std::pair<int64_t, size_t>> order(parsed.size());
+  for (size_t i = 0; i < parsed.size(); ++i) order[i] = {internal::AssumeTime(parsed[i]), i};
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [time, i] : order) {
+    const Pod& pod = parsed[i];
+    absl::StatusOr<std::optional<Placement>> p = internal::RecordedPlacement(*cluster, pod);
+    if (p.ok() && !p->has_value()) continue;  // Pending, completed or without GPUs.
+    absl::Status s = p.ok() ? cluster->Commit(**p) : p.status();
+    if (!s.ok()) {
+      ++r->skipped;
+      r->warnings.push_back(absl::StrCat("pod ", pod.request.id, " on node ", pod.node_name,
+                                         " skipped: ", s.message()));
+      continue;
+    }
+    ++r->placed;
+  }
+}
+
+// The reference: everything through nlohmann::json, in the order that gives
+// RebuildCluster()'s errors.
+absl::StatusOr<Cluster> RebuildClusterReference(std::string_view nodes_json,
+                                                std::string_view pods_json,
+                                                ClusterOptions options, RebuildReport* r) {
   GPUSHARE_ASSIGN_OR_RETURN(internal::json nodes, internal::ParseJson(nodes_json, "node list"));
   GPUSHARE_ASSIGN_OR_RETURN(internal::json pods, internal::ParseJson(pods_json, "pod list"));
   GPUSHARE_ASSIGN_OR_RETURN(const internal::json* node_items,
@@ -535,30 +579,58 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_
     if (absl::Status s = cluster.AddNode(node); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("node list: ", s.message()));
     }
-    ++r.nodes;
+    ++r->nodes;
   }
   std::vector<Pod> parsed;
   for (const internal::json& item : *pod_items) {
     GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(item));
     parsed.push_back(std::move(pod));
   }
-  // Oldest binds first: on a conflict the pod bound later is the one skipped.
-  std::stable_sort(parsed.begin(), parsed.end(), [](const Pod& a, const Pod& b) {
-    return internal::AssumeTime(a) < internal::AssumeTime(b);
-  });
-  for (const Pod& pod : parsed) {
-    absl::StatusOr<std::optional<Placement>> p = internal::RecordedPlacement(cluster, pod);
-    absl::Status s = p.ok() && p->has_value() ? cluster.Commit(**p) : p.status();
-    if (p.ok() && !p->has_value()) continue;  // Pending, completed or without GPUs.
-    if (!s.ok()) {
-      ++r.skipped;
-      r.warnings.push_back(absl::StrCat("pod ", pod.request.id, " on node ", pod.node_name,
-                                        " skipped: ", s.message()));
-      continue;
-    }
-    ++r.placed;
-  }
+  RestorePlacements(parsed, &cluster, r);
   return cluster;
+}
+
+}  // namespace
+
+absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json, std::string_view pods_json,
+                                       ClusterOptions options, RebuildReport* report) {
+  RebuildReport local;
+  RebuildReport& r = report ? *report : local;
+  r = RebuildReport{};
+  std::vector<Node> nodes;
+  std::vector<Pod> pods;
+  if (!internal::ReadLists(nodes_json, pods_json, &nodes, &pods).ok()) {
+    // The reference finds the same first error (a node listed twice comes
+    // before a malformed pod there).
+    return RebuildClusterReference(nodes_json, pods_json, options, &r);
+  }
+  return RebuildCluster(nodes, pods, options, &r);
+}
+
+absl::StatusOr<Cluster> RebuildCluster(const std::vector<Node>& nodes,
+                                       const std::vector<Pod>& pods, ClusterOptions options,
+                                       RebuildReport* report) {
+  RebuildReport local;
+  RebuildReport& r = report ? *report : local;
+  r = RebuildReport{};
+  Cluster cluster(options);
+  ::gpushare::internal::ClusterAccess::Reserve(cluster, nodes.size(), 0, pods.size());
+  for (const Node& node : nodes) {
+    if (absl::Status s = cluster.AddNode(node); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("node list: ", s.message()));
+    }
+    ++r.nodes;
+  }
+  RestorePlacements(pods, &cluster, &r);
+  return cluster;
+}
+
+absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json) {
+  return internal::ReadPodList(pods_json);
+}
+
+absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json) {
+  return internal::ReadNodeList(nodes_json);
 }
 
 }  // namespace gpushare::k8s
