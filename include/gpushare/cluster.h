@@ -346,11 +346,28 @@ class Cluster {
       int64_t gpus, int max_moves, const std::vector<Request>& movable = {},
       int64_t search_budget = 200000) const;
 
+  // The cluster-goal form that lowers the fragmentation measure against
+  // `target` (fragmentation.h: Fragmentation(cluster, target).amount) by the
+  // most: among every plan of at most `max_moves` moves, one whose end state
+  // has the least amount, and among those the fewest moves. Found when that
+  // amount is strictly below the amount now (plan.fragmentation_before and
+  // _after say both). Depth-first over every sequence of moves (the
+  // destinations of PlanMigrations()), each move scored from the two nodes it
+  // changes: exact (plan.proven) when the search ends within `search_budget`
+  // candidate moves; otherwise the best plan seen. Cost O((P x C)^k).
+  // `movable` as in PlanMigrations().
+  // Errors: InvalidArgument for a target with no task (or a task with a
+  // negative share or weight, named) and those of PlanMigrations().
+  absl::StatusOr<MigrationPlan> PlanMigrationsToLowerFragmentation(
+      const TargetWorkload& target, int max_moves, const std::vector<Request>& movable = {},
+      int64_t search_budget = 200000) const;
+
   // Applies the moves of a found plan in order (each a Release() and a
   // Commit()), after checking on a copy that every move still holds: the
   // pod is placed exactly at `from`, `to` passes the pod's fit rules, and the
-  // plan's request fits afterwards (goal form: enough GPUs are free). It does
-  // not place the request.
+  // plan's request fits afterwards (goal forms: enough GPUs are free; the
+  // fragmentation amount ends below the amount now). It does not place the
+  // request.
   // Errors: FailedPrecondition naming the first move that no longer holds
   // (then nothing changes); InvalidArgument for a plan that was not found.
   [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);

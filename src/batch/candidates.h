@@ -6,9 +6,11 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "gpushare/cluster.h"
 #include "gpushare/types.h"
 
@@ -32,6 +34,13 @@ std::vector<Placement> CandidatePlacements(const Cluster& cluster,
 // The placement `demand` of `request` would have on `node`'s GPUs `gpus`.
 Placement MakePlacementOn(const Request& request, const Demand& demand,
                           const std::string& node, std::vector<int> gpus);
+
+// The request the migration planner moves placed pod `id` as when its
+// submitted request is unknown (Cluster::PlanMigrations() with `movable`
+// empty): its shape, the GPU models it runs on (none when a GPU's model is
+// unnamed) and every label of its node as a node selector. Hosts use it to
+// choose which pods may move. Errors: NotFound if `id` is not placed.
+absl::StatusOr<Request> MovableRequestOf(const Cluster& cluster, std::string_view id);
 
 }  // namespace gpushare::internal
 
