@@ -149,14 +149,14 @@ TEST(PlanRouteTest, APodSeenByFilterIsFoundByName) {
 
 TEST(PlanRouteTest, FreeGpusGoal) {
   World w({GpuNode("n1", 2, 16), GpuNode("n2", 1, 16)},
-          {BoundPod("a", 6, "n1", 0), BoundPod("b", 8, "n1", 1), BoundPod("c", 4, "n2", 0)});
+          {BoundPod("a", 6, "n1", 0), BoundPod("b", 8, "n1", 1), BoundPod("c", 2, "n2", 0)});
   const json one = json::parse(w.Post({{"FreeGPUs", 1}}).body);
   EXPECT_EQ(one["Found"], true);
   EXPECT_EQ(one["FreeGPUs"], 1);
   EXPECT_EQ(one["Moves"].size(), 1u);
   const json two = json::parse(w.Post({{"FreeGPUs", 2}, {"MaxMoves", 3}}).body);
   EXPECT_EQ(two["Found"], true);
-  EXPECT_EQ(two["Moves"].size(), 2u);  // 6+8+4 = 18 needs two GPUs: one stays used.
+  EXPECT_EQ(two["Moves"].size(), 2u);  // All 16 units on one GPU.
   const json three = json::parse(w.Post({{"FreeGPUs", 3}, {"MaxMoves", 3}}).body);
   EXPECT_EQ(three["Found"], false);
   EXPECT_EQ(three["Proven"], true);
