@@ -320,8 +320,8 @@ class Cluster {
   // by iterative deepening (0, 1, ..., max_moves moves): a move takes one
   // movable placed request to any other node and GPU set where the fit rules
   // of Plan() accept it (for its models, selector, sharing, exclusivity,
-  // compute, cpu and host memory) on the state after the earlier moves;
-  // equal nodes and GPUs are tried once. Exact (plan.proven) when the search
+  // compute, cpu and host memory) after the earlier moves (equal nodes and
+  // GPUs once, at the last move only). Exact (plan.proven) when the search
   // ends within `search_budget` candidate moves: then no shorter plan exists,
   // or none within max_moves. Cost O((P x C)^k) for P movable requests,
   // C candidate destinations, k moves.

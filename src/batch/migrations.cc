@@ -263,7 +263,8 @@ class Planner {
     const Placement from = *now;
     if (!scratch_.Release(from.request_id).ok()) return false;
     std::vector<Placement> candidates =
-        internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr);
+        internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr,
+                                      /*reduce_symmetry=*/left == 1);
     bool found = false;
     for (const Placement& to : candidates) {
       if (to.node == from.node && to.gpus == from.gpus) continue;
@@ -479,7 +480,8 @@ class FragSearch {
       if (!scratch_.Release(from.request_id).ok()) continue;
       const double from_released = NodeFrag(from.node);
       for (const Placement& to :
-           internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr)) {
+           internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr,
+                                         /*reduce_symmetry=*/left == 1)) {
         if (to.node == from.node && to.gpus == from.gpus) continue;
         if (++tried_ > budget_) {
           aborted_ = true;
