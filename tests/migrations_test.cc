@@ -190,6 +190,28 @@ TEST(PlanMigrationsTest, AStalePlanIsRefusedAndChangesNothing) {
   EXPECT_EQ(c.ToJson(), moved);
 }
 
+TEST(PlanMigrationsTest, EqualUsageNodesHoldingDifferentPodsAreTwoDestinations) {
+  // n0 {2, 5} and n1 {3, 2}: with the 2 of n0 taken off, both nodes use 5,
+  // yet moving it to n1 lets the 3 go back to n0, leaving 4 free on n1.
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("n0", {8})));
+  ASSERT_OK(c.AddNode(SharedNode("n1", {8})));
+  ASSERT_OK(c.Commit(At("p1", "n0", {0}, 2)));
+  ASSERT_OK(c.Commit(At("p2", "n0", {0}, 5)));
+  ASSERT_OK(c.Commit(At("p0", "n1", {0}, 3)));
+  ASSERT_OK(c.Commit(At("p3", "n1", {0}, 2)));
+  const Request want = Shared("want", 4);
+  EXPECT_EQ(BruteForceMoves(c, [&](const Cluster& x) { return x.Plan(want, "binpack").ok(); }, 3),
+            2);
+  absl::StatusOr<MigrationPlan> plan = c.PlanMigrations(want, 3);
+  ASSERT_OK(plan.status());
+  ASSERT_TRUE(plan->found);
+  EXPECT_TRUE(plan->proven);
+  EXPECT_EQ(plan->moves.size(), 2u);
+  ASSERT_OK(c.ApplyMigrations(*plan));
+  EXPECT_OK(c.Place(want).status());
+}
+
 TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
   std::mt19937 rng(1818);
   int needed_moves = 0, two_or_more = 0;
