@@ -60,8 +60,9 @@ Reply FromStatus(const absl::StatusOr<std::string>& r) {
 
 std::string RouteName(std::string_view target) {
   const std::string path(target.substr(0, target.find('?')));
-  static const char* const kVerbs[] = {"filter", "prioritize", "bind",   "preempt",
-                                       "confirm", "forget",    "release", "version"};
+  static const char* const kVerbs[] = {"filter",  "prioritize", "bind",    "preempt",
+                                       "confirm", "forget",     "release", "version",
+                                       "plan"};
   if (path.rfind(kRoutePrefix, 0) == 0) {
     const std::string verb = path.substr(sizeof(kRoutePrefix) - 1);
     if (verb == "inspect" || verb.rfind("inspect/", 0) == 0) return "inspect";
@@ -120,6 +121,14 @@ Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
       if (std::optional<Reply> instead = hooks.before_bind(target, body)) return *instead;
     }
     return FromStatus(ext.Bind(body));
+  }
+  if (verb == "plan") {
+    // Read-only; a pod already placed or bound is a conflict, not a bad body.
+    absl::StatusOr<std::string> plan = ext.PlanMigrations(body);
+    if (!plan.ok() && plan.status().code() == absl::StatusCode::kAlreadyExists) {
+      return {http::status::conflict, k8s::ErrorJson(plan.status())};
+    }
+    return FromStatus(plan);
   }
   if (verb == "preempt") return FromStatus(ext.Preempt(body));
   if (verb == "confirm") return FromStatus(ext.Confirm(body));

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gpushare/fragmentation.h"
 #include "gpushare/types.h"
 
 namespace gpushare {
@@ -84,6 +85,12 @@ struct MigrationPlan {
   // Goal form (Cluster::PlanMigrationsToFreeGpus()): the number of whole
   // GPUs the moves free; 0 for the request form.
   int64_t free_gpus_goal = 0;
+  // Goal form Cluster::PlanMigrationsToLowerFragmentation(): the workload the
+  // measure is taken against, and the measure (ClusterFragmentation::amount)
+  // before and after the moves; nullopt and 0 for the other forms.
+  std::optional<TargetWorkload> fragmentation_target;
+  double fragmentation_before = 0;
+  double fragmentation_after = 0;
   std::string reason;  // When not found: why, in one sentence.
 };
 

@@ -323,8 +323,8 @@ class Cluster {
   // by iterative deepening (0, 1, ..., max_moves moves): a move takes one
   // movable placed request to any other node and GPU set where the fit rules
   // of Plan() accept it (for its models, selector, sharing, exclusivity,
-  // compute, cpu and host memory) on the state after the earlier moves;
-  // equal nodes and GPUs are tried once. Exact (plan.proven) when the search
+  // compute, cpu and host memory) after the earlier moves (equal nodes and
+  // GPUs once, at the last move only). Exact (plan.proven) when the search
   // ends within `search_budget` candidate moves: then no shorter plan exists,
   // or none within max_moves. Cost O((P x C)^k) for P movable requests,
   // C candidate destinations, k moves.
@@ -349,11 +349,28 @@ class Cluster {
       int64_t gpus, int max_moves, const std::vector<Request>& movable = {},
       int64_t search_budget = 200000) const;
 
+  // The cluster-goal form that lowers the fragmentation measure against
+  // `target` (fragmentation.h: Fragmentation(cluster, target).amount) by the
+  // most: among every plan of at most `max_moves` moves, one whose end state
+  // has the least amount, and among those the fewest moves. Found when that
+  // amount is strictly below the amount now (plan.fragmentation_before and
+  // _after say both). Depth-first over every sequence of moves (the
+  // destinations of PlanMigrations()), each move scored from the two nodes it
+  // changes: exact (plan.proven) when the search ends within `search_budget`
+  // candidate moves; otherwise the best plan seen. Cost O((P x C)^k).
+  // `movable` as in PlanMigrations().
+  // Errors: InvalidArgument for a target with no task (or a task with a
+  // negative share or weight, named) and those of PlanMigrations().
+  absl::StatusOr<MigrationPlan> PlanMigrationsToLowerFragmentation(
+      const TargetWorkload& target, int max_moves, const std::vector<Request>& movable = {},
+      int64_t search_budget = 200000) const;
+
   // Applies the moves of a found plan in order (each a Release() and a
   // Commit()), after checking on a copy that every move still holds: the
   // pod is placed exactly at `from`, `to` passes the pod's fit rules, and the
-  // plan's request fits afterwards (goal form: enough GPUs are free). It does
-  // not place the request.
+  // plan's request fits afterwards (goal forms: enough GPUs are free; the
+  // fragmentation amount ends below the amount now). It does not place the
+  // request.
   // Errors: FailedPrecondition naming the first move that no longer holds
   // (then nothing changes); InvalidArgument for a plan that was not found.
   [[nodiscard]] absl::Status ApplyMigrations(const MigrationPlan& plan);

@@ -33,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -316,6 +317,29 @@ class Extender {
   // {"version": options.version}.
   std::string Version() const;
 
+  // The read-only defragmentation planner (Cluster::PlanMigrations) on the
+  // extender's state, for an operator or a descheduler. The body is a JSON
+  // object naming one goal:
+  //   {"Pod": <v1.Pod>}                          a pending pod, as given;
+  //   {"PodNamespace": "ns", "PodName": "name"}  a pending pod seen by Filter
+  //                                              or remembered (RememberPods);
+  //   {"FreeGPUs": k}                            free k whole GPUs;
+  // with optional "MaxMoves" (0..16, default 1) and "SearchBudget" (candidate
+  // moves, 1..10,000,000, default 200,000). Only confirmed placements move
+  // (a reservation's bind is in progress); each keeps the GPU models it runs
+  // on and every label of its node as constraints. The reply:
+  //   {"Found": bool, "Proven": bool, "Moves": [{"PodNamespace", "PodName",
+  //    "From": {"Node", "GPUs"}, "To": {"Node", "GPUs"}}, ...],
+  //    "Then": {"Node", "GPUs"} (pod goal, when found), "FreeGPUs" (goal
+  //    form), "Reason": why not found, "Warnings": [...], "Error": ""}.
+  // Nothing changes: the search runs on a copy taken under the read lock.
+  // The pod's required node affinity is not part of the search (a warning
+  // says so); its resources, GPU models and nodeSelector are.
+  // Errors: InvalidArgument naming the bad member; NotFound for a pod name
+  // the extender does not know; AlreadyExists if the pod is already placed.
+  absl::StatusOr<std::string> PlanMigrations(std::string_view body) const;
+
+
   // Remembers the pods of a v1.PodList (e.g. the one the state was rebuilt
   // from), so that Preempt and the lifecycle calls can find them by UID.
   // Errors: InvalidArgument for malformed JSON; nothing is remembered then.
@@ -407,6 +431,8 @@ class Extender {
   // Records the UIDs of bound pods whose placements the scheduler holds on
   // their node, where no owner is known yet.
   void NoteOwners(const std::vector<Pod>& pods);
+  // The pod remembered under "<namespace>/<name>", if any.
+  std::optional<Pod> RememberedPod(const std::string& id) const;
 
   Scheduler* scheduler_;
   ExtenderOptions options_;

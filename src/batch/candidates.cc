@@ -73,7 +73,8 @@ Placement MakePlacementOn(const Request& request, const Demand& demand,
 std::vector<Placement> CandidatePlacements(const Cluster& cluster,
                                            const Request& request,
                                            const Demand& demand,
-                                           const GpuSet* blocked) {
+                                           const GpuSet* blocked,
+                                           bool reduce_symmetry) {
   struct Scored {
     int64_t free_left;
     size_t order;
@@ -90,12 +91,13 @@ std::vector<Placement> CandidatePlacements(const Cluster& cluster,
                                  [&](int g) { return IsBlocked(blocked, name, g); }),
                   fitting.end());
     if (static_cast<int>(fitting.size()) < demand.gpu_count) continue;
-    if (!seen_nodes.insert(NodeKey(node, blocked)).second) continue;
+    if (reduce_symmetry && !seen_nodes.insert(NodeKey(node, blocked)).second) continue;
     // Fitting GPUs grouped by state, classes in order of first index.
     std::map<std::string, size_t> class_of;
     std::vector<std::vector<int>> classes;
     for (int g : fitting) {
-      auto [it, added] = class_of.emplace(GpuKey(node.gpus[g], false), classes.size());
+      auto [it, added] = class_of.emplace(
+          reduce_symmetry ? GpuKey(node.gpus[g], false) : absl::StrCat(g), classes.size());
       if (added) classes.emplace_back();
       classes[it->second].push_back(g);
     }

@@ -2,7 +2,6 @@
 // moves of placed requests on a scratch copy. See cluster.h.
 
 #include <algorithm>
-#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11,9 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "gpushare/cluster.h"
+#include "gpushare/fragmentation.h"
 #include "src/batch/candidates.h"
 #include "src/internal/cluster_state.h"
 
@@ -67,19 +68,124 @@ std::string Describe(const Placement& p) {
   return absl::StrCat(p.node, "[", gpus, "]");
 }
 
+// A pod that may move. With `origin` set, its request is inferred from its
+// placement there (InferRequest) on first use: most pods of a large cluster
+// are never tried, so they are never inferred.
 struct Movable {
-  Request request;
-  Demand demand;
+  struct Shape {
+    Request request;
+    Demand demand;
+  };
+  std::string id;
+  const Cluster* origin = nullptr;
+  std::unique_ptr<Shape> shape;  // Null until known, or when unusable.
+
+  bool Ready() {
+    if (origin != nullptr) {
+      const Cluster& c = *origin;
+      origin = nullptr;
+      if (const Placement* p = c.FindPlacement(id)) {
+        Request r = InferRequest(*p, *c.FindNode(p->node));
+        absl::StatusOr<Demand> d = c.Validate(r);
+        if (d.ok()) shape.reset(new Shape{std::move(r), *d});
+      }
+    }
+    return shape != nullptr;
+  }
+  const Request& request() const { return shape->request; }
+  const Demand& demand() const { return shape->demand; }
+};
+
+// Every placed pod of `cluster` as an inferred Movable, node by node.
+std::vector<Movable> EveryPod(const Cluster& cluster) {
+  std::vector<Movable> pods;
+  pods.reserve(cluster.num_placements());
+  for (const std::string& name : cluster.node_names()) {
+    for (const std::string& id : cluster.FindNode(name)->requests) {
+      Movable m;
+      m.id = id;
+      m.origin = &cluster;
+      pods.push_back(std::move(m));
+    }
+  }
+  return pods;
+}
+
+// What a plan aims for. At the last move of a plan only a pod whose
+// departure could meet the goal is worth moving: Holds() is monotone in the
+// load (adding a pod anywhere never helps), so a last move from node A to B
+// meets a goal the state before it misses only through what leaving A frees.
+class Goal {
+ public:
+  virtual ~Goal() = default;
+  virtual bool Holds(const Cluster& c) = 0;
+  // Called on the state the last move of a plan starts from.
+  virtual void BeforeLastMove(const Cluster& /*c*/) {}
+  // `node` is the pod's node with `from` taken off. False only when no
+  // destination of the pod can make the goal hold.
+  virtual bool MayHold(const NodeStatus& /*node*/, const Placement& /*from*/) { return true; }
+};
+
+// The request fits somewhere (as "binpack" would place it).
+class FitGoal : public Goal {
+ public:
+  FitGoal(const Request& request, const Demand& demand)
+      : request_(request), demand_(demand), binpack_(*MakePolicy("binpack")) {}
+  bool Holds(const Cluster& c) override { return c.Plan(request_, *binpack_).ok(); }
+  // The pod's destination only loses room, so the request must fit where
+  // the pod left.
+  bool MayHold(const NodeStatus& node, const Placement& /*from*/) override {
+    return internal::NodeFits(node, demand_, request_, &fitting_);
+  }
+
+ private:
+  Request request_;
+  Demand demand_;
+  std::shared_ptr<Policy> binpack_;
+  std::vector<int> fitting_;
+};
+
+// Healthy GPUs holding nothing on schedulable nodes.
+int64_t FreeWholeGpus(const Cluster& cluster) {
+  int64_t free = 0;
+  for (const std::string& name : cluster.node_names()) {
+    const NodeStatus& node = *cluster.FindNode(name);
+    if (!node.schedulable) continue;
+    for (const GpuStatus& g : node.gpus) free += g.healthy && g.idle() ? 1 : 0;
+  }
+  return free;
+}
+
+// At least `gpus` whole GPUs are free.
+class FreeGpusGoal : public Goal {
+ public:
+  explicit FreeGpusGoal(int64_t gpus) : gpus_(gpus) {}
+  bool Holds(const Cluster& c) override { return FreeWholeGpus(c) >= gpus_; }
+  void BeforeLastMove(const Cluster& c) override { free_ = FreeWholeGpus(c); }
+  // Only the GPUs the pod leaves idle can add to the count.
+  bool MayHold(const NodeStatus& node, const Placement& from) override {
+    int64_t freed = 0;
+    for (int g : from.gpus) {
+      freed += node.schedulable && node.gpus[g].healthy && node.gpus[g].idle() ? 1 : 0;
+    }
+    return free_ + freed >= gpus_;
+  }
+
+ private:
+  int64_t gpus_;
+  int64_t free_ = 0;
 };
 
 class Planner {
  public:
-  Planner(const Cluster& cluster, std::function<bool(const Cluster&)> goal,
-          std::vector<Movable> movable, int64_t budget)
+  // `every_pod_of`: when set, every placed pod may move (`movable` is then
+  // EveryPod() of it), inferred from that cluster.
+  Planner(const Cluster& cluster, std::unique_ptr<Goal> goal, std::vector<Movable> movable,
+          const Cluster* every_pod_of, int64_t budget)
       : scratch_(cluster), goal_(std::move(goal)), movable_(std::move(movable)),
-        budget_(budget) {}
+        every_pod_of_(every_pod_of), budget_(budget) {}
 
-  bool Fits() { return goal_(scratch_); }
+  bool Fits() { return goal_->Holds(scratch_); }
 
   // Searches plans of exactly `depth` moves; true when one is found.
   bool Deepen(int depth) { return Visit(depth); }
@@ -98,38 +204,91 @@ class Planner {
  private:
   bool Visit(int left) {
     if (left == 0) return Fits();
-    for (const Movable& m : movable_) {
-      const Placement* now = scratch_.FindPlacement(m.request.id);
-      if (now == nullptr) continue;
-      const Placement from = *now;
-      if (!scratch_.Release(from.request_id).ok()) continue;
-      std::vector<Placement> candidates =
-          internal::CandidatePlacements(scratch_, m.request, m.demand, nullptr);
-      bool found = false;
-      for (const Placement& to : candidates) {
-        if (to.node == from.node && to.gpus == from.gpus) continue;
-        if (++tried_ > budget_) {
-          aborted_ = true;
-          break;
-        }
-        if (!scratch_.Commit(to).ok()) continue;
-        moves_.push_back({m.request, from, to});
-        found = Visit(left - 1);
-        scratch_.Release(to.request_id).IgnoreError();
-        if (found) break;
-        moves_.pop_back();
-        if (aborted_) break;
-      }
-      scratch_.Commit(from).IgnoreError();
-      if (found) return true;
+    if (left == 1) return VisitLast();
+    for (Movable& m : movable_) {
+      if (TryMoves(m, left)) return true;
       if (aborted_) return false;
     }
     return false;
   }
 
+  // The movable pod `id`, or null.
+  Movable* Find(const std::string& id) {
+    if (index_.empty()) {
+      for (size_t i = 0; i < movable_.size(); ++i) index_.emplace(movable_[i].id, i);
+    }
+    auto it = index_.find(id);
+    return it == index_.end() ? nullptr : &movable_[it->second];
+  }
+
+  // The last move, node by node: one copy of each node answers
+  // Goal::MayHold() for every pod on it without touching the cluster; only
+  // the pods that pass are looked up and tried.
+  bool VisitLast() {
+    goal_->BeforeLastMove(scratch_);
+    NodeStatus probe;
+    std::vector<std::string> ids;
+    for (const std::string& name : scratch_.node_names()) {
+      const NodeStatus& node = *scratch_.FindNode(name);
+      if (node.requests.empty()) continue;
+      probe = node;
+      ids = node.requests;  // TryMoves() reorders node.requests.
+      for (const std::string& id : ids) {
+        const Placement from = *scratch_.FindPlacement(id);
+        internal::UndoOnNode(probe, from);
+        const bool may = goal_->MayHold(probe, from);
+        internal::ApplyToNode(probe, from);
+        if (!may) continue;
+        Movable* m = nullptr;
+        Movable one;
+        if (every_pod_of_ != nullptr) {
+          one.id = id;
+          one.origin = every_pod_of_;
+          m = &one;
+        } else {
+          m = Find(id);
+        }
+        if (m == nullptr) continue;
+        if (TryMoves(*m, 1)) return true;
+        if (aborted_) return false;
+      }
+    }
+    return false;
+  }
+
+  // Tries every destination of `m` followed by plans of left - 1 moves.
+  bool TryMoves(Movable& m, int left) {
+    const Placement* now = scratch_.FindPlacement(m.id);
+    if (now == nullptr || !m.Ready()) return false;
+    const Placement from = *now;
+    if (!scratch_.Release(from.request_id).ok()) return false;
+    std::vector<Placement> candidates =
+        internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr,
+                                      /*reduce_symmetry=*/left == 1);
+    bool found = false;
+    for (const Placement& to : candidates) {
+      if (to.node == from.node && to.gpus == from.gpus) continue;
+      if (++tried_ > budget_) {
+        aborted_ = true;
+        break;
+      }
+      if (!scratch_.Commit(to).ok()) continue;
+      moves_.push_back({m.request(), from, to});
+      found = Visit(left - 1);
+      scratch_.Release(to.request_id).IgnoreError();
+      if (found) break;
+      moves_.pop_back();
+      if (aborted_) break;
+    }
+    scratch_.Commit(from).IgnoreError();
+    return found;
+  }
+
   Cluster scratch_;
-  std::function<bool(const Cluster&)> goal_;
+  std::unique_ptr<Goal> goal_;
   std::vector<Movable> movable_;
+  const Cluster* every_pod_of_;
+  absl::flat_hash_map<std::string, size_t> index_;  // id -> movable_, built on use.
   int64_t budget_;
   std::vector<Migration> moves_;
   int64_t tried_ = 0;
@@ -137,18 +296,11 @@ class Planner {
 };
 
 // The movable pods: `movable` checked against the placements, or every
-// placed pod with the constraints InferRequest() gives it.
+// placed pod with the constraints InferRequest() gives it (on first use).
 absl::StatusOr<std::vector<Movable>> MovablePods(const Cluster& cluster,
                                                  const std::vector<Request>& movable) {
   std::vector<Movable> pods;
-  if (movable.empty()) {
-    for (const Placement& p : cluster.placements()) {
-      Request r = InferRequest(p, *cluster.FindNode(p.node));
-      absl::StatusOr<Demand> d = cluster.Validate(r);
-      if (d.ok()) pods.push_back({std::move(r), *d});
-    }
-    return pods;
-  }
+  if (movable.empty()) return EveryPod(cluster);
   absl::flat_hash_set<std::string> seen;
   for (size_t i = 0; i < movable.size(); ++i) {
     const Request& r = movable[i];
@@ -167,7 +319,10 @@ absl::StatusOr<std::vector<Movable>> MovablePods(const Cluster& cluster,
       return absl::InvalidArgumentError(
           absl::StrCat("movable[", i, "]: id '", r.id, "' appears twice"));
     }
-    pods.push_back({r, *d});
+    Movable m;
+    m.id = r.id;
+    m.shape.reset(new Movable::Shape{r, *d});
+    pods.push_back(std::move(m));
   }
   return pods;
 }
@@ -186,13 +341,13 @@ absl::Status CheckLimits(int max_moves, int64_t search_budget) {
 
 // Iterative deepening towards `goal`; fills plan.found, proven, moves and
 // reason (`what` names the goal in it). Returns the planner, moves applied.
-std::unique_ptr<Planner> Deepen(const Cluster& cluster,
-                                std::function<bool(const Cluster&)> goal,
-                                std::vector<Movable> pods, int max_moves,
+std::unique_ptr<Planner> Deepen(const Cluster& cluster, std::unique_ptr<Goal> goal,
+                                std::vector<Movable> pods, const Cluster* every_pod_of,
+                                int max_moves,
                                 int64_t search_budget, const std::string& what,
                                 MigrationPlan& plan) {
   auto planner = std::make_unique<Planner>(cluster, std::move(goal), std::move(pods),
-                                           search_budget);
+                                           every_pod_of, search_budget);
   bool aborted = false;
   for (int depth = 0; depth <= max_moves; ++depth) {
     if (planner->Deepen(depth)) {
@@ -213,18 +368,19 @@ std::unique_ptr<Planner> Deepen(const Cluster& cluster,
   return planner;
 }
 
-// Healthy GPUs holding nothing on schedulable nodes.
-int64_t FreeWholeGpus(const Cluster& cluster) {
-  int64_t free = 0;
-  for (const std::string& name : cluster.node_names()) {
-    const NodeStatus& node = *cluster.FindNode(name);
-    if (!node.schedulable) continue;
-    for (const GpuStatus& g : node.gpus) free += g.healthy && g.idle() ? 1 : 0;
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<Request> MovableRequestOf(const Cluster& cluster, std::string_view id) {
+  const Placement* p = cluster.FindPlacement(id);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrCat("request '", std::string(id), "' is not placed"));
   }
-  return free;
+  return InferRequest(*p, *cluster.FindNode(p->node));
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
                                                       int max_moves,
@@ -242,11 +398,9 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
   MigrationPlan plan;
   plan.request = request;
   std::shared_ptr<Policy> binpack = *MakePolicy("binpack");
-  auto fits = [&request, binpack](const Cluster& c) {
-    return c.Plan(request, *binpack).ok();
-  };
   std::unique_ptr<Planner> planner =
-      Deepen(*this, fits, *std::move(pods), max_moves, search_budget,
+      Deepen(*this, std::make_unique<FitGoal>(request, *Validate(request)), *std::move(pods),
+             movable.empty() ? this : nullptr, max_moves, search_budget,
              absl::StrCat("makes '", request.id, "' fit"), plan);
   if (plan.found) {
     absl::StatusOr<Placement> then = planner->scratch().Plan(request, *binpack);
@@ -267,9 +421,138 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrationsToFreeGpus(
   if (!pods.ok()) return pods.status();
   MigrationPlan plan;
   plan.free_gpus_goal = gpus;
-  auto enough = [gpus](const Cluster& c) { return FreeWholeGpus(c) >= gpus; };
-  Deepen(*this, enough, *std::move(pods), max_moves, search_budget,
+  Deepen(*this, std::make_unique<FreeGpusGoal>(gpus), *std::move(pods),
+         movable.empty() ? this : nullptr, max_moves, search_budget,
          absl::StrCat("frees ", gpus, " whole GPU", gpus == 1 ? "" : "s"), plan);
+  return plan;
+}
+
+namespace {
+
+constexpr double kFragEpsilon = 1e-9;
+
+absl::Status CheckTarget(const TargetWorkload& target) {
+  if (target.tasks.empty()) return absl::InvalidArgumentError("the target workload has no task");
+  for (size_t i = 0; i < target.tasks.size(); ++i) {
+    const TargetTask& t = target.tasks[i];
+    if (t.gpu_share < 0 || t.gpu_count < 0 || !(t.weight >= 0) || t.cpu < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "target task ", i, " has a negative (or NaN) share ", t.gpu_share, ", GPU count ",
+          t.gpu_count, ", cpu ", t.cpu, " or weight ", t.weight));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Depth-first over every sequence of at most `max_moves` moves, keeping the
+// end state of least fragmentation (fewest moves among equals). A move
+// changes two nodes, so the measure is updated from those two.
+class FragSearch {
+ public:
+  FragSearch(const Cluster& cluster, const TargetWorkload& target, std::vector<Movable> movable,
+             int64_t budget)
+      : scratch_(cluster), target_(target), movable_(std::move(movable)), budget_(budget) {
+    now_ = Fragmentation(scratch_, target_).amount;
+    best_ = now_;
+  }
+
+  void Run(int max_moves) { Visit(max_moves); }
+  bool aborted() const { return aborted_; }
+  const std::vector<Migration>& best_moves() const { return best_moves_; }
+
+ private:
+  double NodeFrag(const std::string& node) {
+    return NodeFragmentation(*scratch_.FindNode(node), target_);
+  }
+
+  void Visit(int left) {
+    if (now_ < best_ - kFragEpsilon ||
+        (now_ <= best_ + kFragEpsilon && path_.size() < best_moves_.size())) {
+      best_ = std::min(best_, now_);
+      best_moves_ = path_;
+    }
+    if (left == 0 || aborted_) return;
+    for (Movable& m : movable_) {
+      const Placement* placed = scratch_.FindPlacement(m.id);
+      if (placed == nullptr || !m.Ready()) continue;
+      const Placement from = *placed;
+      const double from_before = NodeFrag(from.node);
+      if (!scratch_.Release(from.request_id).ok()) continue;
+      const double from_released = NodeFrag(from.node);
+      for (const Placement& to :
+           internal::CandidatePlacements(scratch_, m.request(), m.demand(), nullptr,
+                                         /*reduce_symmetry=*/left == 1)) {
+        if (to.node == from.node && to.gpus == from.gpus) continue;
+        if (++tried_ > budget_) {
+          aborted_ = true;
+          break;
+        }
+        const bool same = to.node == from.node;
+        const double to_before = same ? from_released : NodeFrag(to.node);
+        if (!scratch_.Commit(to).ok()) continue;
+        const double to_after = NodeFrag(to.node);
+        const double delta = same ? to_after - from_before
+                                  : (from_released - from_before) + (to_after - to_before);
+        const double saved = now_;
+        now_ += delta;
+        path_.push_back({m.request(), from, to});
+        Visit(left - 1);
+        path_.pop_back();
+        now_ = saved;
+        scratch_.Release(to.request_id).IgnoreError();
+        if (aborted_) break;
+      }
+      scratch_.Commit(from).IgnoreError();
+      if (aborted_) return;
+    }
+  }
+
+  Cluster scratch_;
+  const TargetWorkload& target_;
+  std::vector<Movable> movable_;
+  int64_t budget_;
+  double now_ = 0;
+  double best_ = 0;
+  std::vector<Migration> path_;
+  std::vector<Migration> best_moves_;
+  int64_t tried_ = 0;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<MigrationPlan> Cluster::PlanMigrationsToLowerFragmentation(
+    const TargetWorkload& target, int max_moves, const std::vector<Request>& movable,
+    int64_t search_budget) const {
+  if (absl::Status s = CheckTarget(target); !s.ok()) return s;
+  if (absl::Status s = CheckLimits(max_moves, search_budget); !s.ok()) return s;
+  absl::StatusOr<std::vector<Movable>> pods = MovablePods(*this, movable);
+  if (!pods.ok()) return pods.status();
+  FragSearch search(*this, target, *std::move(pods), search_budget);
+  search.Run(max_moves);
+  MigrationPlan plan;
+  plan.fragmentation_target = target;
+  plan.fragmentation_before = Fragmentation(*this, target).amount;
+  plan.moves = search.best_moves();
+  plan.proven = !search.aborted();
+  Cluster after(*this);
+  for (const Migration& m : plan.moves) {
+    after.Release(m.pod.id).IgnoreError();
+    after.Commit(m.to).IgnoreError();
+  }
+  plan.fragmentation_after = Fragmentation(after, target).amount;
+  plan.found = !plan.moves.empty() &&
+               plan.fragmentation_after < plan.fragmentation_before - kFragEpsilon;
+  if (!plan.found) {
+    plan.moves.clear();
+    plan.fragmentation_after = plan.fragmentation_before;
+    plan.reason = search.aborted()
+                      ? absl::StrCat("no plan found within the search budget of ",
+                                     search_budget, " candidate moves")
+                      : absl::StrCat("no plan of at most ", max_moves, " move",
+                                     max_moves == 1 ? "" : "s",
+                                     " lowers the fragmentation measure");
+  }
   return plan;
 }
 
@@ -278,7 +561,8 @@ absl::Status Cluster::ApplyMigrations(const MigrationPlan& plan) {
     return absl::InvalidArgumentError(
         absl::StrCat("the plan was not found: ", plan.reason));
   }
-  if (plan.free_gpus_goal == 0) {
+  const bool request_form = plan.free_gpus_goal == 0 && !plan.fragmentation_target.has_value();
+  if (request_form) {
     if (absl::Status s = Validate(plan.request).status(); !s.ok()) return s;
   }
   // Check every move on a copy, then repeat them here.
@@ -318,6 +602,14 @@ absl::Status Cluster::ApplyMigrations(const MigrationPlan& plan) {
       return absl::FailedPreconditionError(absl::StrCat(
           "after the moves only ", free, " whole GPUs would be free, not ",
           plan.free_gpus_goal));
+    }
+  } else if (plan.fragmentation_target.has_value()) {
+    const double now = Fragmentation(*this, *plan.fragmentation_target).amount;
+    const double after = Fragmentation(scratch, *plan.fragmentation_target).amount;
+    if (!(after < now - kFragEpsilon)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the moves would no longer lower the fragmentation measure (", now, " -> ", after,
+          ")"));
     }
   } else if (absl::Status s = scratch.Plan(plan.request, "binpack").status(); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(

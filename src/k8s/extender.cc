@@ -232,6 +232,10 @@ std::string ErrorJson(const absl::Status& status) {
                                  {"Code", absl::StatusCodeToString(status.code())}});
 }
 
+std::optional<Pod> Extender::RememberedPod(const std::string& id) const {
+  return cache_->Get("", id);
+}
+
 std::string Extender::Version() const { return ::gpushare::internal::DumpJson(json{{"version", options_.version}}); }
 
 absl::Status Extender::RememberPods(std::string_view pods_json) {

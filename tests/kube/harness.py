@@ -619,10 +619,17 @@ class ControlPlane:
 
     def extender_get(self, port, path):
         """(status, body) of GET path on an extender replica."""
+        return self.extender_request(port, "GET", path)
+
+    def extender_request(self, port, method, path, body=None):
+        """(status, body) of a request (body: an object sent as JSON) to an
+        extender replica."""
         ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=REQUEST_TIMEOUT)
         try:
-            c.request("GET", path)
+            data = None if body is None else json.dumps(body)
+            headers = {} if body is None else {"Content-Type": "application/json"}
+            c.request(method, path, body=data, headers=headers)
             r = c.getresponse()
             return r.status, r.read().decode()
         finally:

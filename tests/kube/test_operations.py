@@ -2,7 +2,8 @@
 election (the leader SIGKILLed during a burst), /metrics parsed with
 prometheus_client's reference parser, the deploy/ manifests applied with
 server-side validation and their RBAC checked with `kubectl auth can-i`, and
-the kubectl plugin's table for scenario S1.
+the kubectl plugin's table for scenario S1, and the read-only planner
+(POST /gpushare-scheduler/plan and `kubectl inspect gpushare --plan`).
 
 Every assertion on placements reads the API objects (spec.nodeName, the bind
 annotations, events); the metrics are compared with them.
@@ -20,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import HarnessError, gpu_allocation, node_gpus, used_per_gpu, wait_until
-from test_scenarios import assert_no_oversubscription, fits_somewhere
+from test_scenarios import (assert_no_oversubscription, failed_scheduling_messages,
+                            fits_somewhere)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy")
@@ -298,3 +300,81 @@ def test_kubectl_inspect_gpushare_prints_s1(cluster):
         assert m and m.groups() == (str(total), str(total * 100 // 14)), block
     assert details.endswith("Allocated/Total GPU Memory In Cluster:  25/28 (89%)\n")
     print(table + details)
+
+
+# ---- The read-only planner ---------------------------------------------------------
+
+T4 = 14
+
+
+def test_plan_endpoint_names_the_one_move_and_changes_nothing(cluster):
+    """POST /gpushare-scheduler/plan for a pending pod: the extender answers
+    from its own state; the cluster is left as it was, and deleting the pod
+    the plan moves lets the pending one bind where the plan said."""
+    cluster.start_extender()
+    cluster.start_scheduler(with_extender=True)
+    api = cluster.api
+    api.create_node("t4-a", gpus=1, gpu_memory=T4)
+    api.create_node("t4-b", gpus=1, gpu_memory=T4)
+    api.create_pod("a", gpu_memory=7)
+    first = api.wait_bound("a")
+    api.create_pod("b", gpu_memory=7)
+    assert api.wait_bound("b") == first  # binpack
+    api.create_pod("c", gpu_memory=7)
+    other = api.wait_bound("c")
+    assert other != first
+    api.delete_pod("b")
+    wait_until("b's units freed", lambda: used_per_gpu(api) == {first: {0: 7}, other: {0: 7}},
+               30, 0.25)
+
+    def extender_released_b():
+        status, body = cluster.extender_get(cluster.extender_port,
+                                             "/gpushare-scheduler/inspect")
+        return status == 200 and '"name":"b"' not in body.replace(" ", "")
+    wait_until("the extender released b", extender_released_b, 30, 0.25)
+    api.create_pod("ten", gpu_memory=10)  # 7 free on each GPU
+    failed_scheduling_messages(api, "ten")
+    before = used_per_gpu(api)
+
+    status, body = plan_request(cluster, {"PodNamespace": "default", "PodName": "ten",
+                                           "MaxMoves": 2})
+    assert status == 200, body
+    plan = json.loads(body)
+    assert plan["Found"] and plan["Proven"], plan
+    assert len(plan["Moves"]) == 1, plan
+    move = plan["Moves"][0]
+    moved, leaves = move["PodName"], move["From"]["Node"]
+    assert moved in ("a", "c") and api.pod(moved)["spec"]["nodeName"] == leaves
+    assert move["To"]["Node"] == ({first, other} - {leaves}).pop()
+    assert plan["Then"] == {"Node": leaves, "GPUs": [0]}
+    # With no move allowed there is no plan, and a bound pod is a conflict.
+    status, body = plan_request(cluster, {"PodName": "ten", "MaxMoves": 0})
+    assert status == 200 and not json.loads(body)["Found"], body
+    status, body = plan_request(cluster, {"PodName": moved})
+    assert status == 409, body
+    status, body = plan_request(cluster, {"PodName": "ten", "MaxMoves": 99})
+    assert status == 400 and "MaxMoves is 99" in json.loads(body)["Error"], body
+    # The kubectl plugin plans from the API objects alone, with the same answer.
+    plugin = os.path.join(os.path.dirname(cluster.extender_bin), "kubectl-inspect-gpushare")
+    r = subprocess.run([plugin, "--kubeconfig", cluster.admin_kubeconfig, "--plan",
+                        "default/ten", "--max-moves", "2"], text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = re.fullmatch(r"default/ten fits after 1 move \(the fewest\):\n"
+                     r"  move default/([ac]) from (t4-[ab]) GPU 0 to (t4-[ab]) GPU 0\n"
+                     r"then default/ten goes to (t4-[ab]) GPU 0\n", r.stdout)
+    assert m, r.stdout
+    assert m[2] == api.pod(m[1])["spec"]["nodeName"] and m[4] == m[2] != m[3], r.stdout
+    # Read-only: nothing was moved or bound.
+    time.sleep(1)
+    assert used_per_gpu(api) == before
+    assert not api.pod("ten")["spec"].get("nodeName")
+
+    api.delete_pod(moved)
+    assert api.wait_bound("ten", timeout=60) == leaves
+    assert_no_oversubscription(api)
+
+
+def plan_request(control_plane, body):
+    return control_plane.extender_request(control_plane.extender_port, "POST",
+                                          "/gpushare-scheduler/plan", body)

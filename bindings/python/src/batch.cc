@@ -1,6 +1,7 @@
 // Batch placement and the defragmentation planner: gs.BatchResult,
 // gs.Migration, gs.MigrationPlan and the Cluster methods place_batch,
-// plan_defragmentation and apply_migrations.
+// plan_defragmentation, plan_free_gpus, plan_lower_fragmentation and
+// apply_migrations.
 
 #include <pybind11/stl.h>
 
@@ -96,6 +97,10 @@ void RegisterBatch(py::module_& m) {
       .def_readonly("request", &MigrationPlan::request, "The request the plan is for.")
       .def_readonly("free_gpus_goal", &MigrationPlan::free_gpus_goal,
                     "Goal form (plan_free_gpus): the whole GPUs the moves free; else 0.")
+      .def_readonly("fragmentation_before", &MigrationPlan::fragmentation_before,
+                    "Goal form plan_lower_fragmentation: the measure now; else 0.")
+      .def_readonly("fragmentation_after", &MigrationPlan::fragmentation_after,
+                    "Goal form plan_lower_fragmentation: the measure after the moves; else 0.")
       .def_readonly("reason", &MigrationPlan::reason, "When not found: why.")
       .def("__repr__", [](const MigrationPlan& p) {
         return absl::StrCat("MigrationPlan(request='", p.request.id, "', found=",
@@ -173,6 +178,28 @@ void RegisterBatch(py::module_& m) {
           py::arg("search_budget") = 200000,
           "The fewest moves after which at least `gpus` healthy GPUs on schedulable nodes "
           "hold nothing; like plan_defragmentation() otherwise.")
+      .def(
+          "plan_lower_fragmentation",
+          [](ClusterBox& self, py::object target, Int<int, arg::max_moves> max_moves,
+             const std::string& resource, double coverage,
+             std::optional<std::vector<Request>> movable,
+             Int<int64_t, arg::search_budget> search_budget) {
+            const TargetWorkload t = TargetArg(target, ResourceArg(resource), coverage);
+            absl::StatusOr<MigrationPlan> plan;
+            {
+              Guard guard(self, true);
+              plan = self.cluster.PlanMigrationsToLowerFragmentation(
+                  t, max_moves, movable.value_or(std::vector<Request>{}), search_budget);
+            }
+            return ValueOrThrow(std::move(plan));
+          },
+          py::arg("target"), py::arg("max_moves") = 1, py::arg("resource") = "compute",
+          py::arg("coverage") = 0.95, py::arg("movable") = py::none(),
+          py::arg("search_budget") = 200000,
+          "The moves (at most max_moves) that lower gs.fragmentation(cluster, target)['amount'] "
+          "the most, the fewest among equals; found when it drops. `target`, `resource` and "
+          "`coverage` as in gs.fragmentation(); `movable` as in plan_defragmentation(). "
+          "Exhaustive: proven unless search_budget ran out (then the best plan seen).")
       .def(
           "apply_migrations",
           [](ClusterBox& self, const MigrationPlan& plan) {

@@ -42,6 +42,12 @@ void RegisterSimulate(py::module_& m);  // simulate.cc: simulate, replay, openb 
 // place_batch, plan_defragmentation, apply_migrations.
 void RegisterBatch(py::module_& m);
 
+// simulate.cc: resource="compute" | "memory"; a target workload given as a
+// list of dicts like gs.typical_tasks() returns, or the typical tasks of a
+// workload (requests or an openb task CSV path). Raise InvalidArgumentError.
+FragResource ResourceArg(const std::string& resource);
+TargetWorkload TargetArg(py::handle target, FragResource resource, double coverage);
+
 // ---- Topology (topology.cc) ----------------------------------------------------
 
 // The holder pybind11 keeps gs.Topology in (the object stays immutable).

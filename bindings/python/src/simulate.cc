@@ -119,6 +119,8 @@ py::dict Curve(const SimulationResult& r) {
   return d;
 }
 
+}  // namespace
+
 FragResource ResourceArg(const std::string& resource) {
   if (resource == "compute") return FragResource::kCompute;
   if (resource == "memory") return FragResource::kMemory;
@@ -163,6 +165,8 @@ TargetWorkload TargetArg(py::handle target, FragResource resource, double covera
   }
   return t;
 }
+
+namespace {
 
 SimulationOptions Options(const std::string& policy, uint64_t seed, double inflate, bool shuffle,
                           bool through_cluster) {

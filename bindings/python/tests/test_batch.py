@@ -112,3 +112,26 @@ def test_plan_free_gpus() -> None:
     assert not c.plan_free_gpus(3, max_moves=3).found
     c.apply_migrations(plan)
     assert c.usage().idle_gpus == 2
+
+
+def test_plan_lower_fragmentation() -> None:
+    c = gs.Cluster()
+    c.add_node("a", gpus=[8], labels={"gpushare": "true"})
+    c.add_node("b", gpus=[8], labels={"gpushare": "true"})
+    c.commit(gs.Placement("x", "a", [0], memory_per_gpu=3))
+    c.commit(gs.Placement("y", "b", [0], memory_per_gpu=3))
+    target = [{"gpu_share": 6, "gpu_count": 1, "weight": 1.0}]
+    before = c.to_json()
+    plan = c.plan_lower_fragmentation(target, max_moves=2, resource="memory")
+    assert plan.found and plan.proven and len(plan.moves) == 1
+    assert plan.fragmentation_before == gs.fragmentation(c, target, resource="memory")["amount"]
+    assert plan.fragmentation_before == 10 and plan.fragmentation_after == 2
+    assert c.to_json() == before  # A plan changes nothing.
+    c.apply_migrations(plan)
+    assert gs.fragmentation(c, target, resource="memory")["amount"] == plan.fragmentation_after
+    again = c.plan_lower_fragmentation(target, max_moves=2, resource="memory")
+    assert not again.found and "lowers the fragmentation measure" in again.reason
+    with pytest.raises(gs.InvalidArgumentError, match="resource 'disk'"):
+        c.plan_lower_fragmentation(target, resource="disk")
+    with pytest.raises(gs.InvalidArgumentError, match="max_moves"):
+        c.plan_lower_fragmentation(target, max_moves=17, resource="memory")
