@@ -15,6 +15,7 @@
 #include "gpushare/policy.h"
 #include "gpushare/simulate.h"
 #include "src/internal/status_macros.h"
+#include "src/sim/breakdown.h"
 #include "src/sim/engine.h"
 
 namespace gpushare {
@@ -151,6 +152,7 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     }
   }
   record(static_cast<int>(std::floor(100.0 * static_cast<double>(arrived) / capacity)));
+  r.unallocated = sim::ClassifyUnallocated(p, order, r.node_of_request, r.gpus_of_request);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
