@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 
 #include "gpushare/cluster.h"
 
@@ -41,6 +42,64 @@ double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int6
       }
     }
     amount += t.weight * static_cast<double>(fits >= t.count ? small : total);
+  }
+  return amount;
+}
+
+double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
+                          int64_t full, int64_t cpu_left, const uint8_t* allowed) {
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += left[i];
+  if (total == 0) return 0;
+  std::array<int64_t, kMaxGpusPerNode> sorted;
+  bool is_sorted = false;
+  double amount = 0;
+  for (size_t k = 0; k < target.types.size(); ++k) {
+    const CompiledTarget::Type& t = target.types[k];
+    if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
+      amount += t.weight * static_cast<double>(total);
+      continue;
+    }
+    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
+    int fits = 0;
+    int64_t small = 0;
+    int64_t gpu_copies = 0;  // Copies of a shared type the fitting GPUs take.
+    for (int i = 0; i < n; ++i) {
+      if (left[i] >= need) {
+        ++fits;
+        gpu_copies += left[i] / need;
+      } else {
+        small += left[i];
+      }
+    }
+    if (fits < t.count) {
+      amount += t.weight * static_cast<double>(total);
+      continue;
+    }
+    const bool whole = need == full;
+    const int64_t cpu_copies = t.cpu > 0 ? cpu_left / t.cpu : (whole ? fits : gpu_copies);
+    if (whole ? cpu_copies * t.count >= fits : cpu_copies >= gpu_copies) {
+      amount += t.weight * static_cast<double>(small);
+      continue;
+    }
+    if (!is_sorted) {
+      std::copy(left, left + n, sorted.begin());
+      std::sort(sorted.begin(), sorted.begin() + n, std::greater<int64_t>());
+      is_sorted = true;
+    }
+    // The fitting GPUs are the `fits` largest; serve them largest first.
+    int64_t unserved = 0;
+    int64_t copies = cpu_copies;
+    for (int i = 0; i < fits; ++i) {
+      if (whole) {
+        if (i >= cpu_copies * t.count) unserved += sorted[i];
+      } else if (copies <= 0) {
+        unserved += sorted[i];
+      } else {
+        copies -= sorted[i] / need;
+      }
+    }
+    amount += t.weight * static_cast<double>(small + unserved);
   }
   return amount;
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "gpushare/fragmentation.h"
 #include "src/fgd/kernel.h"
@@ -19,11 +20,18 @@ TargetWorkload DefaultTarget() {
   return t;
 }
 
+// "fgd", and with `cpu_bound` "fgdcpu": the same integer score, ties broken
+// by int(100 * sigmoid((C0 - C1) / W)) / 101 with C the fragmentation of
+// fgd::FragAmountCpuBound() (50 / 101 on nodes whose GPU model a target type
+// with a model list may use), and a shared task's GPU ties by least idle.
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
-  explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {}
+  FgdPolicy(const TargetWorkload& target, bool cpu_bound)
+      : target_(fgd::Compile(target)), cpu_bound_(cpu_bound) {
+    for (const TargetTask& t : target.tasks) model_listed_.push_back(!t.gpu_models.empty());
+  }
 
-  std::string Name() const override { return "fgd"; }
+  std::string Name() const override { return cpu_bound_ ? "fgdcpu" : "fgd"; }
   const fgd::CompiledTarget* target() const override { return &target_; }
 
   double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
@@ -41,8 +49,23 @@ class FgdPolicy final : public fgd::KernelPolicy {
       return fgd::FragAmount(target_, left.data(), n, node.frag_full, cpu_after,
                              node.type_allowed);
     };
+    // Where a model-listed target type may run, the tie order also decides
+    // which models stay free for such tasks: it is left to the seeded order.
+    bool by_cpu = cpu_bound_;
+    for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
+      by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
+    }
+    const double c0 = by_cpu ? fgd::FragAmountCpuBound(target_, node.frag_left, n,
+                                                       node.frag_full, node.cpu_left,
+                                                       node.type_allowed)
+                             : 0;
     auto score_of = [&](double f) {
-      return std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
+      const double score = std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
+      if (!cpu_bound_) return score;
+      if (!by_cpu) return score + 50.0 / 101.0;
+      const double c1 = fgd::FragAmountCpuBound(target_, left.data(), n, node.frag_full,
+                                                cpu_after, node.type_allowed);
+      return score + std::trunc(100.0 / (1.0 + std::exp(-(c0 - c1) / unit))) / 101.0;
     };
     if (task.kind == Demand::Kind::kShared && task.gpu_count == 1) {
       // The result depends only on the idle share of the GPU taken, so GPUs
@@ -64,7 +87,8 @@ class FgdPolicy final : public fgd::KernelPolicy {
           seen_left[num_seen] = node.frag_left[i];
           seen_score[num_seen++] = s;
         }
-        if (s > best) {
+        if (s > best ||
+            (cpu_bound_ && s == best && node.frag_left[i] < node.frag_left[gpus[0]])) {
           best = s;
           gpus[0] = i;
         }
@@ -81,13 +105,15 @@ class FgdPolicy final : public fgd::KernelPolicy {
 
  private:
   fgd::CompiledTarget target_;
+  bool cpu_bound_;
+  std::vector<bool> model_listed_;  // Per target type: has a GPU model list.
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options) {
-  return std::make_unique<FgdPolicy>(options.fgd_target ? *options.fgd_target
-                                                        : DefaultTarget());
+std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound) {
+  return std::make_unique<FgdPolicy>(
+      options.fgd_target ? *options.fgd_target : DefaultTarget(), cpu_bound);
 }
 
 }  // namespace gpushare::policies
