@@ -96,11 +96,14 @@ TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
   for (uint64_t seed = 0; seed < 16; ++seed) {
     ClusterOptions co;
     co.tie_break_seed = seed;
+    // One cluster for both: its score memo must not hand fgd's verdicts to
+    // fgdcpu (same target, other policy).
+    Cluster c(co);
+    for (const Node& n : nodes) ASSERT_OK(c.AddNode(n));
     for (const char* name : {"fgd", "fgdcpu"}) {
-      Cluster c(co);
-      for (const Node& n : nodes) ASSERT_OK(c.AddNode(n));
       ASSERT_OK_AND_ASSIGN(auto policy, MakePolicy(name, po));
       ASSERT_OK_AND_ASSIGN(Placement p, c.Place(r, *policy));
+      ASSERT_OK(c.Release(r.id));
       if (std::string(name) == "fgdcpu") {
         EXPECT_EQ(p.node, "short") << seed;
       } else {

@@ -63,11 +63,9 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
     const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
     int fits = 0;
     int64_t small = 0;
-    int64_t gpu_copies = 0;  // Copies of a shared type the fitting GPUs take.
     for (int i = 0; i < n; ++i) {
       if (left[i] >= need) {
         ++fits;
-        gpu_copies += left[i] / need;
       } else {
         small += left[i];
       }
@@ -76,12 +74,27 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
       amount += t.weight * static_cast<double>(total);
       continue;
     }
+    // Enough CPU for every copy the fitting GPUs take? Multiplications
+    // first: the per-GPU count of shared copies needs a division per GPU.
     const bool whole = need == full;
-    const int64_t cpu_copies = t.cpu > 0 ? cpu_left / t.cpu : (whole ? fits : gpu_copies);
-    if (whole ? cpu_copies * t.count >= fits : cpu_copies >= gpu_copies) {
+    bool enough = t.cpu <= 0;
+    if (!enough && whole) {
+      enough = t.cpu * ((fits + t.count - 1) / t.count) <= cpu_left;
+    } else if (!enough) {
+      enough = t.cpu * fits * (full / need) <= cpu_left;
+      if (!enough) {
+        int64_t gpu_copies = 0;
+        for (int i = 0; i < n; ++i) {
+          if (left[i] >= need) gpu_copies += left[i] / need;
+        }
+        enough = t.cpu * gpu_copies <= cpu_left;
+      }
+    }
+    if (enough) {
       amount += t.weight * static_cast<double>(small);
       continue;
     }
+    const int64_t cpu_copies = cpu_left / t.cpu;
     if (!is_sorted) {
       std::copy(left, left + n, sorted.begin());
       std::sort(sorted.begin(), sorted.begin() + n, std::greater<int64_t>());

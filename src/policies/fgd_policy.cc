@@ -20,18 +20,19 @@ TargetWorkload DefaultTarget() {
   return t;
 }
 
-// "fgd", and with `cpu_bound` "fgdcpu": the same integer score, ties broken
+// "fgd", and with kCpuBound "fgdcpu" (a type of its own: the cluster's score
+// memo tells policies apart by type and target): the same integer score, ties broken
 // by int(100 * sigmoid((C0 - C1) / W)) / 101 with C the fragmentation of
 // fgd::FragAmountCpuBound() (50 / 101 on nodes whose GPU model a target type
 // with a model list may use), and a shared task's GPU ties by least idle.
+template <bool kCpuBound>
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
-  FgdPolicy(const TargetWorkload& target, bool cpu_bound)
-      : target_(fgd::Compile(target)), cpu_bound_(cpu_bound) {
+  explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {
     for (const TargetTask& t : target.tasks) model_listed_.push_back(!t.gpu_models.empty());
   }
 
-  std::string Name() const override { return cpu_bound_ ? "fgdcpu" : "fgd"; }
+  std::string Name() const override { return kCpuBound ? "fgdcpu" : "fgd"; }
   const fgd::CompiledTarget* target() const override { return &target_; }
 
   double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
@@ -51,7 +52,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
     };
     // Where a model-listed target type may run, the tie order also decides
     // which models stay free for such tasks: it is left to the seeded order.
-    bool by_cpu = cpu_bound_;
+    bool by_cpu = kCpuBound;
     for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
       by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
     }
@@ -61,7 +62,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
                              : 0;
     auto score_of = [&](double f) {
       const double score = std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
-      if (!cpu_bound_) return score;
+      if (!kCpuBound) return score;
       if (!by_cpu) return score + 50.0 / 101.0;
       const double c1 = fgd::FragAmountCpuBound(target_, left.data(), n, node.frag_full,
                                                 cpu_after, node.type_allowed);
@@ -88,7 +89,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
           seen_score[num_seen++] = s;
         }
         if (s > best ||
-            (cpu_bound_ && s == best && node.frag_left[i] < node.frag_left[gpus[0]])) {
+            (kCpuBound && s == best && node.frag_left[i] < node.frag_left[gpus[0]])) {
           best = s;
           gpus[0] = i;
         }
@@ -105,15 +106,15 @@ class FgdPolicy final : public fgd::KernelPolicy {
 
  private:
   fgd::CompiledTarget target_;
-  bool cpu_bound_;
   std::vector<bool> model_listed_;  // Per target type: has a GPU model list.
 };
 
 }  // namespace
 
 std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound) {
-  return std::make_unique<FgdPolicy>(
-      options.fgd_target ? *options.fgd_target : DefaultTarget(), cpu_bound);
+  const TargetWorkload& target = options.fgd_target ? *options.fgd_target : DefaultTarget();
+  if (cpu_bound) return std::make_unique<FgdPolicy<true>>(target);
+  return std::make_unique<FgdPolicy<false>>(target);
 }
 
 }  // namespace gpushare::policies
