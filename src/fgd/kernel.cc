@@ -48,16 +48,26 @@ double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int6
 
 double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
                           int64_t full, int64_t cpu_left, const uint8_t* allowed) {
+  double plain = 0, cpu_bound = 0;
+  FragAmounts(target, left, n, full, cpu_left, allowed, &plain, &cpu_bound);
+  return cpu_bound;
+}
+
+void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  *plain = *cpu_bound = 0;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += left[i];
-  if (total == 0) return 0;
+  if (total == 0) return;
   std::array<int64_t, kMaxGpusPerNode> sorted;
   bool is_sorted = false;
-  double amount = 0;
+  double amount = 0;   // CPU-bound.
+  double unbound = 0;  // Plain.
   for (size_t k = 0; k < target.types.size(); ++k) {
     const CompiledTarget::Type& t = target.types[k];
     if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
       amount += t.weight * static_cast<double>(total);
+      unbound += t.weight * static_cast<double>(total);
       continue;
     }
     const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
@@ -72,8 +82,10 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
     }
     if (fits < t.count) {
       amount += t.weight * static_cast<double>(total);
+      unbound += t.weight * static_cast<double>(total);
       continue;
     }
+    unbound += t.weight * static_cast<double>(small);
     // Enough CPU for every copy the fitting GPUs take? Multiplications
     // first: the per-GPU count of shared copies needs a division per GPU.
     const bool whole = need == full;
@@ -114,7 +126,8 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
     }
     amount += t.weight * static_cast<double>(small + unserved);
   }
-  return amount;
+  *plain = unbound;
+  *cpu_bound = amount;
 }
 
 void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,

@@ -78,6 +78,11 @@ double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int6
 double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
                           int64_t full, int64_t cpu_left, const uint8_t* allowed);
 
+// Both at once: FragAmount() in *plain, FragAmountCpuBound() in *cpu_bound
+// (the same sums in the same order as the single functions).
+void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound);
+
 // F_N(T) of a node of a cluster (unhealthy GPUs have nothing idle).
 double NodeFrag(const NodeStatus& node, const CompiledTarget& target);
 

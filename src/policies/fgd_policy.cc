@@ -60,12 +60,18 @@ class FgdPolicy final : public fgd::KernelPolicy {
                                                        node.frag_full, node.cpu_left,
                                                        node.type_allowed)
                              : 0;
-    auto score_of = [&](double f) {
+    // The score of the placement `left` and cpu_after describe.
+    auto score_after = [&]() {
+      double f = 0, c1 = 0;
+      if (by_cpu) {
+        fgd::FragAmounts(target_, left.data(), n, node.frag_full, cpu_after, node.type_allowed,
+                         &f, &c1);
+      } else {
+        f = after();
+      }
       const double score = std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
       if (!kCpuBound) return score;
       if (!by_cpu) return score + 50.0 / 101.0;
-      const double c1 = fgd::FragAmountCpuBound(target_, left.data(), n, node.frag_full,
-                                                cpu_after, node.type_allowed);
       return score + std::trunc(100.0 / (1.0 + std::exp(-(c0 - c1) / unit))) / 101.0;
     };
     if (task.kind == Demand::Kind::kShared && task.gpu_count == 1) {
@@ -83,7 +89,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
         }
         if (s < 0) {
           left[i] -= task.frag_share;
-          s = score_of(after());
+          s = score_after();
           left[i] = node.frag_left[i];
           seen_left[num_seen] = node.frag_left[i];
           seen_score[num_seen++] = s;
@@ -101,7 +107,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
       const int i = gpus[j];
       left[i] = task.kind == Demand::Kind::kExclusive ? 0 : left[i] - task.frag_share;
     }
-    return score_of(after());
+    return score_after();
   }
 
  private:
