@@ -25,13 +25,16 @@ constexpr char kUsage[] =
     "for every policy and seed and prints unallocated GPU % at arrived 90/95/100/110%\n"
     "of GPU capacity, the fragmentation rate at 100% and the failed tasks, in total\n"
     "(mean +- standard deviation over seeds) and by kind (mean: CPU-only, GPU-sharing,\n"
-    "one whole GPU, several whole GPUs). Seeds run in parallel.\n"
+    "one whole GPU, several whole GPUs), then why the GPUs idle at the end of the run\n"
+    "are idle (% of capacity, mean over seeds; see UnallocatedBreakdown in\n"
+    "gpushare/simulate.h). Seeds run in parallel.\n"
     "\n"
     "options:\n"
     "  --nodes FILE       openb node CSV (sn,cpu_milli,memory_mib,gpu,model)\n"
     "  --tasks FILE       openb task CSV\n"
     "  --policies LIST    comma-separated policy names (default: the six FGD-paper\n"
     "                     policies fgd,bestfit,dotprod,gpupacking,gpuclustering,random)\n"
+    "  --policy NAME      the same for one policy\n"
     "  --seeds A-B|A,B,.. seeds, each at most once, at most 10000 (default 42-51)\n"
     "  --inflate X        total GPU request as a multiple of capacity (default 1.3)\n"
     "  --threads N        worker threads (default: all cores)\n"
@@ -135,7 +138,7 @@ int RunSimulate(int argc, char** argv) {
       nodes_path = v;
     } else if (arg == "--tasks" && value(&v)) {
       tasks_path = v;
-    } else if (arg == "--policies" && value(&v)) {
+    } else if ((arg == "--policies" || arg == "--policy") && value(&v)) {
       policies = v;
     } else if (arg == "--seeds" && value(&v)) {
       seeds_text = v;
@@ -240,6 +243,7 @@ int RunSimulate(int argc, char** argv) {
                 "s/run");
   }
   std::vector<std::string> connectivity;  // One row per policy, with topologies.
+  std::vector<std::string> breakdown_rows;
   for (absl::string_view name : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
     SimulationOptions options;
     options.policy = std::string(name);
@@ -252,6 +256,7 @@ int RunSimulate(int argc, char** argv) {
     }
     std::vector<double> at[4], frag, failed, secs;
     double by_kind[4] = {0, 0, 0, 0};
+    double cause[5] = {0, 0, 0, 0, 0};
     const double points[4] = {90, 95, 100, 110};
     for (const SimulationResult& r : *runs) {
       for (int k = 0; k < 4; ++k) at[k].push_back(r.UnallocatedAt(points[k]));
@@ -261,6 +266,13 @@ int RunSimulate(int argc, char** argv) {
       by_kind[1] += static_cast<double>(r.failed.shared);
       by_kind[2] += static_cast<double>(r.failed.one_gpu);
       by_kind[3] += static_cast<double>(r.failed.multi_gpu);
+      const int64_t causes[5] = {r.unallocated.gpu_shape, r.unallocated.cpu,
+                                 r.unallocated.host_memory, r.unallocated.gpu_model,
+                                 r.unallocated.placeable};
+      for (int k = 0; k < 5; ++k) {
+        cause[k] += 100.0 * static_cast<double>(causes[k]) /
+                    static_cast<double>(std::max<int64_t>(r.gpu_capacity, 1));
+      }
       secs.push_back(r.seconds);
       for (size_t b = 0; curve.is_open() && b < r.arrived_pct.size(); ++b) {
         curve << absl::StrFormat("%s,%d,%d,%.4f,%.2f,%.6f\n", r.policy, r.seed, r.arrived_pct[b],
@@ -279,6 +291,14 @@ int RunSimulate(int argc, char** argv) {
     cells[6] = absl::StrFormat("%.0f/%.0f/%.0f/%.0f", by_kind[0] / n, by_kind[1] / n,
                                by_kind[2] / n, by_kind[3] / n);
     const double per_run = MeanSd(secs).mean;
+    const double total = cause[0] + cause[1] + cause[2] + cause[3] + cause[4];
+    breakdown_rows.push_back(
+        markdown ? absl::StrFormat("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name,
+                                   cause[0] / n, cause[1] / n, cause[2] / n, cause[3] / n,
+                                   cause[4] / n, total / n)
+                 : absl::StrFormat("%-14s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name,
+                                   cause[0] / n, cause[1] / n, cause[2] / n, cause[3] / n,
+                                   cause[4] / n, total / n));
     if (markdown) {
       std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %.3f |\n", name,
                                    cells[0], cells[1], cells[2], cells[3], cells[4], cells[5],
@@ -302,6 +322,16 @@ int RunSimulate(int argc, char** argv) {
     }
     for (const std::string& line : connectivity) std::cout << line;
   }
+  std::cout << absl::StrFormat("\nidle GPUs at the end of the run by cause, %% of capacity "
+                               "(inflate %.2f):\n", inflate);
+  if (markdown) {
+    std::cout << "| policy | gpu shape | cpu | host memory | gpu model | placeable | total |\n"
+                 "|---|---|---|---|---|---|---|\n";
+  } else {
+    std::printf("%-14s %10s %10s %10s %10s %10s %10s\n", "policy", "gpu shape", "cpu",
+                "host mem", "gpu model", "placeable", "total");
+  }
+  for (const std::string& row : breakdown_rows) std::cout << row;
   return 0;
 }
 

@@ -33,6 +33,7 @@ const std::vector<Entry>& Registry() {
       {"binpack", [](const PolicyOptions&) { return policies::NewBinpackPolicy(); }},
       {"spread", [](const PolicyOptions&) { return policies::NewSpreadPolicy(); }},
       {"fgd", [](const PolicyOptions& o) { return policies::NewFgdPolicy(o); }},
+      {"fgdcpu", [](const PolicyOptions& o) { return policies::NewFgdPolicy(o, true); }},
       {"bestfit", [](const PolicyOptions&) { return policies::NewBestFitPolicy(); }},
       {"dotprod", [](const PolicyOptions&) { return policies::NewDotProdPolicy(); }},
       {"gpupacking", [](const PolicyOptions&) { return policies::NewGpuPackingPolicy(); }},

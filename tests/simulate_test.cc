@@ -361,6 +361,26 @@ TEST(SimulateCommandTest, PrintsTheTableAndWritesTheCurve) {
   EXPECT_THAT(replay_out, ::testing::ContainsRegex("fgd +[0-9]+ +[0-9]+ +[0-9.]+"));
 }
 
+TEST(SimulateCommandTest, PolicyNamesOnePolicyAndTheIdleGpusAreBrokenDown) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream nodes(dir + "/cli_cause_nodes.csv");
+    nodes << "sn,cpu_milli,memory_mib,gpu,model\nn0,4000,65536,4,T4\n";
+    std::ofstream tasks(dir + "/cli_cause_tasks.csv");
+    tasks << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt0,4000,1024,1,500\n";
+  }
+  auto [code, out] = RunCommand(std::string(kCli) + " simulate --nodes " + dir +
+                                "/cli_cause_nodes.csv --tasks " + dir +
+                                "/cli_cause_tasks.csv --seeds 1 --policy fgdcpu");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::ContainsRegex("\nfgdcpu +[0-9.]+ ± "));
+  // The one task takes every core: the 3.5 GPUs left are lost to CPU.
+  EXPECT_THAT(out, ::testing::HasSubstr("idle GPUs at the end of the run by cause"));
+  EXPECT_THAT(out, ::testing::ContainsRegex(
+                       "\nfgdcpu +0\\.00 +87\\.50 +0\\.00 +0\\.00 +0\\.00 +87\\.50\n"))
+      << out;
+}
+
 // Writes a small node and task CSV for the command-line tests; returns the
 // start of a command line with --nodes and --tasks.
 std::string SmallTraceCommand(const std::string& prefix) {

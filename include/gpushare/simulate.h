@@ -102,6 +102,36 @@ struct FailureCounts {
   int64_t total() const { return cpu_only + shared + one_gpu + multi_gpu; }
 };
 
+// The GPU compute left unallocated at the end of a run, each idle share of a
+// GPU (thousandths of a GPU) attributed to the first cause below that holds
+// for it. "The workload" is the set of distinct requests given to the run
+// (inflation draws from it, so these are the requests that could still
+// arrive); only requests that ask for GPUs are considered. For an idle share
+// on GPU g of node N:
+//   gpu_model    N is unschedulable, or no request of the workload may use
+//                N's GPU model (shared requests count only if N takes shared
+//                GPU work).
+//   cpu          some request may use the model, but every such request asks
+//                for more CPU than N has free.
+//   host_memory  some of those fit N's free CPU, but every one of them asks
+//                for more host memory than N has free.
+//   gpu_shape    CPU and host memory fit some request, but none of those can
+//                use GPU g: its idle share is smaller than every such shared
+//                request's compute, and g is partly used or N has fewer idle
+//                GPUs than every such whole-GPU request needs (stranded by
+//                the GPU compute shape).
+//   placeable    a request of the workload could still be placed on N using
+//                g; the compute is idle for lack of demand, not stranded.
+// The five add up to gpu_capacity minus the allocated compute.
+struct UnallocatedBreakdown {
+  int64_t gpu_model = 0;    // Thousandths of a GPU.
+  int64_t cpu = 0;
+  int64_t host_memory = 0;
+  int64_t gpu_shape = 0;
+  int64_t placeable = 0;
+  int64_t total() const { return gpu_model + cpu + host_memory + gpu_shape + placeable; }
+};
+
 struct SimulationResult {
   std::string policy;
   uint64_t seed = 0;
@@ -138,6 +168,8 @@ struct SimulationResult {
   // The same tasks by the weakest link among their GPUs ("NV2", "SYS"...),
   // best link first: (link name, tasks).
   std::vector<std::pair<std::string, int64_t>> topology_weakest;
+  // Why the GPU compute still idle after the last request is idle.
+  UnallocatedBreakdown unallocated;
 
   // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
   // curve (linear between bins, the last bin beyond it). NaN if empty.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 
 #include "gpushare/cluster.h"
 
@@ -43,6 +44,90 @@ double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int6
     amount += t.weight * static_cast<double>(fits >= t.count ? small : total);
   }
   return amount;
+}
+
+double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
+                          int64_t full, int64_t cpu_left, const uint8_t* allowed) {
+  double plain = 0, cpu_bound = 0;
+  FragAmounts(target, left, n, full, cpu_left, allowed, &plain, &cpu_bound);
+  return cpu_bound;
+}
+
+void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  *plain = *cpu_bound = 0;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += left[i];
+  if (total == 0) return;
+  std::array<int64_t, kMaxGpusPerNode> sorted;
+  bool is_sorted = false;
+  double amount = 0;   // CPU-bound.
+  double unbound = 0;  // Plain.
+  for (size_t k = 0; k < target.types.size(); ++k) {
+    const CompiledTarget::Type& t = target.types[k];
+    if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
+      amount += t.weight * static_cast<double>(total);
+      unbound += t.weight * static_cast<double>(total);
+      continue;
+    }
+    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
+    int fits = 0;
+    int64_t small = 0;
+    for (int i = 0; i < n; ++i) {
+      if (left[i] >= need) {
+        ++fits;
+      } else {
+        small += left[i];
+      }
+    }
+    if (fits < t.count) {
+      amount += t.weight * static_cast<double>(total);
+      unbound += t.weight * static_cast<double>(total);
+      continue;
+    }
+    unbound += t.weight * static_cast<double>(small);
+    // Enough CPU for every copy the fitting GPUs take? Multiplications
+    // first: the per-GPU count of shared copies needs a division per GPU.
+    const bool whole = need == full;
+    bool enough = t.cpu <= 0;
+    if (!enough && whole) {
+      enough = t.cpu * ((fits + t.count - 1) / t.count) <= cpu_left;
+    } else if (!enough) {
+      enough = t.cpu * fits * (full / need) <= cpu_left;
+      if (!enough) {
+        int64_t gpu_copies = 0;
+        for (int i = 0; i < n; ++i) {
+          if (left[i] >= need) gpu_copies += left[i] / need;
+        }
+        enough = t.cpu * gpu_copies <= cpu_left;
+      }
+    }
+    if (enough) {
+      amount += t.weight * static_cast<double>(small);
+      continue;
+    }
+    const int64_t cpu_copies = cpu_left / t.cpu;
+    if (!is_sorted) {
+      std::copy(left, left + n, sorted.begin());
+      std::sort(sorted.begin(), sorted.begin() + n, std::greater<int64_t>());
+      is_sorted = true;
+    }
+    // The fitting GPUs are the `fits` largest; serve them largest first.
+    int64_t unserved = 0;
+    int64_t copies = cpu_copies;
+    for (int i = 0; i < fits; ++i) {
+      if (whole) {
+        if (i >= cpu_copies * t.count) unserved += sorted[i];
+      } else if (copies <= 0) {
+        unserved += sorted[i];
+      } else {
+        copies -= sorted[i] / need;
+      }
+    }
+    amount += t.weight * static_cast<double>(small + unserved);
+  }
+  *plain = unbound;
+  *cpu_bound = amount;
 }
 
 void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,

@@ -71,6 +71,20 @@ double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int6
 // Writes, per type of `target`, whether some healthy GPU of `node` has a
 // model the type allows (target.types.size() entries).
 void TypesAllowed(const CompiledTarget& target, const NodeStatus& node, uint8_t* allowed);
+// F_N(T) as FragAmount(), except that a target type the node can host counts
+// only the fitting GPUs its free CPU can serve: with k = cpu_left / (type's
+// CPU) copies of the type, the fitting GPUs are taken largest idle share
+// first (a whole-GPU type of n GPUs serves n GPUs per copy; a shared type
+// serves share-sized copies, as many per GPU as fit) until the k copies are
+// used, and the fitting GPUs left over count as fragment too. With CPU for
+// every copy the GPUs can take, it equals FragAmount().
+double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
+                          int64_t full, int64_t cpu_left, const uint8_t* allowed);
+
+// Both at once: FragAmount() in *plain, FragAmountCpuBound() in *cpu_bound
+// (the same sums in the same order as the single functions).
+void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound);
 
 // F_N(T) of a node of a cluster (unhealthy GPUs have nothing idle).
 double NodeFrag(const NodeStatus& node, const CompiledTarget& target);

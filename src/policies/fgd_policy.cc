@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "gpushare/fragmentation.h"
 #include "src/fgd/kernel.h"
@@ -19,11 +20,19 @@ TargetWorkload DefaultTarget() {
   return t;
 }
 
+// "fgd", and with kCpuBound "fgdcpu" (a type of its own: the cluster's score
+// memo tells policies apart by type and target): the same integer score, ties broken
+// by int(100 * sigmoid((C0 - C1) / W)) / 101 with C the fragmentation of
+// fgd::FragAmountCpuBound() (50 / 101 on nodes whose GPU model a target type
+// with a model list may use), and a shared task's GPU ties by least idle.
+template <bool kCpuBound>
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
-  explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {}
+  explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {
+    for (const TargetTask& t : target.tasks) model_listed_.push_back(!t.gpu_models.empty());
+  }
 
-  std::string Name() const override { return "fgd"; }
+  std::string Name() const override { return kCpuBound ? "fgdcpu" : "fgd"; }
   const fgd::CompiledTarget* target() const override { return &target_; }
 
   double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
@@ -41,8 +50,29 @@ class FgdPolicy final : public fgd::KernelPolicy {
       return fgd::FragAmount(target_, left.data(), n, node.frag_full, cpu_after,
                              node.type_allowed);
     };
-    auto score_of = [&](double f) {
-      return std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
+    // Where a model-listed target type may run, the tie order also decides
+    // which models stay free for such tasks: it is left to the seeded order.
+    bool by_cpu = kCpuBound;
+    for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
+      by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
+    }
+    const double c0 = by_cpu ? fgd::FragAmountCpuBound(target_, node.frag_left, n,
+                                                       node.frag_full, node.cpu_left,
+                                                       node.type_allowed)
+                             : 0;
+    // The score of the placement `left` and cpu_after describe.
+    auto score_after = [&]() {
+      double f = 0, c1 = 0;
+      if (by_cpu) {
+        fgd::FragAmounts(target_, left.data(), n, node.frag_full, cpu_after, node.type_allowed,
+                         &f, &c1);
+      } else {
+        f = after();
+      }
+      const double score = std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
+      if (!kCpuBound) return score;
+      if (!by_cpu) return score + 50.0 / 101.0;
+      return score + std::trunc(100.0 / (1.0 + std::exp(-(c0 - c1) / unit))) / 101.0;
     };
     if (task.kind == Demand::Kind::kShared && task.gpu_count == 1) {
       // The result depends only on the idle share of the GPU taken, so GPUs
@@ -59,12 +89,13 @@ class FgdPolicy final : public fgd::KernelPolicy {
         }
         if (s < 0) {
           left[i] -= task.frag_share;
-          s = score_of(after());
+          s = score_after();
           left[i] = node.frag_left[i];
           seen_left[num_seen] = node.frag_left[i];
           seen_score[num_seen++] = s;
         }
-        if (s > best) {
+        if (s > best ||
+            (kCpuBound && s == best && node.frag_left[i] < node.frag_left[gpus[0]])) {
           best = s;
           gpus[0] = i;
         }
@@ -76,18 +107,20 @@ class FgdPolicy final : public fgd::KernelPolicy {
       const int i = gpus[j];
       left[i] = task.kind == Demand::Kind::kExclusive ? 0 : left[i] - task.frag_share;
     }
-    return score_of(after());
+    return score_after();
   }
 
  private:
   fgd::CompiledTarget target_;
+  std::vector<bool> model_listed_;  // Per target type: has a GPU model list.
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options) {
-  return std::make_unique<FgdPolicy>(options.fgd_target ? *options.fgd_target
-                                                        : DefaultTarget());
+std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound) {
+  const TargetWorkload& target = options.fgd_target ? *options.fgd_target : DefaultTarget();
+  if (cpu_bound) return std::make_unique<FgdPolicy<true>>(target);
+  return std::make_unique<FgdPolicy<false>>(target);
 }
 
 }  // namespace gpushare::policies

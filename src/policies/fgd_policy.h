@@ -1,4 +1,4 @@
-// Internal: the "fgd" policy (documented in gpushare/policy.h).
+// Internal: the "fgd" and "fgdcpu" policies (documented in gpushare/policy.h).
 
 #ifndef GPUSHARE_POLICIES_FGD_POLICY_H_
 #define GPUSHARE_POLICIES_FGD_POLICY_H_
@@ -9,7 +9,8 @@
 
 namespace gpushare::policies {
 
-std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options);
+// cpu_bound: "fgdcpu".
+std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound = false);
 
 }  // namespace gpushare::policies
 

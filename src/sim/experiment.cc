@@ -16,6 +16,7 @@
 #include "gpushare/policy.h"
 #include "gpushare/simulate.h"
 #include "src/internal/status_macros.h"
+#include "src/sim/breakdown.h"
 #include "src/sim/engine.h"
 
 namespace gpushare {
@@ -158,6 +159,7 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
   for (auto it = weakest.rbegin(); it != weakest.rend(); ++it) {
     r.topology_weakest.emplace_back(LinkName(it->first), it->second);
   }
+  r.unallocated = sim::ClassifyUnallocated(p, order, r.node_of_request, r.gpus_of_request);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

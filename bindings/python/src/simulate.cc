@@ -80,6 +80,17 @@ py::dict Failures(const FailureCounts& f) {
   return d;
 }
 
+py::dict Breakdown(const UnallocatedBreakdown& b) {
+  py::dict d;
+  d["gpu_model"] = b.gpu_model;
+  d["cpu"] = b.cpu;
+  d["host_memory"] = b.host_memory;
+  d["gpu_shape"] = b.gpu_shape;
+  d["placeable"] = b.placeable;
+  d["total"] = b.total();
+  return d;
+}
+
 py::dict Summary(const SimulationResult& r) {
   py::dict d;
   d["policy"] = r.policy;
@@ -231,6 +242,11 @@ void RegisterSimulate(py::module_& m) {
       .def_property_readonly(
           "failed", [](const SimulationResult& r) { return Failures(r.failed); },
           "Dropped tasks by kind: a dict with cpu_only, shared, one_gpu, multi_gpu and total.")
+      .def_property_readonly(
+          "unallocated", [](const SimulationResult& r) { return Breakdown(r.unallocated); },
+          "Why the GPU compute idle after the last task is idle, thousandths of a GPU: a dict "
+          "with gpu_model, cpu, host_memory, gpu_shape, placeable (first cause that holds, in "
+          "that order; see gpushare/simulate.h) and total (capacity minus allocated).")
       .def_property_readonly("records", &Records,
                              "Per task attempted, in order, as columns: node (index in the "
                              "input, -1 if dropped), and right after its attempt arrived GPU "

@@ -65,6 +65,23 @@ def test_simulate_returns_curve_columns_and_summary() -> None:
     assert curve["unallocated_pct"][50] == 100 - 100 * rec["allocated"][last] / r.gpu_capacity
 
 
+def test_simulate_breaks_down_the_unallocated_gpus_by_cause() -> None:
+    for policy in ("fgd", "fgdcpu"):
+        r = gs.simulate(small_cluster(), small_workload(), policy=policy, seed=42)
+        assert r.policy == policy
+        u = r.unallocated
+        assert set(u) == {"gpu_model", "cpu", "host_memory", "gpu_shape", "placeable", "total"}
+        parts = [u[k] for k in ("gpu_model", "cpu", "host_memory", "gpu_shape", "placeable")]
+        assert all(p >= 0 for p in parts)
+        assert sum(parts) == u["total"] == r.gpu_capacity - r.records["allocated"][-1]
+    # CPU runs out first: 2 cores for a 4-GPU node, one task takes both.
+    node = gs.Node("n", gpus=[gs.Gpu(memory=16, model="T4")] * 4, cpu=2000,
+                   host_memory=262144, gpu_sharing=True)
+    tasks = [gs.Request("a", compute=500, cpu=2000), gs.Request("b", compute=500, cpu=1000)]
+    r = gs.simulate([node], tasks, policy="fgdcpu", shuffle=False, inflate=0)
+    assert r.unallocated["cpu"] == r.unallocated["total"] == 3500
+
+
 def test_simulate_many_seeds_matches_single_runs() -> None:
     runs = gs.simulate(small_cluster(), small_workload(), policy="bestfit", seed=[43, 42])
     assert [r.seed for r in runs] == [43, 42]
