@@ -8,21 +8,13 @@
 //   kubectl inspect gpushare               the node table
 //   kubectl inspect gpushare -d            per node, every pod's units per GPU
 //   kubectl inspect gpushare -d NODE       one node
-//   kubectl inspect gpushare --plan [NAMESPACE/]POD [--max-moves N]
-//                                          the fewest moves after which a
-//                                          pending pod fits (read-only)
 //   kubectl-inspect-gpushare [--kubeconfig FILE] [--context NAME] [--server URL]
 //
 // The API server is found as kubectl finds it: --kubeconfig, else
 // $KUBECONFIG, else the in-cluster service account. Needs get/list of nodes
 // and pods. Exit status: 0, 1 for an API or cluster error, 2 for bad usage.
-// --plan prints a plan of Cluster::PlanMigrations() on the state read (every
-// bound pod may move, kept to its GPU models and its node's labels); it never
-// moves anything.
 
-#include <cstdlib>
 #include <iostream>
-#include <sstream>
 #include <string>
 
 #include "extender/api_client.h"
@@ -34,64 +26,16 @@ namespace {
 
 int Usage(const std::string& why) {
   std::cerr << "kubectl-inspect-gpushare: " << why
-            << "\nusage: kubectl inspect gpushare [-d] [NODE] [--plan [NAMESPACE/]POD] [--max-moves N] "
-               "[--kubeconfig FILE] "
+            << "\nusage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] "
                "[--context NAME] [--server URL]\n";
   return 2;
-}
-
-std::string Where(const gpushare::Placement& p) {
-  std::ostringstream out;
-  out << p.node << " GPU" << (p.gpus.size() == 1 ? " " : "s ");
-  for (size_t i = 0; i < p.gpus.size(); ++i) out << (i ? "," : "") << p.gpus[i];
-  return out.str();
-}
-
-// Reads the pending pod and prints the fewest moves after which it fits.
-int PrintPlan(gpushare::extender::ApiClient& api, const gpushare::Cluster& cluster,
-              const std::string& which, int max_moves) {
-  const size_t slash = which.find('/');
-  const std::string ns = slash == std::string::npos ? "default" : which.substr(0, slash);
-  const std::string name = slash == std::string::npos ? which : which.substr(slash + 1);
-  absl::StatusOr<std::string> json = api.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
-  absl::StatusOr<gpushare::k8s::Pod> pod =
-      json.ok() ? gpushare::k8s::ParsePod(*json)
-                : absl::StatusOr<gpushare::k8s::Pod>(json.status());
-  if (pod.ok() && !pod->node_name.empty()) {
-    pod = absl::FailedPreconditionError("pod " + ns + "/" + name + " is already bound to " +
-                                        pod->node_name);
-  }
-  absl::StatusOr<gpushare::MigrationPlan> plan =
-      pod.ok() ? cluster.PlanMigrations(pod->request, max_moves)
-               : absl::StatusOr<gpushare::MigrationPlan>(pod.status());
-  if (!plan.ok()) {
-    std::cerr << "kubectl-inspect-gpushare: " << plan.status().message() << "\n";
-    return 1;
-  }
-  const std::string id = ns + "/" + name;
-  if (!plan->found) {
-    std::cout << "no plan for " << id << ": " << plan->reason << "\n";
-    return 0;
-  }
-  std::cout << id << " fits after " << plan->moves.size() << " move"
-            << (plan->moves.size() == 1 ? "" : "s")
-            << (plan->proven ? " (the fewest)" : " (not proven the fewest)") << ":\n";
-  for (const gpushare::Migration& m : plan->moves) {
-    std::cout << "  move " << m.pod.id << " from " << Where(m.from) << " to " << Where(m.to)
-              << "\n";
-  }
-  if (plan->then.has_value()) {
-    std::cout << "then " << id << " goes to " << Where(*plan->then) << "\n";
-  }
-  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool details = false;
-  int max_moves = 1;
-  std::string node, kubeconfig, context, server, plan;
+  std::string node, kubeconfig, context, server;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string* out) {
@@ -102,13 +46,10 @@ int main(int argc, char** argv) {
     if (arg == "-d" || arg == "--details") {
       details = true;
     } else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: kubectl inspect gpushare [-d] [NODE] [--plan [NAMESPACE/]POD] [--max-moves N] "
-               "[--kubeconfig FILE] "
+      std::cout << "usage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] "
                    "[--context NAME] [--server URL]\n"
                    "  -d      per node, the GPU memory of each pod on each GPU\n"
-                   "  NODE    only this node (implies -d)\n"
-                   "  --plan [NAMESPACE/]POD  the fewest moves of bound pods after which the\n"
-                   "          pending POD fits (at most --max-moves, default 1); moves nothing\n";
+                   "  NODE    only this node (implies -d)\n";
       return 0;
     } else if (arg.rfind("--kubeconfig=", 0) == 0) {
       kubeconfig = arg.substr(13);
@@ -116,17 +57,6 @@ int main(int argc, char** argv) {
       context = arg.substr(10);
     } else if (arg.rfind("--server=", 0) == 0) {
       server = arg.substr(9);
-    } else if (arg == "--plan") {
-      if (!value(&plan)) return Usage("--plan needs a pod: [NAMESPACE/]NAME");
-    } else if (arg == "--max-moves") {
-      std::string v;
-      if (!value(&v)) return Usage("--max-moves needs a number");
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 0 || n > 16) {
-        return Usage("--max-moves takes 0..16, not " + v);
-      }
-      max_moves = static_cast<int>(n);
     } else if (arg == "--kubeconfig") {
       if (!value(&kubeconfig)) return Usage("--kubeconfig needs a file");
     } else if (arg == "--context") {
@@ -167,7 +97,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const std::string& w : report.warnings) std::cerr << "warning: " << w << "\n";
-  if (!plan.empty()) return PrintPlan(**api, *cluster, plan, max_moves);
   if (!node.empty()) {
     absl::StatusOr<std::string> one = gpushare::InspectNode(*cluster, node);
     if (!one.ok()) {

@@ -326,8 +326,9 @@ class Extender {
   //   {"FreeGPUs": k}                            free k whole GPUs;
   // with optional "MaxMoves" (0..16, default 1) and "SearchBudget" (candidate
   // moves, 1..10,000,000, default 200,000). Only confirmed placements move
-  // (a reservation's bind is in progress); each keeps the GPU models it runs
-  // on and every label of its node as constraints. The reply:
+  // (a reservation's bind is in progress); a pod the extender knows keeps its
+  // nodeSelector and GPU models, any other (or one with a required node
+  // affinity) the GPU models it runs on and every label of its node. Reply:
   //   {"Found": bool, "Proven": bool, "Moves": [{"PodNamespace", "PodName",
   //    "From": {"Node", "GPUs"}, "To": {"Node", "GPUs"}}, ...],
   //    "Then": {"Node", "GPUs"} (pod goal, when found), "FreeGPUs" (goal
@@ -338,7 +339,6 @@ class Extender {
   // Errors: InvalidArgument naming the bad member; NotFound for a pod name
   // the extender does not know; AlreadyExists if the pod is already placed.
   absl::StatusOr<std::string> PlanMigrations(std::string_view body) const;
-
 
   // Remembers the pods of a v1.PodList (e.g. the one the state was rebuilt
   // from), so that Preempt and the lifecycle calls can find them by UID.

@@ -124,6 +124,17 @@ absl::StatusOr<std::string> Extender::PlanMigrations(std::string_view body) cons
     }
   });
   GPUSHARE_RETURN_IF_ERROR(inferred);
+  // The inferred selector is every label of the pod's node, and a real node
+  // carries a unique kubernetes.io/hostname: such a pod could never move. A
+  // pod the extender knows keeps its own nodeSelector and GPU models instead,
+  // unless it has a required node affinity, which the search cannot check
+  // (it then stays with the inferred, stricter constraints).
+  for (Request& r : movable) {
+    std::optional<Pod> known = RememberedPod(r.id);
+    if (!known.has_value() || !known->required_node_affinity.empty()) continue;
+    r.node_selector = known->request.node_selector;
+    r.gpu_models = known->request.gpu_models;
+  }
 
   json reply{{"Error", ""}, {"Moves", json::array()}, {"Warnings", warnings}};
   // PlanMigrations() reads an empty list as "every placed pod": with no
