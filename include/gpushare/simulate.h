@@ -71,14 +71,14 @@ struct SimulationOptions {
   // A budget > 0 runs through a Cluster (slow). 0..10000.
   int migration_budget = 0;
   int max_moves_per_request = 2;  // 1..3.
-  // Which requests may move: on every node that could take the request the
-  // simulator finds the fewest placed requests (at most
-  // max_moves_per_request) whose leaving would let it fit there; the
-  // `migration_nodes` nodes that need the fewest (then miss the least GPU
-  // compute, CPU, host memory; then input order) give the requests of those
-  // smallest sets, and the planner may move them to any node. Plans that
-  // first move other requests out of the way (chains) are not searched.
-  // 1..1000000.
+  // Which requests may move: among the nodes that could take the request,
+  // the 4 * migration_nodes that miss the least of it (GPU compute, then
+  // CPU, host memory; then input order) are searched for the fewest placed
+  // requests (at most max_moves_per_request) whose leaving would let it fit
+  // there; the migration_nodes nodes needing the fewest give the requests of
+  // those smallest sets that fit on some node as they are, and the planner
+  // may move them to any node. So plans that first move other requests out
+  // of the way (chains) are not searched. 1..1000000.
   int migration_nodes = 8;
   // Candidate moves the planner may try per request (its search_budget):
   // bounds the time per request; a search cut short finds no plan or not the

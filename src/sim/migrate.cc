@@ -1,6 +1,7 @@
 #include "src/sim/migrate.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -9,12 +10,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gpushare/policy.h"
 
 namespace gpushare::sim {
 namespace {
 
 // Removal sets are searched up to this size (see MoveLimits).
 constexpr int kMaxRemoved = 3;
+// Removal sets are searched on this many nodes per donor node wanted.
+constexpr size_t kExaminedPerNode = 4;
 
 // How far node `i` is from taking task `t`: (GPU compute, CPU, host memory
 // missing), or nullopt when it could not take it even empty.
@@ -119,16 +123,28 @@ absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared&
                                          const MoveLimits& limits) {
   const Task& t = p.tasks[task];
   const int most = std::min(limits.max_moves, kMaxRemoved);
-  // Per donor: (fewest removals, missing GPU compute, CPU, host memory, node
-  // index), and the requests of its smallest removal sets.
-  std::vector<std::tuple<int, int64_t, int64_t, int64_t, int>> donors;
-  absl::flat_hash_map<int, std::vector<int64_t>> removable;
+  // The nodes that could take the task and miss the least of it: (missing
+  // GPU compute, CPU, host memory, node index).
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int>> close;
   const std::vector<Node>& nodes = *p.nodes;
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     const NodeStatus* n = cluster.FindNode(nodes[i].name);
     if (n == nullptr || n->requests.empty()) continue;
-    const auto missing = Missing(p, t, i, *n);
-    if (!missing) continue;
+    if (const auto m = Missing(p, t, i, *n)) {
+      close.emplace_back(std::get<0>(*m), std::get<1>(*m), std::get<2>(*m), i);
+    }
+  }
+  const size_t examined =
+      std::min<size_t>(close.size(), kExaminedPerNode * static_cast<size_t>(limits.nodes));
+  std::partial_sort(close.begin(), close.begin() + static_cast<std::ptrdiff_t>(examined),
+                    close.end());
+  // Per donor among those: (fewest removals, missing GPU compute, CPU, host
+  // memory, node index), and the requests of its smallest removal sets.
+  std::vector<std::tuple<int, int64_t, int64_t, int64_t, int>> donors;
+  absl::flat_hash_map<int, std::vector<int64_t>> removable;
+  for (size_t c = 0; c < examined; ++c) {
+    const auto [gpu, cpu, mem, i] = close[c];
+    const NodeStatus* n = cluster.FindNode(nodes[i].name);
     std::vector<Held> held;
     for (const std::string& id : n->requests) {
       int64_t slot = 0;
@@ -143,20 +159,33 @@ absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared&
     std::vector<int64_t> pods;
     const int need = FewestRemovals(t, *n, held, most, &pods);
     if (need == 0) continue;
-    donors.emplace_back(need, std::get<0>(*missing), std::get<1>(*missing),
-                        std::get<2>(*missing), i);
+    donors.emplace_back(need, gpu, cpu, mem, i);
     removable[i] = std::move(pods);
   }
   const size_t keep = std::min<size_t>(donors.size(), static_cast<size_t>(limits.nodes));
   std::partial_sort(donors.begin(), donors.begin() + static_cast<std::ptrdiff_t>(keep),
                     donors.end());
+  // Of those, only the tasks that fit somewhere now (a move needs a place to
+  // go; one that frees room for another is a chain, not searched), and only
+  // the nodes that need the fewest of them: the planner deepens move by move,
+  // so nodes that need more would only cost it tries.
+  std::shared_ptr<Policy> binpack = *MakePolicy("binpack");
   std::vector<Request> movable;
+  int least = 0;
   for (size_t d = 0; d < keep; ++d) {
+    const int need = std::get<0>(donors[d]);
+    if (least > 0 && need > least) break;
+    std::vector<Request> from_node;
     for (int64_t slot : removable[std::get<4>(donors[d])]) {
       Request r = (*p.requests)[slot_task.at(slot)];
+      r.id = absl::StrCat(SlotId(slot), "'");
+      if (!cluster.Plan(r, *binpack).ok()) continue;
       r.id = SlotId(slot);
-      movable.push_back(std::move(r));
+      from_node.push_back(std::move(r));
     }
+    if (static_cast<int>(from_node.size()) < need) continue;
+    least = need;
+    for (Request& r : from_node) movable.push_back(std::move(r));
   }
   if (movable.empty()) {
     MigrationPlan none;
