@@ -23,8 +23,9 @@ std::string SlotId(int64_t slot);
 // The fewest moves (within `limits`) after which `request` (task `task` of
 // `p`) fits on `cluster`, where the placed tasks are `slot_task` (slot ->
 // task index, ids SlotId(slot)). The movable tasks are those of the smallest
-// removal sets of the limits.nodes nodes that need the fewest removals (see
-// SimulationOptions::migration_nodes), in that node order, then by slot.
+// removal sets of the limits.nodes nodes that need the fewest removals, that
+// fit on some node as they are (see SimulationOptions::migration_nodes), in
+// that node order, then by slot. Without any, a plan that is not found.
 absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared& p, int task,
                                          const Request& request,
                                          const absl::flat_hash_map<int64_t, int>& slot_task,
