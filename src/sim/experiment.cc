@@ -96,9 +96,10 @@ int Migrate(const SimulationOptions& options, int task, size_t k, sim::Engine& e
 absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakeRunPolicy(p, options));
+  // Moving placed tasks needs the Cluster (the specialised engine cannot).
+  const bool through_cluster = options.through_cluster || options.migration_budget > 0;
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<sim::Engine> engine,
-                            sim::MakeEngine(p, *policy, options.seed,
-                                            options.through_cluster || options.migration_budget > 0));
+                            sim::MakeEngine(p, *policy, options.seed, through_cluster));
   // The order: the shuffled requests, then samples until the inflation target.
   const size_t n = p.tasks.size();
   std::vector<int> order(n);

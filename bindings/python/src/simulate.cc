@@ -207,10 +207,10 @@ void RegisterSimulate(py::module_& m) {
                              "frag_amount (thousandths of a GPU), frag_rate (0..1).")
       .def_property_readonly("summary", &Summary,
                              "A dict of the headline numbers: unallocated GPU % at arrived 90/95/100/110 %, "
-                             "fragmentation rate at 100 %, requests, placed and failed tasks, seconds, "
-                             "topology_tasks / topology_best: multi-GPU tasks on nodes with a "
-                             "topology, and those that got the best connectivity available, and "
-                             "migrations / rescued (see those attributes).")
+                             "fragmentation rate at 100 %, requests, placed and failed tasks, "
+                             "seconds, topology_tasks / topology_best: multi-GPU tasks on nodes "
+                             "with a topology, and those that got the best connectivity "
+                             "available, and migrations / rescued (see those attributes).")
       .def("unallocated_at", &SimulationResult::UnallocatedAt, py::arg("arrived_pct"),
            "Unallocated GPU % when arrived GPU request is `arrived_pct` % of capacity.")
       .def("frag_rate_at", &SimulationResult::FragRateAt, py::arg("arrived_pct"),
