@@ -28,8 +28,9 @@
 // requests carry no node selector. The built-in FGD-paper policies run on a
 // specialised engine that places exactly as Cluster::Place() would with the
 // same policy object (SimulationOptions::through_cluster checks this); any
-// other policy name, and any run in which a node has a GPU topology (the
-// specialised engine is topology-blind), runs through a Cluster.
+// other policy name, any run in which a node has a GPU topology (the
+// specialised engine is topology-blind) and any run with a migration budget
+// runs through a Cluster.
 //
 // Thread safety: the functions are reentrant. SimulateSeeds() runs seeds on
 // several threads.
