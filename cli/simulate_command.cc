@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -48,6 +49,17 @@ constexpr char kUsage[] =
     "                     first matching rule wins. Then also prints how many\n"
     "                     multi-GPU tasks got the best connectivity available on their\n"
     "                     node and their weakest links (summed over seeds)\n"
+    "  --migrations LIST  comma-separated migration budgets, each M moves per 100\n"
+    "                     tasks attempted, accumulated (default 0: none); a task that\n"
+    "                     finds no node may have placed tasks moved so that it fits.\n"
+    "                     One row per policy and budget (M > 0 rows are named\n"
+    "                     policy+mM and add moves made and tasks rescued, means)\n"
+    "  --max-moves N      at most N moves for one task (default 2, 1..3)\n"
+    "  --migration-nodes N  moved tasks come from the N nodes that need the fewest\n"
+    "                     tasks removed to take the task, among the 4N that miss\n"
+    "                     the least of it (default 8)\n"
+    "  --migration-search N  candidate moves the planner tries per task\n"
+    "                     (default 2000)\n"
     "  --replay           instead, replay the tasks by creation and deletion time\n"
     "                     (tasks leave; tie-break by the first seed) and print\n"
     "                     placed and failed tasks and the peak allocation\n";
@@ -119,6 +131,11 @@ int RunSimulate(int argc, char** argv) {
   bool markdown = false;
   bool replay = false;
   std::vector<TopologyRule> topology_rules;
+  std::vector<int> budgets = {0};
+  SimulationOptions defaults;
+  int max_moves = defaults.max_moves_per_request;
+  int migration_nodes = defaults.migration_nodes;
+  int64_t migration_search = defaults.migration_search_budget;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string* out) {
@@ -154,6 +171,36 @@ int RunSimulate(int argc, char** argv) {
     } else if (arg == "--inflate" && value(&v)) {
       if (!absl::SimpleAtod(v, &inflate)) {
         std::cerr << "gpushare simulate: --inflate '" << v << "' is not a number\n";
+        return 2;
+      }
+    } else if (arg == "--migrations" && value(&v)) {
+      budgets.clear();
+      for (absl::string_view b : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        int m = 0;
+        if (!absl::SimpleAtoi(b, &m) || m < 0 || m > 10000) {
+          std::cerr << "gpushare simulate: --migrations '" << b
+                    << "' is not a budget in 0..10000\n";
+          return 2;
+        }
+        budgets.push_back(m);
+      }
+      if (budgets.empty()) {
+        std::cerr << "gpushare simulate: --migrations '" << v << "' gives no budget\n";
+        return 2;
+      }
+    } else if (arg == "--max-moves" && value(&v)) {
+      if (!absl::SimpleAtoi(v, &max_moves)) {
+        std::cerr << "gpushare simulate: --max-moves '" << v << "' is not a count\n";
+        return 2;
+      }
+    } else if (arg == "--migration-nodes" && value(&v)) {
+      if (!absl::SimpleAtoi(v, &migration_nodes)) {
+        std::cerr << "gpushare simulate: --migration-nodes '" << v << "' is not a count\n";
+        return 2;
+      }
+    } else if (arg == "--migration-search" && value(&v)) {
+      if (!absl::SimpleAtoi(v, &migration_search)) {
+        std::cerr << "gpushare simulate: --migration-search '" << v << "' is not a count\n";
         return 2;
       }
     } else if (arg == "--threads" && value(&v)) {
@@ -193,6 +240,10 @@ int RunSimulate(int argc, char** argv) {
   }
   const std::vector<Request> requests = ToRequests(*tasks);
   if (replay) {
+    if (*std::max_element(budgets.begin(), budgets.end()) > 0) {
+      std::cerr << "gpushare simulate: --replay does not migrate; drop --migrations\n";
+      return 2;
+    }
     std::vector<TimedRequest> timed;
     int64_t untimed = 0;
     for (const TraceTask& t : *tasks) {
@@ -233,28 +284,40 @@ int RunSimulate(int argc, char** argv) {
   }
   std::cout << absl::StrFormat("%d nodes, %d tasks, inflate %.2f, %d seeds\n", nodes->size(),
                                requests.size(), inflate, seeds.size());
+  const bool migrating = *std::max_element(budgets.begin(), budgets.end()) > 0;
   if (markdown) {
     std::cout << "| policy | unalloc @90% | @95% | @100% | @110% | frag rate @100% | "
-                 "failed tasks | failed cpu/share/1gpu/multi | s/run |\n"
-                 "|---|---|---|---|---|---|---|---|---|\n";
+                 "failed tasks | failed cpu/share/1gpu/multi | s/run |"
+              << (migrating ? " moves | rescued |" : "")
+              << "\n|---|---|---|---|---|---|---|---|---|" << (migrating ? "---|---|" : "")
+              << "\n";
   } else {
-    std::printf("%-14s %14s %14s %14s %14s %14s %12s %22s %7s\n", "policy", "unalloc@90%",
+    std::printf("%-14s %14s %14s %14s %14s %14s %12s %22s %7s%s\n", "policy", "unalloc@90%",
                 "@95%", "@100%", "@110%", "frag@100%", "failed", "cpu/share/1gpu/multi",
-                "s/run");
+                "s/run", migrating ? "    moves  rescued" : "");
   }
   std::vector<std::string> connectivity;  // One row per policy, with topologies.
   std::vector<std::string> breakdown_rows;
-  for (absl::string_view name : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
+  std::vector<std::pair<std::string, int>> rows;  // (policy, migration budget).
+  for (absl::string_view policy : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
+    for (int budget : budgets) rows.emplace_back(policy, budget);
+  }
+  for (const auto& [policy, budget] : rows) {
     SimulationOptions options;
-    options.policy = std::string(name);
+    options.policy = policy;
     options.inflate = inflate;
     options.topologies = topology_rules;
+    options.migration_budget = budget;
+    options.max_moves_per_request = max_moves;
+    options.migration_nodes = migration_nodes;
+    options.migration_search_budget = migration_search;
+    const std::string name = budget > 0 ? absl::StrCat(policy, "+m", budget) : options.policy;
     auto runs = SimulateSeeds(*nodes, requests, options, seeds, threads);
     if (!runs.ok()) {
       std::cerr << "gpushare simulate: " << runs.status().message() << "\n";
       return 1;
     }
-    std::vector<double> at[4], frag, failed, secs;
+    std::vector<double> at[4], frag, failed, secs, moves, rescued;
     double by_kind[4] = {0, 0, 0, 0};
     double cause[5] = {0, 0, 0, 0, 0};
     const double points[4] = {90, 95, 100, 110};
@@ -274,6 +337,8 @@ int RunSimulate(int argc, char** argv) {
                     static_cast<double>(std::max<int64_t>(r.gpu_capacity, 1));
       }
       secs.push_back(r.seconds);
+      moves.push_back(static_cast<double>(r.migrations));
+      rescued.push_back(static_cast<double>(r.rescued));
       for (size_t b = 0; curve.is_open() && b < r.arrived_pct.size(); ++b) {
         curve << absl::StrFormat("%s,%d,%d,%.4f,%.2f,%.6f\n", r.policy, r.seed, r.arrived_pct[b],
                                  r.unallocated_pct[b], r.frag_amount[b], r.frag_rate[b]);
@@ -299,16 +364,19 @@ int RunSimulate(int argc, char** argv) {
                  : absl::StrFormat("%-14s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name,
                                    cause[0] / n, cause[1] / n, cause[2] / n, cause[3] / n,
                                    cause[4] / n, total / n));
+    const std::string moved =
+        !migrating ? ""
+        : markdown ? absl::StrFormat(" %.1f | %.1f |", MeanSd(moves).mean, MeanSd(rescued).mean)
+                   : absl::StrFormat(" %8.1f %8.1f", MeanSd(moves).mean, MeanSd(rescued).mean);
     if (markdown) {
-      std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %.3f |\n", name,
+      std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %.3f |%s\n", name,
                                    cells[0], cells[1], cells[2], cells[3], cells[4], cells[5],
-                                   cells[6], per_run);
+                                   cells[6], per_run, moved);
     } else {
       // "±" is two bytes: widen the fields by one.
-      std::printf("%-14s %15s %15s %15s %15s %15s %13s %22s %7.3f\n",
-                  std::string(name).c_str(), cells[0].c_str(), cells[1].c_str(),
-                  cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str(),
-                  cells[6].c_str(), per_run);
+      std::printf("%-14s %15s %15s %15s %15s %15s %13s %22s %7.3f%s\n", name.c_str(),
+                  cells[0].c_str(), cells[1].c_str(), cells[2].c_str(), cells[3].c_str(),
+                  cells[4].c_str(), cells[5].c_str(), cells[6].c_str(), per_run, moved.c_str());
     }
     std::fflush(stdout);
     if (!topology_rules.empty()) connectivity.push_back(ConnectivityRow(name, *runs, markdown));

@@ -444,6 +444,27 @@ TEST(SimulateCommandTest, PoliciesMustNameKnownPolicies) {
   EXPECT_EQ(code, 0) << out;
 }
 
+TEST(SimulateCommandTest, MigrationBudgetsAddRowsAndColumns) {
+  const std::string base = SmallTraceCommand("migrations") + " --seeds 1 --policies fgd";
+  auto [code, out] = RunCommand(base + " --migrations 0,50 --max-moves 1 --markdown 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("| s/run | moves | rescued |"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("\\| fgd \\| .* \\| 0\\.0 \\| 0\\.0 \\|"));
+  EXPECT_THAT(out, ::testing::HasSubstr("| fgd+m50 |"));
+  std::tie(code, out) = RunCommand(base + " 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::Not(::testing::HasSubstr("rescued")));
+  std::tie(code, out) = RunCommand(base + " --migrations 1,x 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--migrations 'x' is not a budget in 0..10000"));
+  std::tie(code, out) = RunCommand(base + " --migrations 1 --replay 2>&1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--replay does not migrate"));
+  std::tie(code, out) = RunCommand(base + " --migrations 1 --max-moves 9 2>&1");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("max moves per request 9 is outside 1..3"));
+}
+
 TEST(SimulateCommandTest, ReadsATaskFileWithAByteOrderMarkAndCrLineEnds) {
   const std::string dir = ::testing::TempDir();
   {

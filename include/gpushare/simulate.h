@@ -28,8 +28,9 @@
 // requests carry no node selector. The built-in FGD-paper policies run on a
 // specialised engine that places exactly as Cluster::Place() would with the
 // same policy object (SimulationOptions::through_cluster checks this); any
-// other policy name, and any run in which a node has a GPU topology (the
-// specialised engine is topology-blind), runs through a Cluster.
+// other policy name, any run in which a node has a GPU topology (the
+// specialised engine is topology-blind) and any run with a migration budget
+// runs through a Cluster.
 //
 // GPU topologies: trace nodes carry none; SimulationOptions::topologies
 // attaches fixtures by GPU count or model (LoadTopologyRule("8=dgx1.txt"),
@@ -91,6 +92,31 @@ struct SimulationOptions {
   bool through_cluster = false;
   // Topologies attached to the nodes before the run (AttachTopologies()).
   std::vector<TopologyRule> topologies;
+
+  // Migrations (Simulate() only; Replay() refuses them). When a request finds
+  // no node, the simulator may move placed requests so that it fits: it asks
+  // Cluster::PlanMigrations() for the fewest moves (at most
+  // max_moves_per_request, and never more than the budget left), applies
+  // them and places the request with the policy. Budget, in moves per 100
+  // requests attempted, accumulated: after the k-th request (counting from
+  // 1) at most floor(k * migration_budget / 100) moves have been made in
+  // all. 0 (the default): no migrations, results as without these options.
+  // A budget > 0 runs through a Cluster (slow). 0..10000.
+  int migration_budget = 0;
+  int max_moves_per_request = 2;  // 1..3.
+  // Which requests may move: among the nodes that could take the request,
+  // the 4 * migration_nodes that miss the least of it (GPU compute, then
+  // CPU, host memory; then input order) are searched for the fewest placed
+  // requests (at most max_moves_per_request) whose leaving would let it fit
+  // there; the migration_nodes nodes needing the fewest give the requests of
+  // those smallest sets that fit on some node as they are, and the planner
+  // may move them to any node. So plans that first move other requests out
+  // of the way (chains) are not searched. 1..1000000.
+  int migration_nodes = 8;
+  // Candidate moves the planner may try per request (its search_budget):
+  // bounds the time per request; a search cut short finds no plan or not the
+  // shortest. 1..2^40.
+  int64_t migration_search_budget = 2000;
 };
 
 // Requests that found no node, by kind.
@@ -149,7 +175,8 @@ struct SimulationResult {
   std::vector<double> frag_rate;         // Fragmentation / idle compute, 0..1.
 
   // Per request, in the order attempted: index of the node in the input (-1:
-  // dropped) and the GPUs taken (bit i = GPU i).
+  // dropped) and the GPUs taken (bit i = GPU i); where it is at the end of
+  // the run when migrations moved it.
   std::vector<int32_t> node_of_request;
   std::vector<uint64_t> gpus_of_request;
   // Per request, in the order attempted, the state right after its attempt
@@ -170,6 +197,12 @@ struct SimulationResult {
   std::vector<std::pair<std::string, int64_t>> topology_weakest;
   // Why the GPU compute still idle after the last request is idle.
   UnallocatedBreakdown unallocated;
+  // Migrations (SimulationOptions::migration_budget): requests moved (one
+  // per move), requests that fitted only after moves, and requests for which
+  // the planner was asked (found no node, budget left).
+  int64_t migrations = 0;
+  int64_t rescued = 0;
+  int64_t migration_plans = 0;
 
   // Unallocated GPU % at `arrived_pct` percent of capacity, read from the
   // curve (linear between bins, the last bin beyond it). NaN if empty.
@@ -179,8 +212,9 @@ struct SimulationResult {
 };
 
 // Runs the experiment once. Errors: InvalidArgument for an unknown policy
-// name, inflate outside [0, 100], no nodes or no requests, nodes or requests
-// the simulation does not support (named), or those of Cluster::AddNode().
+// name, inflate outside [0, 100], a migration option out of range (named),
+// no nodes or no requests, nodes or requests the simulation does not support
+// (named), or those of Cluster::AddNode().
 absl::StatusOr<SimulationResult> Simulate(const std::vector<Node>& nodes,
                                           const std::vector<Request>& requests,
                                           const SimulationOptions& options);
@@ -221,7 +255,8 @@ struct ReplayResult {
 // arrival; dropped requests never come back. The samples are taken after
 // each arrival (and a zero-length request's departure). The tie-break order
 // uses options.seed; shuffle and inflate are ignored.
-// Errors: those of Simulate(); InvalidArgument for an end before a start.
+// Errors: those of Simulate(); InvalidArgument for an end before a start or
+// a migration budget > 0.
 absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
                                     const std::vector<TimedRequest>& requests,
                                     const SimulationOptions& options);

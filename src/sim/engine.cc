@@ -13,6 +13,7 @@
 #include "gpushare/cluster.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
+#include "src/sim/migrate.h"
 
 namespace gpushare::sim {
 namespace {
@@ -285,6 +286,16 @@ class ClusterEngine final : public Engine {
     slot_task_[slot] = {task, i};
     Refresh(i);
     return i;
+  }
+
+  int PlaceMoving(int task, int64_t slot, const MoveLimits& limits, uint64_t* gpus,
+                  std::vector<Moved>* moved) override {
+    *moved = MoveForTask(cluster_, p_, task, slot, slot_task_, index_, limits);
+    for (const Moved& m : *moved) {
+      Refresh(m.from);
+      Refresh(m.node);
+    }
+    return Place(task, slot, gpus);
   }
 
   void Release(int64_t slot) override {

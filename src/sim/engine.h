@@ -49,13 +49,37 @@ absl::StatusOr<std::shared_ptr<const Prepared>> Prepare(
     const std::vector<Node>& nodes, const std::vector<Request>& requests,
     std::shared_ptr<const TargetWorkload> target);
 
+// Limits of one migration step (SimulationOptions' migration fields).
+struct MoveLimits {
+  int max_moves = 1;             // 1..3.
+  int nodes = 8;                 // Nodes the moved tasks may come from.
+  int64_t search_budget = 2000;  // Candidate moves the planner tries.
+};
+
 class Engine {
  public:
+  // A task that PlaceMoving() moved: its slot and where it is now.
+  struct Moved {
+    int64_t slot;
+    int from;  // Node index before the move.
+    int node;  // Node index after it.
+    uint64_t gpus;
+  };
+
   virtual ~Engine() = default;
   // Attempts task `task` (an index into Prepared::tasks) as slot `slot`
   // (unique among present tasks). Returns the node index or -1; `gpus` gets
   // the GPU bit mask.
   virtual int Place(int task, int64_t slot, uint64_t* gpus) = 0;
+  // Place() after moves of placed tasks that make the task fit, planned
+  // within `limits` (src/sim/migrate.h); `moved` gets the moves applied
+  // (possibly some even when the task then fails). Only the cluster engine
+  // moves tasks; the others return -1 and move nothing.
+  virtual int PlaceMoving(int /*task*/, int64_t /*slot*/, const MoveLimits& /*limits*/,
+                          uint64_t* gpus, std::vector<Moved>* /*moved*/) {
+    *gpus = 0;
+    return -1;
+  }
   // Removes the task placed as `slot`.
   virtual void Release(int64_t slot) = 0;
   int64_t allocated() const { return allocated_; }  // Thousandths.

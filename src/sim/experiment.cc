@@ -65,11 +65,43 @@ double ReadCurve(const std::vector<double>& ys, double x) {
   return ys[i] + frac * (ys[i + 1] - ys[i]);
 }
 
+// The migration step after request k (task `task`, slot k) found no node:
+// moves within the budget earned so far (SimulationOptions::
+// migration_budget), then the request again. Records where moved requests
+// are now and the request's own place; returns its node, `gpus` its GPUs.
+int Migrate(const SimulationOptions& options, int task, size_t k, sim::Engine& engine,
+            uint64_t* gpus, SimulationResult* r, std::vector<uint64_t>* touched) {
+  const int64_t earned = static_cast<int64_t>(k + 1) * options.migration_budget / 100;
+  const int64_t left = earned - r->migrations;
+  if (left <= 0) return -1;
+  sim::MoveLimits limits;
+  limits.max_moves = static_cast<int>(std::min<int64_t>(left, options.max_moves_per_request));
+  limits.nodes = options.migration_nodes;
+  limits.search_budget = options.migration_search_budget;
+  ++r->migration_plans;
+  std::vector<sim::Engine::Moved> moved;
+  const int node = engine.PlaceMoving(task, static_cast<int64_t>(k), limits, gpus, &moved);
+  r->migrations += static_cast<int64_t>(moved.size());
+  for (const sim::Engine::Moved& m : moved) {
+    r->node_of_request[m.slot] = m.node;
+    r->gpus_of_request[m.slot] = m.gpus;
+    (*touched)[m.node] |= m.gpus;
+  }
+  if (node >= 0) {
+    ++r->rescued;
+    r->node_of_request[k] = node;
+    r->gpus_of_request[k] = *gpus;
+  }
+  return node;
+}
+
 absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakeRunPolicy(p, options));
+  // Moving placed tasks needs the Cluster (the specialised engine cannot).
+  const bool through_cluster = options.through_cluster || options.migration_budget > 0;
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<sim::Engine> engine,
-                            sim::MakeEngine(p, *policy, options.seed, options.through_cluster));
+                            sim::MakeEngine(p, *policy, options.seed, through_cluster));
   // The order: the shuffled requests, then samples until the inflation target.
   const size_t n = p.tasks.size();
   std::vector<int> order(n);
@@ -123,9 +155,12 @@ absl::StatusOr<SimulationResult> Run(const sim::Prepared& p, const SimulationOpt
     const int bin = static_cast<int>(std::ceil(100.0 * static_cast<double>(arrived) / capacity));
     if (bin > 0) record(bin - 1);
     uint64_t gpus = 0;
-    const int node = engine->Place(order[k], static_cast<int64_t>(k), &gpus);
+    int node = engine->Place(order[k], static_cast<int64_t>(k), &gpus);
     r.node_of_request.push_back(node);
     r.gpus_of_request.push_back(gpus);
+    if (node < 0 && options.migration_budget > 0) {
+      node = Migrate(options, order[k], k, *engine, &gpus, &r, &touched);
+    }
     if (node >= 0) {
       const TopologyPtr& topology = (*p.nodes)[node].topology;
       if (topology != nullptr && __builtin_popcountll(gpus) >= 2) {
@@ -168,6 +203,23 @@ absl::Status CheckOptions(const SimulationOptions& options) {
   if (!(options.inflate >= 0 && options.inflate <= 100)) {
     return absl::InvalidArgumentError(
         absl::StrCat("inflate ", options.inflate, " is outside [0, 100]"));
+  }
+  if (options.migration_budget < 0 || options.migration_budget > 10000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration budget ", options.migration_budget, " is outside 0..10000 moves per 100"));
+  }
+  if (options.max_moves_per_request < 1 || options.max_moves_per_request > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max moves per request ", options.max_moves_per_request, " is outside 1..3"));
+  }
+  if (options.migration_nodes < 1 || options.migration_nodes > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration nodes ", options.migration_nodes, " is outside 1..1000000"));
+  }
+  if (options.migration_search_budget < 1 ||
+      options.migration_search_budget > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration search budget ", options.migration_search_budget, " is outside 1..2^40"));
   }
   return MakePolicy(options.policy).status();
 }
@@ -241,6 +293,10 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<Node>& nodes,
                                     const SimulationOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   GPUSHARE_RETURN_IF_ERROR(CheckOptions(options));
+  if (options.migration_budget > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "migration budget ", options.migration_budget, ": replay does not migrate"));
+  }
   std::vector<Request> plain;
   plain.reserve(requests.size());
   for (const TimedRequest& t : requests) {

@@ -417,6 +417,10 @@ class SimulationResult:
     @property
     def seconds(self) -> float: ...
     @property
+    def migrations(self) -> int: ...
+    @property
+    def rescued(self) -> int: ...
+    @property
     def node_of_request(self) -> list[int]: ...
     @property
     def failed(self) -> dict[str, int]: ...
@@ -435,7 +439,7 @@ def simulate(nodes: Union[str, "os.PathLike[str]", Sequence[Node]],
              tasks: Union[str, "os.PathLike[str]", Sequence[Request]],
              policy: str = "fgd", seed: Union[int, Iterable[int]] = 42,
              inflate: float = 1.3, shuffle: bool = True, through_cluster: bool = False,
-             threads: int = 0,
+             threads: int = 0, migration_budget: int = 0, max_moves: int = 2,
              topologies: Optional[Mapping[Union[int, str],
                                           Union[Topology, str, "os.PathLike[str]"]]] = None
              ) -> Union[SimulationResult, list[SimulationResult]]: ...

@@ -125,6 +125,7 @@ GPUSHARE_PY_ARG(max_moves);
 GPUSHARE_PY_ARG(memory);
 GPUSHARE_PY_ARG(memory_per_gpu);
 GPUSHARE_PY_ARG(memory_used);
+GPUSHARE_PY_ARG(migration_budget);
 GPUSHARE_PY_ARG(placements);
 GPUSHARE_PY_ARG(remembered_releases);
 GPUSHARE_PY_ARG(search_budget);

@@ -108,6 +108,8 @@ py::dict Summary(const SimulationResult& r) {
   py::dict weakest;  // Best link first.
   for (const auto& [link, n] : r.topology_weakest) weakest[py::str(link)] = n;
   d["topology_weakest"] = weakest;
+  d["migrations"] = r.migrations;
+  d["rescued"] = r.rescued;
   return d;
 }
 
@@ -180,8 +182,10 @@ TargetWorkload TargetArg(py::handle target, FragResource resource, double covera
 namespace {
 
 SimulationOptions Options(const std::string& policy, uint64_t seed, double inflate, bool shuffle,
-                          bool through_cluster) {
+                          bool through_cluster, int migration_budget = 0, int max_moves = 2) {
   SimulationOptions o;
+  o.migration_budget = migration_budget;
+  o.max_moves_per_request = max_moves;
   o.policy = policy;
   o.seed = seed;
   o.inflate = inflate;
@@ -237,6 +241,10 @@ void RegisterSimulate(py::module_& m) {
       .def_readonly("requests", &SimulationResult::requests, "Tasks attempted, after inflation.")
       .def_readonly("placed", &SimulationResult::placed, "Tasks placed (the rest were dropped).")
       .def_readonly("seconds", &SimulationResult::seconds, "Wall time of the run, seconds.")
+      .def_readonly("migrations", &SimulationResult::migrations,
+                    "Tasks moved to make room (migration_budget > 0), one per move.")
+      .def_readonly("rescued", &SimulationResult::rescued,
+                    "Tasks that found a node only after moves.")
       .def_readonly("node_of_request", &SimulationResult::node_of_request,
                     "Per task attempted, in order: index of its node in the input, -1 if dropped.")
       .def_property_readonly(
@@ -257,11 +265,11 @@ void RegisterSimulate(py::module_& m) {
                              "frag_amount (thousandths of a GPU), frag_rate (0..1).")
       .def_property_readonly("summary", &Summary,
                              "A dict of the headline numbers: unallocated GPU % at arrived 90/95/100/110 %, "
-                             "fragmentation rate at 100 %, requests, placed and failed tasks, seconds, and "
+                             "fragmentation rate at 100 %, requests, placed and failed tasks, seconds, "
                              "topology_tasks / topology_best: multi-GPU tasks on nodes with a "
                              "topology, and those that got the best connectivity available; "
                              "topology_weakest: those tasks by weakest link, best first "
-                             "({'NV2': 40, 'SYS': 3}).")
+                             "({'NV2': 40, 'SYS': 3}); migrations / rescued (see those attributes).")
       .def("unallocated_at", &SimulationResult::UnallocatedAt, py::arg("arrived_pct"),
            "Unallocated GPU % when arrived GPU request is `arrived_pct` % of capacity.")
       .def("frag_rate_at", &SimulationResult::FragRateAt, py::arg("arrived_pct"),
@@ -276,8 +284,9 @@ void RegisterSimulate(py::module_& m) {
   m.def(
       "simulate",
       [](py::object nodes, py::object tasks, const std::string& policy, py::object seed,
-         double inflate, bool shuffle, bool through_cluster,
-         Int<int, arg::threads> threads, py::object topologies) -> py::object {
+         double inflate, bool shuffle, bool through_cluster, Int<int, arg::threads> threads,
+         Int<int, arg::migration_budget> migration_budget,
+         Int<int, arg::max_moves> max_moves, py::object topologies) -> py::object {
         const std::vector<TopologyRule> rules = TopologiesArg(topologies);
         // One seed (an int, numpy's too) or several (a bool is neither).
         const bool one_seed = PyIndex_Check(seed.ptr()) && !PyBool_Check(seed.ptr());
@@ -286,7 +295,8 @@ void RegisterSimulate(py::module_& m) {
         const std::vector<Node> n = NodesArg(nodes);
         const std::vector<Request> r = RequestsArg(tasks);
         if (one_seed) {
-          SimulationOptions o = Options(policy, single, inflate, shuffle, through_cluster);
+          SimulationOptions o = Options(policy, single, inflate, shuffle, through_cluster,
+                                        migration_budget, max_moves);
           o.topologies = rules;
           absl::StatusOr<SimulationResult> result;
           {
@@ -295,7 +305,8 @@ void RegisterSimulate(py::module_& m) {
           }
           return py::cast(ValueOrThrow(std::move(result)));
         }
-        SimulationOptions o = Options(policy, 0, inflate, shuffle, through_cluster);
+        SimulationOptions o =
+            Options(policy, 0, inflate, shuffle, through_cluster, migration_budget, max_moves);
         o.topologies = rules;
         absl::StatusOr<std::vector<SimulationResult>> results;
         {
@@ -306,15 +317,18 @@ void RegisterSimulate(py::module_& m) {
       },
       py::arg("nodes"), py::arg("tasks"), py::arg("policy") = "fgd", py::arg("seed") = 42,
       py::arg("inflate") = 1.3, py::arg("shuffle") = true, py::arg("through_cluster") = false,
-      py::arg("threads") = 0, py::arg("topologies") = py::none(),
+      py::arg("threads") = 0, py::arg("migration_budget") = 0, py::arg("max_moves") = 2,
+      py::arg("topologies") = py::none(),
       "Runs the FGD trace experiment. `nodes` and `tasks` are openb CSV paths or lists of\n"
       "gs.Node / gs.Request; `seed` an int (one SimulationResult) or an iterable of ints,\n"
       "each at most once, at most 10,000 (a list, run in parallel on `threads` threads,\n"
-      "0 = all cores). `topologies` attaches GPU topologies to nodes without one:\n"
-      "{8: gs.Topology or path, 'V100M32': ...}; an int key takes every node with that\n"
-      "many GPUs (the topology's count), a str key every node of that GPU model with\n"
-      "as many GPUs as the topology; the first matching key wins. A path names a file\n"
-      "of `nvidia-smi topo -m` text or the JSON form.");
+      "0 = all cores). `migration_budget` M > 0: a task that finds no node may have placed\n"
+      "tasks moved so that it fits, at most M moves per 100 tasks attempted (accumulated)\n"
+      "and `max_moves` (1..3) for one task; runs through a Cluster. `topologies` attaches\n"
+      "GPU topologies to nodes without one: {8: gs.Topology or path, 'V100M32': ...}; an\n"
+      "int key takes every node with that many GPUs (the topology's count), a str key every\n"
+      "node of that GPU model with as many GPUs as the topology; the first matching key\n"
+      "wins. A path names a file of `nvidia-smi topo -m` text or the JSON form.");
 
   m.def(
       "replay",
