@@ -292,6 +292,7 @@ class ClusterEngine final : public Engine {
                   std::vector<Moved>* moved) override {
     *moved = MoveForTask(cluster_, p_, task, slot, slot_task_, index_, limits);
     for (const Moved& m : *moved) {
+      slot_task_.at(m.slot).second = m.node;  // Release() refreshes the node it is on.
       Refresh(m.from);
       Refresh(m.node);
     }
@@ -327,7 +328,7 @@ class ClusterEngine final : public Engine {
   Cluster cluster_;
   Request request_;  // The request being placed.
   absl::flat_hash_map<std::string, int> index_;
-  absl::flat_hash_map<int64_t, std::pair<int, int>> slot_task_;  // Task, node index.
+  SlotTasks slot_task_;
   std::vector<double> frag_node_;
 };
 

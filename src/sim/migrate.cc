@@ -119,7 +119,7 @@ std::string SlotId(int64_t slot) { return absl::StrCat("#", slot); }
 
 absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared& p, int task,
                                          const Request& request,
-                                         const absl::flat_hash_map<int64_t, int>& slot_task,
+                                         const SlotTasks& slot_task,
                                          const MoveLimits& limits) {
   const Task& t = p.tasks[task];
   const int most = std::min(limits.max_moves, kMaxRemoved);
@@ -177,7 +177,7 @@ absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared&
     if (least > 0 && need > least) break;
     std::vector<Request> from_node;
     for (int64_t slot : removable[std::get<4>(donors[d])]) {
-      Request r = (*p.requests)[slot_task.at(slot)];
+      Request r = (*p.requests)[slot_task.at(slot).first];
       r.id = absl::StrCat(SlotId(slot), "'");
       if (!cluster.Plan(r, *binpack).ok()) continue;
       r.id = SlotId(slot);
@@ -199,7 +199,7 @@ absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared&
 
 std::vector<Engine::Moved> MoveForTask(Cluster& cluster, const Prepared& p, int task,
                                        int64_t slot,
-                                       const absl::flat_hash_map<int64_t, int>& slot_task,
+                                       const SlotTasks& slot_task,
                                        const absl::flat_hash_map<std::string, int>& node_index,
                                        const MoveLimits& limits) {
   Request request = (*p.requests)[task];

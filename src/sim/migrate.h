@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -20,15 +21,18 @@ namespace gpushare::sim {
 // The id a task placed as `slot` has in the cluster engine's Cluster.
 std::string SlotId(int64_t slot);
 
+// The cluster engine's placed tasks: slot -> (task index, node index).
+using SlotTasks = absl::flat_hash_map<int64_t, std::pair<int, int>>;
+
 // The fewest moves (within `limits`) after which `request` (task `task` of
-// `p`) fits on `cluster`, where the placed tasks are `slot_task` (slot ->
-// task index, ids SlotId(slot)). The movable tasks are those of the smallest
+// `p`) fits on `cluster`, where the placed tasks are `slot_task` (ids
+// SlotId(slot)). The movable tasks are those of the smallest
 // removal sets of the limits.nodes nodes that need the fewest removals, that
 // fit on some node as they are (see SimulationOptions::migration_nodes), in
 // that node order, then by slot. Without any, a plan that is not found.
 absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared& p, int task,
                                          const Request& request,
-                                         const absl::flat_hash_map<int64_t, int>& slot_task,
+                                         const SlotTasks& slot_task,
                                          const MoveLimits& limits);
 
 // Plans with PlanRescue() for task `task` as slot `slot` and applies a found
@@ -36,7 +40,7 @@ absl::StatusOr<MigrationPlan> PlanRescue(const Cluster& cluster, const Prepared&
 // none when no plan was found. `node_index`: node name -> input index.
 std::vector<Engine::Moved> MoveForTask(Cluster& cluster, const Prepared& p, int task,
                                        int64_t slot,
-                                       const absl::flat_hash_map<int64_t, int>& slot_task,
+                                       const SlotTasks& slot_task,
                                        const absl::flat_hash_map<std::string, int>& node_index,
                                        const MoveLimits& limits);
 
