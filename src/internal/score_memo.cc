@@ -470,12 +470,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
 bool ScoreMemo::Consistent() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& m : data_->memos) {
-    for (const auto& [key, shape] : m->shapes) {
+    for (const auto& entry : m->shapes) {
+      const Memo::Shape* shape = entry.second.get();
       size_t feasible = 0;
       for (const Verdict& v : shape->verdicts) feasible += v.feasible;
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->tree.size() + shape->full_tree.size()) return false;
-      auto held = [&](uint32_t slot, const Score& score) {
+      auto held = [shape](uint32_t slot, const Score& score) {
         return slot < shape->verdicts.size() && shape->verdicts[slot].feasible &&
                shape->PolicyScoreAt(slot) == score;
       };
