@@ -117,11 +117,9 @@ TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
 TEST(FgdCpuPolicyTest, LeavesFewerGpusUnallocatedThanFgdOnTheDefaultTrace) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
-  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
-                       LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv"));
-  ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks,
-                       LoadOpenbTasks(dir + "/openb_pod_list_default.csv"));
-  const std::vector<Request> requests = ToRequests(tasks);
+  ASSERT_OK_AND_ASSIGN(const testing::OpenbDefault openb, testing::LoadOpenbDefault(dir));
+  const std::vector<Node>& nodes = openb.nodes;
+  const std::vector<Request>& requests = openb.requests;
   SimulationOptions options;
   options.inflate = 1.05;  // The same tasks up to 100% arrived as with 1.3.
   const std::vector<uint64_t> seeds = {42, 43, 44};

@@ -34,8 +34,37 @@ Placement At(const std::string& id, const std::string& node, std::vector<int> gp
   return p;
 }
 
-// The fewest moves (up to `limit`) after which `request` fits, by trying
-// every placed pod on every node and GPU set; -1 if none. Every pod may move
+// Calls `visit` once for every single move of a placed pod of `c` to any
+// node and GPU set Commit() accepts (other than where it is), with `c` so
+// changed; `c` is restored after each call. Stops and returns true as soon as
+// `visit` does.
+bool AnyMove(Cluster& c, const std::function<bool()>& visit) {
+  for (const Placement& from : c.placements()) {
+    EXPECT_OK(c.Release(from.request_id));
+    bool stop = false;
+    for (const std::string& name : c.node_names()) {
+      const int g = static_cast<int>(c.FindNode(name)->gpus.size());
+      for (int mask = 1; mask < (1 << g) && !stop; ++mask) {
+        if (__builtin_popcount(mask) != static_cast<int>(from.gpus.size())) continue;
+        Placement to = from;
+        to.node = name;
+        to.gpus.clear();
+        for (int k = 0; k < g; ++k) {
+          if (mask & (1 << k)) to.gpus.push_back(k);
+        }
+        if (to == from || !c.Commit(to).ok()) continue;
+        stop = visit();
+        EXPECT_OK(c.Release(to.request_id));
+      }
+    }
+    EXPECT_OK(c.Commit(from));
+    if (stop) return true;
+  }
+  return false;
+}
+
+// The fewest moves (up to `limit`) after which `goal` holds, by trying every
+// placed pod on every node and GPU set; -1 if none. Every pod may move
 // anywhere Commit() accepts (the clusters here have one label set and model).
 int BruteForceMoves(const Cluster& c, const std::function<bool(const Cluster&)>& goal,
                     int limit) {
@@ -43,33 +72,29 @@ int BruteForceMoves(const Cluster& c, const std::function<bool(const Cluster&)>&
   std::function<bool(int)> reach = [&](int left) -> bool {
     if (goal(copy)) return true;
     if (left == 0) return false;
-    for (const Placement& from : copy.placements()) {
-      EXPECT_OK(copy.Release(from.request_id));
-      bool ok = false;
-      for (const std::string& name : copy.node_names()) {
-        const int g = static_cast<int>(copy.FindNode(name)->gpus.size());
-        for (int mask = 1; mask < (1 << g) && !ok; ++mask) {
-          if (__builtin_popcount(mask) != static_cast<int>(from.gpus.size())) continue;
-          Placement to = from;
-          to.node = name;
-          to.gpus.clear();
-          for (int k = 0; k < g; ++k) {
-            if (mask & (1 << k)) to.gpus.push_back(k);
-          }
-          if (to == from || !copy.Commit(to).ok()) continue;
-          ok = reach(left - 1);
-          EXPECT_OK(copy.Release(to.request_id));
-        }
-      }
-      EXPECT_OK(copy.Commit(from));
-      if (ok) return true;
-    }
-    return false;
+    return AnyMove(copy, [&] { return reach(left - 1); });
   };
   for (int k = 0; k <= limit; ++k) {
     if (reach(k)) return k;
   }
   return -1;
+}
+
+// 2 or 3 nodes of one or two GPUs of 8 units, and 2 to 1 + `max_pods` pods of
+// 1 to `max_units` units placed by "spread" (those that fit).
+Cluster RandomSmallCluster(std::mt19937& rng, int max_pods, int max_units) {
+  Cluster c;
+  const int nodes = 2 + static_cast<int>(rng() % 2);
+  for (int n = 0; n < nodes; ++n) {
+    std::vector<int64_t> gpus(1 + rng() % 2, 8);
+    EXPECT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
+  }
+  const int pods = 2 + static_cast<int>(rng() % max_pods);
+  for (int i = 0; i < pods; ++i) {
+    Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % max_units));
+    c.Place(r, "spread").IgnoreError();
+  }
+  return c;
 }
 
 TEST(PlanMigrationsTest, OneMoveFreesAGpu) {
@@ -216,17 +241,7 @@ TEST(PlanMigrationsTest, MoveCountEqualsBruteForce) {
   std::mt19937 rng(1818);
   int needed_moves = 0, two_or_more = 0;
   for (int round = 0; round < 400; ++round) {
-    Cluster c;
-    const int nodes = 2 + static_cast<int>(rng() % 2);
-    for (int n = 0; n < nodes; ++n) {
-      std::vector<int64_t> gpus(1 + rng() % 2, 8);
-      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
-    }
-    const int pods = 2 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < pods; ++i) {
-      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
-      c.Place(r, "spread").IgnoreError();
-    }
+    Cluster c = RandomSmallCluster(rng, 4, 6);
     const Request want = rng() % 4 == 0 ? Shared("want", 8, 2)
                                         : Shared("want", 4 + static_cast<int64_t>(rng() % 5));
     SCOPED_TRACE(absl::StrCat("round ", round, ": ", c.ToJson()));
@@ -301,17 +316,7 @@ TEST(PlanMigrationsToFreeGpusTest, MoveCountEqualsBruteForce) {
   std::mt19937 rng(7);
   int needed_moves = 0;
   for (int round = 0; round < 300; ++round) {
-    Cluster c;
-    const int nodes = 2 + static_cast<int>(rng() % 2);
-    for (int n = 0; n < nodes; ++n) {
-      std::vector<int64_t> gpus(1 + rng() % 2, 8);
-      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
-    }
-    const int pods = 2 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < pods; ++i) {
-      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 6));
-      c.Place(r, "spread").IgnoreError();
-    }
+    Cluster c = RandomSmallCluster(rng, 4, 6);
     const int64_t k = 1 + static_cast<int64_t>(rng() % 3);
     SCOPED_TRACE(absl::StrCat("round ", round, ", k ", k, ": ", c.ToJson()));
     const int expected =
@@ -351,25 +356,10 @@ std::pair<double, int> BruteForceLeastFragmentation(const Cluster& c,
     const double amount = Fragmentation(copy, target).amount;
     for (int k = depth; k <= limit; ++k) best[k] = std::min(best[k], amount);
     if (depth == limit) return;
-    for (const Placement& from : copy.placements()) {
-      EXPECT_OK(copy.Release(from.request_id));
-      for (const std::string& name : copy.node_names()) {
-        const int g = static_cast<int>(copy.FindNode(name)->gpus.size());
-        for (int mask = 1; mask < (1 << g); ++mask) {
-          if (__builtin_popcount(mask) != static_cast<int>(from.gpus.size())) continue;
-          Placement to = from;
-          to.node = name;
-          to.gpus.clear();
-          for (int k = 0; k < g; ++k) {
-            if (mask & (1 << k)) to.gpus.push_back(k);
-          }
-          if (to == from || !copy.Commit(to).ok()) continue;
-          walk(depth + 1);
-          EXPECT_OK(copy.Release(to.request_id));
-        }
-      }
-      EXPECT_OK(copy.Commit(from));
-    }
+    AnyMove(copy, [&] {
+      walk(depth + 1);
+      return false;
+    });
   };
   walk(0);
   int fewest = 0;
@@ -428,17 +418,7 @@ TEST(PlanMigrationsToLowerFragmentationTest, EqualsBruteForce) {
   const TargetWorkload target = FourAndSix();
   int lowered = 0, two_moves = 0;
   for (int round = 0; round < 200; ++round) {
-    Cluster c;
-    const int nodes = 2 + static_cast<int>(rng() % 2);
-    for (int n = 0; n < nodes; ++n) {
-      std::vector<int64_t> gpus(1 + rng() % 2, 8);
-      ASSERT_OK(c.AddNode(SharedNode(absl::StrCat("n", n), gpus)));
-    }
-    const int pods = 2 + static_cast<int>(rng() % 3);
-    for (int i = 0; i < pods; ++i) {
-      Request r = Shared(absl::StrCat("p", i), 1 + static_cast<int64_t>(rng() % 5));
-      c.Place(r, "spread").IgnoreError();
-    }
+    Cluster c = RandomSmallCluster(rng, 3, 5);
     const int limit = 1 + static_cast<int>(rng() % 2);
     SCOPED_TRACE(absl::StrCat("round ", round, ", limit ", limit, ": ", c.ToJson()));
     const auto [least, fewest] = BruteForceLeastFragmentation(c, target, limit);

@@ -1,9 +1,6 @@
 #include "gpushare/simulate.h"
 
-#include <sys/wait.h>
-
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -23,6 +20,7 @@ namespace {
 
 using ::gpushare::testing::GeneratedNodes;
 using ::gpushare::testing::GeneratedRequests;
+using ::gpushare::testing::RunCommand;
 using ::gpushare::testing::StatusIs;
 
 int64_t GpuRequest(const Request& r) {
@@ -284,11 +282,9 @@ TEST(ReplayTest, ZeroLengthTasksLeaveRightAfterTheirAttempt) {
 TEST(OpenbExperimentTest, FgdLeavesFewerGpusUnallocatedThanBestFit) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
-  ASSERT_OK_AND_ASSIGN(std::vector<Node> nodes,
-                       LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv"));
-  ASSERT_OK_AND_ASSIGN(std::vector<TraceTask> tasks,
-                       LoadOpenbTasks(dir + "/openb_pod_list_default.csv"));
-  const std::vector<Request> requests = ToRequests(tasks);
+  ASSERT_OK_AND_ASSIGN(const testing::OpenbDefault openb, testing::LoadOpenbDefault(dir));
+  const std::vector<Node>& nodes = openb.nodes;
+  const std::vector<Request>& requests = openb.requests;
   SimulationOptions options;
   options.inflate = 1.05;
   options.policy = "fgd";
@@ -301,18 +297,6 @@ TEST(OpenbExperimentTest, FgdLeavesFewerGpusUnallocatedThanBestFit) {
   EXPECT_LT(fgd.UnallocatedAt(100), bestfit.UnallocatedAt(100) - 1.0);
   // An empty cluster is about 14% fragmented (CPU-only typical tasks).
   EXPECT_NEAR(fgd.frag_rate[0], 0.14, 0.02);
-}
-
-// Runs `command` and returns its exit code and standard output.
-std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, out};
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // The `gpushare` binary of this build tree (tests/CMakeLists.txt builds it

@@ -2,9 +2,6 @@
 // (gpushare/simulate.h), the connectivity a run reports, and the
 // `gpushare simulate --topology` option.
 
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -16,11 +13,13 @@
 #include "gmock/gmock.h"
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
+#include "tests/testing/sim_fixtures.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
 namespace {
 
+using ::gpushare::testing::RunCommand;
 using ::gpushare::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -143,17 +142,6 @@ TEST(TopologySimulationTest, ReportsTheWeakestLinksOfMultiGpuTasks) {
   EXPECT_TRUE(none.topology_weakest.empty());
 }
 
-std::pair<int, std::string> RunShell(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, out};
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 TEST(TopologySimulateCommandTest, AttachesTopologiesAndPrintsTheConnectivity) {
   const std::string dir = ::testing::TempDir();
   {
@@ -170,22 +158,22 @@ TEST(TopologySimulateCommandTest, AttachesTopologiesAndPrintsTheConnectivity) {
   const std::string base = "timeout 60 " + std::string(GPUSHARE_CLI_PATH) + " simulate --nodes " +
                            dir + "/topo_nodes.csv --tasks " + dir +
                            "/topo_tasks.csv --seeds 1-2 --policies fgd,bestfit";
-  auto [code, out] = RunShell(base + " --topology V100M32=" + Fixture("dgx1_v100.txt") +
+  auto [code, out] = RunCommand(base + " --topology V100M32=" + Fixture("dgx1_v100.txt") +
                          " --topology 8=" + Fixture("pcie_2socket_8gpu.txt"));
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("multi-GPU tasks on nodes with a topology"));
   EXPECT_THAT(out, ::testing::ContainsRegex("\nfgd +[0-9]+ tasks, best available +[0-9.]+%, "
                                             "weakest links: (NV2|NV1|PIX|PXB|NODE|SYS) [0-9]+"));
   EXPECT_THAT(out, ::testing::ContainsRegex("\nbestfit +[0-9]+ tasks"));
-  auto [md_code, md] = RunShell(base + " --markdown --topology 8=" + Fixture("dgx1_v100.txt"));
+  auto [md_code, md] = RunCommand(base + " --markdown --topology 8=" + Fixture("dgx1_v100.txt"));
   EXPECT_EQ(md_code, 0) << md;
   EXPECT_THAT(md, HasSubstr("| policy | multi-GPU tasks | best available | weakest links |"));
   EXPECT_THAT(md, ::testing::ContainsRegex("\n\\| fgd \\| [0-9]+ \\| 100.0% \\| NV"));
   // Without --topology there is no connectivity table.
-  auto [plain_code, plain] = RunShell(base);
+  auto [plain_code, plain] = RunCommand(base);
   EXPECT_EQ(plain_code, 0) << plain;
   EXPECT_THAT(plain, ::testing::Not(HasSubstr("multi-GPU tasks on nodes with a topology")));
-  auto [bad_code, bad] = RunShell(base + " --topology 4=" + Fixture("dgx1_v100.txt") + " 2>&1");
+  auto [bad_code, bad] = RunCommand(base + " --topology 4=" + Fixture("dgx1_v100.txt") + " 2>&1");
   EXPECT_EQ(bad_code, 2);
   EXPECT_THAT(bad, HasSubstr("has 8 GPUs, not 4"));
 }

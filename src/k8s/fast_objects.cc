@@ -337,26 +337,31 @@ std::optional<absl::StatusOr<std::vector<T>>> ReadList(std::string_view text, Fa
 
 int FastItemsOfLastRead() { return fast_items; }
 
-absl::StatusOr<std::vector<Pod>> ReadPodListReference(std::string_view text) {
-  GPUSHARE_ASSIGN_OR_RETURN(json list, ParseJson(text, "pod list"));
-  GPUSHARE_ASSIGN_OR_RETURN(const json* items, ListItems(list, "pod list"));
-  std::vector<Pod> pods;
+namespace {
+
+// The reference reader of a whole list: nlohmann/json, `from_json` per item.
+template <typename T>
+absl::StatusOr<std::vector<T>> ReadListReference(std::string_view text, const char* what,
+                                                 absl::StatusOr<T> (*from_json)(const json&)) {
+  GPUSHARE_ASSIGN_OR_RETURN(json list, ParseJson(text, what));
+  GPUSHARE_ASSIGN_OR_RETURN(const json* items, ListItems(list, what));
+  std::vector<T> out;
+  out.reserve(items->size());
   for (const json& item : *items) {
-    GPUSHARE_ASSIGN_OR_RETURN(Pod pod, PodFromJson(item));
-    pods.push_back(std::move(pod));
+    GPUSHARE_ASSIGN_OR_RETURN(T value, from_json(item));
+    out.push_back(std::move(value));
   }
-  return pods;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Pod>> ReadPodListReference(std::string_view text) {
+  return ReadListReference<Pod>(text, "pod list", PodFromJson);
 }
 
 absl::StatusOr<std::vector<Node>> ReadNodeListReference(std::string_view text) {
-  GPUSHARE_ASSIGN_OR_RETURN(json list, ParseJson(text, "node list"));
-  GPUSHARE_ASSIGN_OR_RETURN(const json* items, ListItems(list, "node list"));
-  std::vector<Node> nodes;
-  for (const json& item : *items) {
-    GPUSHARE_ASSIGN_OR_RETURN(Node node, NodeFromJson(item));
-    nodes.push_back(std::move(node));
-  }
-  return nodes;
+  return ReadListReference<Node>(text, "node list", NodeFromJson);
 }
 
 absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text) {

@@ -4,11 +4,15 @@
 #ifndef GPUSHARE_TESTS_TESTING_SIM_FIXTURES_H_
 #define GPUSHARE_TESTS_TESTING_SIM_FIXTURES_H_
 
+#include <sys/wait.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +81,36 @@ inline std::string OpenbDir() {
   const std::string dir = SharedDir() + "/traces/openb";
   std::ifstream probe(dir + "/openb_node_list_gpu_node.csv");
   return probe ? dir : std::string();
+}
+
+// The GPU nodes of the openb trace in `dir` and its default tasks, as requests.
+struct OpenbDefault {
+  std::vector<Node> nodes;
+  std::vector<Request> requests;
+};
+inline absl::StatusOr<OpenbDefault> LoadOpenbDefault(const std::string& dir) {
+  OpenbDefault d;
+  absl::StatusOr<std::vector<Node>> nodes = LoadOpenbNodes(dir + "/openb_node_list_gpu_node.csv");
+  if (!nodes.ok()) return nodes.status();
+  absl::StatusOr<std::vector<TraceTask>> tasks =
+      LoadOpenbTasks(dir + "/openb_pod_list_default.csv");
+  if (!tasks.ok()) return tasks.status();
+  d.nodes = *std::move(nodes);
+  d.requests = ToRequests(*tasks);
+  return d;
+}
+
+// Runs `command` through the shell; its exit code (-1 if it did not exit)
+// and standard output.
+inline std::pair<int, std::string> RunCommand(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, out};
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 inline bool Quick() { return std::getenv("GPUSHARE_QUICK") != nullptr; }

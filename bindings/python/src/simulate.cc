@@ -71,24 +71,15 @@ std::vector<uint64_t> SeedsArg(py::handle seed) {
 }
 
 py::dict Failures(const FailureCounts& f) {
-  py::dict d;
-  d["cpu_only"] = f.cpu_only;
-  d["shared"] = f.shared;
-  d["one_gpu"] = f.one_gpu;
-  d["multi_gpu"] = f.multi_gpu;
-  d["total"] = f.total();
-  return d;
+  return py::dict(py::arg("cpu_only") = f.cpu_only, py::arg("shared") = f.shared,
+                  py::arg("one_gpu") = f.one_gpu, py::arg("multi_gpu") = f.multi_gpu,
+                  py::arg("total") = f.total());
 }
 
 py::dict Breakdown(const UnallocatedBreakdown& b) {
-  py::dict d;
-  d["gpu_model"] = b.gpu_model;
-  d["cpu"] = b.cpu;
-  d["host_memory"] = b.host_memory;
-  d["gpu_shape"] = b.gpu_shape;
-  d["placeable"] = b.placeable;
-  d["total"] = b.total();
-  return d;
+  return py::dict(py::arg("gpu_model") = b.gpu_model, py::arg("cpu") = b.cpu,
+                  py::arg("host_memory") = b.host_memory, py::arg("gpu_shape") = b.gpu_shape,
+                  py::arg("placeable") = b.placeable, py::arg("total") = b.total());
 }
 
 py::dict Summary(const SimulationResult& r) {
