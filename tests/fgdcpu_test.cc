@@ -1,6 +1,10 @@
 // "fgdcpu" (gpushare/policy.h) and its CPU-bound fragmentation
 // (fgd::FragAmountCpuBound).
 
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
 #include "src/fgd/kernel.h"
+#include "tests/testing/scanned_policy.h"
 #include "tests/testing/sim_fixtures.h"
 #include "tests/testing/status_matchers.h"
 
@@ -51,6 +56,244 @@ TEST(FragAmountCpuBoundTest, FittingGpusTheCpuCannotServeAreFragment) {
       900);
   EXPECT_DOUBLE_EQ(
       fgd::FragAmount(OneType(1000, 500, 1), mixed.data(), 3, kGpuCompute, 2000, nullptr), 300);
+}
+
+// The definitions of fgd::FragAmount() and fgd::FragAmountCpuBound() (see
+// src/fgd/kernel.h), written plainly: per target type in order, the idle
+// share that type cannot use, weighted.
+struct PlainFrag {
+  double plain = 0;
+  double cpu_bound = 0;
+};
+PlainFrag ReferenceFrag(const fgd::CompiledTarget& target, const std::vector<int64_t>& left,
+                        int64_t full, int64_t cpu_left, const uint8_t* allowed) {
+  PlainFrag out;
+  int64_t total = 0;
+  for (int64_t l : left) total += l;
+  if (total == 0) return out;
+  for (size_t k = 0; k < target.types.size(); ++k) {
+    const fgd::CompiledTarget::Type& t = target.types[k];
+    const bool hostable =
+        t.count > 0 && cpu_left >= t.cpu && (allowed == nullptr || allowed[k] != 0);
+    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
+    std::vector<int64_t> fitting;
+    int64_t small = 0;
+    for (int64_t l : left) {
+      if (l >= need) {
+        fitting.push_back(l);
+      } else {
+        small += l;
+      }
+    }
+    if (!hostable || static_cast<int>(fitting.size()) < t.count) {
+      out.plain += t.weight * static_cast<double>(total);
+      out.cpu_bound += t.weight * static_cast<double>(total);
+      continue;
+    }
+    out.plain += t.weight * static_cast<double>(small);
+    // Copies the free CPU can run; the fitting GPUs served largest first.
+    const int64_t copies = t.cpu <= 0 ? int64_t{1} << 40 : cpu_left / t.cpu;
+    std::sort(fitting.begin(), fitting.end(), std::greater<int64_t>());
+    int64_t unserved = 0;
+    if (need == full) {  // Each copy takes t.count whole GPUs.
+      for (size_t i = 0; i < fitting.size(); ++i) {
+        if (static_cast<int64_t>(i) >= copies * t.count) unserved += fitting[i];
+      }
+    } else {  // Each GPU takes as many share-sized copies as fit.
+      int64_t to_place = copies;
+      for (int64_t l : fitting) {
+        if (to_place > 0) {
+          to_place -= l / need;
+        } else {
+          unserved += l;
+        }
+      }
+    }
+    out.cpu_bound += t.weight * static_cast<double>(small + unserved);
+  }
+  return out;
+}
+
+// Random targets and nodes with many ties and boundary values: idle shares
+// on a coarse grid, CPU near multiples of the types' needs.
+class RandomFrag {
+ public:
+  explicit RandomFrag(uint64_t seed) : rng_(seed) {}
+  int64_t Uniform(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+
+  fgd::CompiledTarget Target(int64_t full) {
+    TargetWorkload t;
+    const int types = static_cast<int>(Uniform(1, 7));
+    for (int i = 0; i < types; ++i) {
+      TargetTask task;
+      task.cpu = Uniform(0, 4) == 0 ? 0 : Uniform(1, 16) * 1000 + (Uniform(0, 3) == 0 ? 500 : 0);
+      const int64_t kind = Uniform(0, 3);
+      task.gpu_share = kind == 0 ? 0 : kind == 1 ? full : Uniform(1, 10) * full / 10;
+      if (Uniform(0, 9) == 0) task.gpu_share = full + 1;  // Larger than a GPU.
+      task.gpu_count = task.gpu_share == 0 ? static_cast<int>(Uniform(0, 4)) : 1;
+      task.weight = static_cast<double>(Uniform(1, 1000)) / 997.0;
+      t.tasks.push_back(task);
+    }
+    return fgd::Compile(t);
+  }
+
+  std::vector<int64_t> Left(int64_t full) {
+    std::vector<int64_t> left(static_cast<size_t>(Uniform(0, 3) == 0 ? Uniform(0, 16)
+                                                                      : Uniform(0, 8)));
+    for (int64_t& l : left) {
+      const int64_t kind = Uniform(0, 3);
+      l = kind == 0 ? 0 : kind == 1 ? full : Uniform(0, 20) * full / 20;
+    }
+    return left;
+  }
+
+  int64_t CpuLeft() {
+    if (Uniform(0, 9) == 0) return fgd::kUnlimitedCpu;
+    return Uniform(0, 64) * 500;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+TEST(FragAmountCpuBoundTest, FastFunctionsEqualThePlainDefinition) {
+  RandomFrag random(17);
+  const int rounds = testing::Quick() ? 20000 : 200000;
+  int bound = 0;  // Cases where the CPU-bound value differs from the plain one.
+  for (int round = 0; round < rounds; ++round) {
+    const int64_t full = random.Uniform(0, 2) == 0 ? random.Uniform(2, 80) : kGpuCompute;
+    const fgd::CompiledTarget target = random.Target(full);
+    const std::vector<int64_t> left = random.Left(full);
+    const int64_t cpu_left = random.CpuLeft();
+    std::vector<uint8_t> allowed(target.types.size());
+    for (uint8_t& a : allowed) a = random.Uniform(0, 4) != 0;
+    const uint8_t* allow = random.Uniform(0, 1) == 0 ? nullptr : allowed.data();
+    const int n = static_cast<int>(left.size());
+    SCOPED_TRACE(::testing::Message() << "round " << round << " n " << n << " full " << full
+                                      << " cpu " << cpu_left);
+    const PlainFrag want = ReferenceFrag(target, left, full, cpu_left, allow);
+    ASSERT_EQ(fgd::FragAmount(target, left.data(), n, full, cpu_left, allow), want.plain);
+    ASSERT_EQ(fgd::FragAmountCpuBound(target, left.data(), n, full, cpu_left, allow),
+              want.cpu_bound);
+    double plain = -1, cpu_bound = -1;
+    fgd::FragAmounts(target, left.data(), n, full, cpu_left, allow, &plain, &cpu_bound);
+    ASSERT_EQ(plain, want.plain);
+    ASSERT_EQ(cpu_bound, want.cpu_bound);
+    bound += want.cpu_bound != want.plain;
+  }
+  EXPECT_GT(bound, rounds / 20);  // The CPU bound is exercised, not only the plain sums.
+}
+
+// fgdcpu's Score() with the node's fragmentations handed in (as the score
+// memo and the simulator's engine keep them per node) against Score()
+// deriving them itself: the same score and GPUs, bit for bit.
+TEST(FgdCpuPolicyTest, ScoreWithKnownFragmentationsEqualsScoreDerivingThem) {
+  RandomFrag random(29);
+  const int rounds = testing::Quick() ? 3000 : 30000;
+  int derived = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const fgd::CompiledTarget target = random.Target(kGpuCompute);
+    PolicyOptions po;
+    po.fgd_target = std::make_shared<const TargetWorkload>(target.source);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> made, MakePolicy("fgdcpu", po));
+    auto* policy = dynamic_cast<fgd::KernelPolicy*>(made.get());
+    ASSERT_NE(policy, nullptr);
+    std::vector<int64_t> left = random.Left(kGpuCompute);
+    if (left.empty()) left.push_back(kGpuCompute);
+    const int n = static_cast<int>(left.size());
+    fgd::KNode node;
+    node.num_gpus = n;
+    node.compute_left = left.data();
+    node.frag_left = left.data();
+    node.cpu_left = random.CpuLeft();
+    if (node.cpu_left == fgd::kUnlimitedCpu) node.cpu_left = 64000;
+    node.cpu_capacity = 64000;
+    fgd::KTask task;
+    const int64_t kind = random.Uniform(0, 2);
+    task.cpu = random.Uniform(0, 8) * 1000;
+    if (task.cpu > node.cpu_left) task.cpu = node.cpu_left;
+    std::vector<int> fitting;
+    if (kind == 0) {
+      task.kind = Demand::Kind::kShared;
+      task.gpu_count = 1;
+      task.compute = task.frag_share = random.Uniform(1, 10) * 100;
+      for (int i = 0; i < n; ++i) {
+        if (left[i] >= task.compute) fitting.push_back(i);
+      }
+    } else {
+      task.kind = Demand::Kind::kExclusive;
+      task.gpu_count = static_cast<int>(random.Uniform(1, 2));
+      task.compute = task.frag_share = kGpuCompute;
+      for (int i = 0; i < n; ++i) {
+        if (left[i] == kGpuCompute) fitting.push_back(i);
+      }
+    }
+    if (static_cast<int>(fitting.size()) < task.gpu_count) continue;
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    std::vector<int> want_gpus(task.gpu_count), got_gpus(task.gpu_count);
+    const double want = policy->Score(task, node, fitting.data(),
+                                      static_cast<int>(fitting.size()), want_gpus.data());
+    fgd::KNode known = node;
+    const PlainFrag now = ReferenceFrag(target, left, kGpuCompute, node.cpu_left, nullptr);
+    known.frag = now.plain;
+    if (policy->NeedsFragCpu(known)) {
+      known.frag_cpu = now.cpu_bound;
+      ++derived;
+    }
+    const double got = policy->Score(task, known, fitting.data(),
+                                     static_cast<int>(fitting.size()), got_gpus.data());
+    ASSERT_EQ(got, want);
+    ASSERT_EQ(got_gpus, want_gpus);
+  }
+  EXPECT_GT(derived, rounds / 4);
+}
+
+// The cluster's score memo keeps each node's CPU-bound fragmentation until
+// the node changes: its placements equal those of the scan over every node
+// (which derives it afresh each time), through places and releases.
+TEST(FgdCpuPolicyTest, ScoreMemoMatchesTheScanOverRandomPlacesAndReleases) {
+  std::mt19937_64 rng(3);
+  TargetWorkload target;
+  target.tasks = {TargetTask{2000, 300, 1, {}, 0.4}, TargetTask{12000, 0, 1, {}, 0.3},
+                  TargetTask{8000, 0, 2, {}, 0.2}, TargetTask{1000, 700, 1, {}, 0.1}};
+  PolicyOptions po;
+  po.fgd_target = std::make_shared<const TargetWorkload>(target);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> policy, MakePolicy("fgdcpu", po));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> inner, MakePolicy("fgdcpu", po));
+  testing::ScannedPolicy scanned(std::move(inner));
+  ClusterOptions options;
+  options.tie_break_seed = 7;
+  Cluster memo(options), scan(options);
+  for (const Node& n : testing::GeneratedNodes(24, 5)) {
+    ASSERT_OK(memo.AddNode(n));
+    ASSERT_OK(scan.AddNode(n));
+  }
+  const std::vector<Request> requests =
+      testing::GeneratedRequests(testing::Quick() ? 400 : 2000, 6);
+  std::vector<std::string> placed;
+  int failed = 0;
+  for (const Request& r : requests) {
+    SCOPED_TRACE(r.id);
+    if (!placed.empty() && rng() % 3 == 0) {
+      const size_t victim = rng() % placed.size();
+      ASSERT_OK(memo.Release(placed[victim]));
+      ASSERT_OK(scan.Release(placed[victim]));
+      placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+    absl::StatusOr<Placement> got = memo.Place(r, *policy);
+    absl::StatusOr<Placement> want = scan.Place(r, scanned);
+    ASSERT_EQ(got.status().code(), want.status().code());
+    if (!got.ok()) {
+      ++failed;
+      continue;
+    }
+    ASSERT_EQ(*got, *want);
+    placed.push_back(r.id);
+  }
+  EXPECT_GT(placed.size(), 20u);
+  EXPECT_GT(failed, 0);  // The cluster ran full: CPU ran short on some nodes.
 }
 
 TEST(FgdCpuPolicyTest, FastEngineMatchesClusterPlace) {

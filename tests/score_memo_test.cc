@@ -75,7 +75,7 @@ class Ops {
 
 std::unique_ptr<Policy> Make(const std::string& name) {
   PolicyOptions options;
-  if (name == "fgd") {
+  if (name == "fgd" || name == "fgdcpu") {
     auto target = std::make_shared<TargetWorkload>();
     target->tasks = {TargetTask{2000, 300, 1, {}, 0.4}, TargetTask{4000, 0, 1, {"T4"}, 0.3},
                      TargetTask{8000, 0, 2, {}, 0.2}, TargetTask{0, 700, 1, {"A10"}, 0.1}};
@@ -195,7 +195,7 @@ TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelPolicies, ScoreMemoTest,
-                         ::testing::Values("fgd", "bestfit", "dotprod", "gpupacking",
+                         ::testing::Values("fgd", "fgdcpu", "bestfit", "dotprod", "gpupacking",
                                            "gpuclustering", "binpack", "spread"),
                          [](const auto& info) { return info.param; });
 

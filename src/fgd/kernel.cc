@@ -19,55 +19,36 @@ CompiledTarget Compile(const TargetWorkload& target) {
   return c;
 }
 
-double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
-                  int64_t cpu_left, const uint8_t* allowed) {
-  int64_t total = 0;
-  for (int i = 0; i < n; ++i) total += left[i];
-  if (total == 0) return 0;
-  double amount = 0;
-  for (size_t k = 0; k < target.types.size(); ++k) {
-    const CompiledTarget::Type& t = target.types[k];
-    if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
-      amount += t.weight * static_cast<double>(total);
-      continue;
-    }
-    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
-    int fits = 0;
-    int64_t small = 0;
-    for (int i = 0; i < n; ++i) {
-      if (left[i] >= need) {
-        ++fits;
-      } else {
-        small += left[i];
-      }
-    }
-    amount += t.weight * static_cast<double>(fits >= t.count ? small : total);
-  }
-  return amount;
+namespace {
+
+// a / b for 0 <= a and 0 < b; in 32 bits when both fit, where division is
+// several times faster.
+inline int64_t Quotient(int64_t a, int64_t b) {
+  if (((a | b) >> 32) == 0) return static_cast<uint32_t>(a) / static_cast<uint32_t>(b);
+  return a / b;
 }
 
-double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
-                          int64_t full, int64_t cpu_left, const uint8_t* allowed) {
-  double plain = 0, cpu_bound = 0;
-  FragAmounts(target, left, n, full, cpu_left, allowed, &plain, &cpu_bound);
-  return cpu_bound;
-}
-
-void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
-                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
-  *plain = *cpu_bound = 0;
+// The one loop behind FragAmount(), FragAmountCpuBound() and FragAmounts():
+// writes F_N(T) to *plain and, with kCpuBound, the CPU-bound value to
+// *cpu_bound. Both sums add the types in target order, so each single
+// function gives exactly what the combined one does.
+template <bool kCpuBound>
+void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+              int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  *plain = 0;
+  if (kCpuBound) *cpu_bound = 0;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += left[i];
   if (total == 0) return;
   std::array<int64_t, kMaxGpusPerNode> sorted;
   bool is_sorted = false;
-  double amount = 0;   // CPU-bound.
   double unbound = 0;  // Plain.
+  double amount = 0;   // CPU-bound.
   for (size_t k = 0; k < target.types.size(); ++k) {
     const CompiledTarget::Type& t = target.types[k];
     if (t.count == 0 || cpu_left < t.cpu || (allowed != nullptr && !allowed[k])) {
-      amount += t.weight * static_cast<double>(total);
       unbound += t.weight * static_cast<double>(total);
+      if (kCpuBound) amount += t.weight * static_cast<double>(total);
       continue;
     }
     const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
@@ -81,25 +62,30 @@ void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64
       }
     }
     if (fits < t.count) {
-      amount += t.weight * static_cast<double>(total);
       unbound += t.weight * static_cast<double>(total);
+      if (kCpuBound) amount += t.weight * static_cast<double>(total);
       continue;
     }
     unbound += t.weight * static_cast<double>(small);
-    // Enough CPU for every copy the fitting GPUs take? Multiplications
-    // first: the per-GPU count of shared copies needs a division per GPU.
+    if (!kCpuBound) continue;
+    // Enough CPU for every copy the fitting GPUs take? Bounds first: the
+    // per-GPU count of shared copies needs a division per GPU (a fitting
+    // GPU takes at least one copy and at most full / need).
     const bool whole = need == full;
     bool enough = t.cpu <= 0;
     if (!enough && whole) {
-      enough = t.cpu * ((fits + t.count - 1) / t.count) <= cpu_left;
-    } else if (!enough) {
+      const int copies = t.count == 1 ? fits : (fits + t.count - 1) / t.count;
+      enough = t.cpu * copies <= cpu_left;
+    } else if (!enough && t.cpu * fits <= cpu_left) {
       enough = t.cpu * fits * (full / need) <= cpu_left;
       if (!enough) {
+        // t.cpu * copies <= cpu_left, counted until it no longer holds.
+        const int64_t cpu_copies = cpu_left / t.cpu;
         int64_t gpu_copies = 0;
-        for (int i = 0; i < n; ++i) {
-          if (left[i] >= need) gpu_copies += left[i] / need;
+        for (int i = 0; i < n && gpu_copies <= cpu_copies; ++i) {
+          if (left[i] >= need) gpu_copies += Quotient(left[i], need);
         }
-        enough = t.cpu * gpu_copies <= cpu_left;
+        enough = gpu_copies <= cpu_copies;
       }
     }
     if (enough) {
@@ -121,13 +107,34 @@ void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64
       } else if (copies <= 0) {
         unserved += sorted[i];
       } else {
-        copies -= sorted[i] / need;
+        copies -= Quotient(sorted[i], need);
       }
     }
     amount += t.weight * static_cast<double>(small + unserved);
   }
   *plain = unbound;
-  *cpu_bound = amount;
+  if (kCpuBound) *cpu_bound = amount;
+}
+
+}  // namespace
+
+double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                  int64_t cpu_left, const uint8_t* allowed) {
+  double plain = 0;
+  FragSums<false>(target, left, n, full, cpu_left, allowed, &plain, nullptr);
+  return plain;
+}
+
+double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int n,
+                          int64_t full, int64_t cpu_left, const uint8_t* allowed) {
+  double plain = 0, cpu_bound = 0;
+  FragSums<true>(target, left, n, full, cpu_left, allowed, &plain, &cpu_bound);
+  return cpu_bound;
+}
+
+void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                 int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  FragSums<true>(target, left, n, full, cpu_left, allowed, plain, cpu_bound);
 }
 
 void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,
@@ -208,10 +215,18 @@ double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
       facts->allowed_known = true;
     }
     k.type_allowed = facts->allowed;
-    if (facts->frag < 0) {
+    const bool cpu_bound = facts->frag_cpu < 0 && NeedsFragCpu(k);
+    if (cpu_bound && facts->frag < 0) {
+      FragAmounts(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed, &facts->frag,
+                  &facts->frag_cpu);
+    } else if (cpu_bound) {
+      facts->frag_cpu =
+          FragAmountCpuBound(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
+    } else if (facts->frag < 0) {
       facts->frag = FragAmount(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
     }
     k.frag = facts->frag;
+    k.frag_cpu = facts->frag_cpu;
   } else if (t != nullptr) {
     allowed.resize(t->types.size());
     TypesAllowed(*t, node, allowed.data());

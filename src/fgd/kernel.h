@@ -38,6 +38,7 @@ struct KNode {
   const uint8_t* type_allowed = nullptr;  // Per target task: GPU model allowed.
   uint64_t gpu_tags = 0;                  // Tag bits of the GPU tasks on the node.
   double frag = -1;                       // F_N(T) now; < 0 = not known.
+  double frag_cpu = -1;                   // FragAmountCpuBound() now; < 0 = not known.
 };
 
 // One task in compact form.
@@ -102,6 +103,10 @@ class KernelPolicy : public Policy {
   virtual bool Cacheable() const { return true; }
   // Whether Score() reads KNode::gpu_tags.
   virtual bool NeedsTags() const { return false; }
+  // Whether Score() uses the node's CPU-bound fragmentation now
+  // (KNode::frag_cpu; node.frag_cpu is not set yet): callers that keep
+  // per-node facts then derive it once per change of the node.
+  virtual bool NeedsFragCpu(const KNode& /*node*/) const { return false; }
   // Whether the policy splits Score() in two, so that the simulator's engine
   // chooses GPUs for the winning node only: DrawScore() draws exactly the
   // randomness Score() would and keeps what the GPU choice needs in `draws`
@@ -122,6 +127,7 @@ class KernelPolicy : public Policy {
   // several requests derives it once.
   struct NodeFacts {
     double frag = -1;            // F_N(T) now; < 0: not derived yet.
+    double frag_cpu = -1;        // FragAmountCpuBound() now, when NeedsFragCpu(); < 0: not yet.
     uint8_t* allowed = nullptr;  // target()->types.size() entries (TypesAllowed()).
     bool allowed_known = false;  // Whether `allowed` is filled.
     uint64_t gpu_tags = 0;       // KNode::gpu_tags, when NeedsTags().

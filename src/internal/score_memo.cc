@@ -156,13 +156,15 @@ struct ScoreMemo::Memo {
   std::optional<fgd::CompiledTarget> target;
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
   uint64_t last_use = 0;
-  // Kernel policies: what they derive from each node alone (F_N(T) and the
-  // target types its GPU models allow, with a target; the tags of what it
+  // Kernel policies: what they derive from each node alone (F_N(T), for
+  // fgdcpu its CPU-bound form, and the target types its GPU models allow,
+  // with a target; the tags of what it
   // holds), and the change stamp it belongs to (~0: none), shared by the
   // shapes that re-score the node.
   struct SlotFacts {
     uint64_t stamp = ~uint64_t{0};
     double frag = -1;
+    double frag_cpu = -1;
     uint64_t gpu_tags = 0;
     bool tags_known = false;
     bool allowed_known = false;
@@ -361,6 +363,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       if (kept.stamp != v.stamp) kept = Memo::SlotFacts{v.stamp};
       fgd::KernelPolicy::NodeFacts facts;
       facts.frag = kept.frag;
+      facts.frag_cpu = kept.frag_cpu;
       facts.allowed = memo->allowed.data() + slot * types;
       facts.allowed_known = kept.allowed_known;
       facts.gpu_tags = kept.gpu_tags;
@@ -368,6 +371,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       score.primary = kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(),
                                            &facts);
       kept.frag = facts.frag;
+      kept.frag_cpu = facts.frag_cpu;
       kept.allowed_known = facts.allowed_known;
       kept.gpu_tags = facts.gpu_tags;
       kept.tags_known = facts.tags_known;

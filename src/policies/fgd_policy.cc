@@ -34,6 +34,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
 
   std::string Name() const override { return kCpuBound ? "fgdcpu" : "fgd"; }
   const fgd::CompiledTarget* target() const override { return &target_; }
+  bool NeedsFragCpu(const fgd::KNode& node) const override { return ByCpu(node); }
 
   double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
                int num_fitting, int* gpus) override {
@@ -50,16 +51,13 @@ class FgdPolicy final : public fgd::KernelPolicy {
       return fgd::FragAmount(target_, left.data(), n, node.frag_full, cpu_after,
                              node.type_allowed);
     };
-    // Where a model-listed target type may run, the tie order also decides
-    // which models stay free for such tasks: it is left to the seeded order.
-    bool by_cpu = kCpuBound;
-    for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
-      by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
-    }
-    const double c0 = by_cpu ? fgd::FragAmountCpuBound(target_, node.frag_left, n,
-                                                       node.frag_full, node.cpu_left,
-                                                       node.type_allowed)
-                             : 0;
+    const bool by_cpu = ByCpu(node);
+    const double c0 = !by_cpu               ? 0
+                      : node.frag_cpu >= 0 ? node.frag_cpu
+                                           : fgd::FragAmountCpuBound(target_, node.frag_left, n,
+                                                                     node.frag_full,
+                                                                     node.cpu_left,
+                                                                     node.type_allowed);
     // The score of the placement `left` and cpu_after describe.
     auto score_after = [&]() {
       double f = 0, c1 = 0;
@@ -111,6 +109,17 @@ class FgdPolicy final : public fgd::KernelPolicy {
   }
 
  private:
+  // Whether the node's ties go by the CPU-bound gradient. Where a
+  // model-listed target type may run, the tie order also decides which
+  // models stay free for such tasks: it is left to the seeded order.
+  bool ByCpu(const fgd::KNode& node) const {
+    bool by_cpu = kCpuBound;
+    for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
+      by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
+    }
+    return by_cpu;
+  }
+
   fgd::CompiledTarget target_;
   std::vector<bool> model_listed_;  // Per target type: has a GPU model list.
 };

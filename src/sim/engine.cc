@@ -46,6 +46,8 @@ class FastEngine final : public Engine {
     idle_.resize(n);
     tags_.assign(n, 0);
     frag_node_.resize(n);
+    frag_cpu_.assign(n, -1);
+    frag_cpu_version_.assign(n, 0);
     tie_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       cpu_left_[i] = nodes[i].cpu;
@@ -198,6 +200,15 @@ class FastEngine final : public Engine {
     const int num_fitting = Fitting(t, i, fitting);
     fgd::KNode k = View(i);
     if (uses_frag_) k.frag = frag_node_[i];
+    if (uses_frag_ && policy_.NeedsFragCpu(k)) {
+      // Derived once per change of the node, for every shape that scores it.
+      if (frag_cpu_version_[i] != version_[i]) {
+        frag_cpu_[i] = fgd::FragAmountCpuBound(p_.compiled, k.frag_left, k.num_gpus,
+                                               kGpuCompute, k.cpu_left, k.type_allowed);
+        frag_cpu_version_[i] = version_[i];
+      }
+      k.frag_cpu = frag_cpu_[i];
+    }
     int chosen[kMaxGpusPerNode];
     e->score = policy_.Score(t.k, k, fitting, num_fitting, chosen);
     e->gpus = 0;
@@ -250,6 +261,10 @@ class FastEngine final : public Engine {
   std::vector<int> idle_;
   std::vector<uint64_t> tags_;
   std::vector<double> frag_node_;
+  // FragAmountCpuBound() per node, when the policy reads it, and the
+  // version_ it was derived at (0: never).
+  std::vector<double> frag_cpu_;
+  std::vector<uint32_t> frag_cpu_version_;
   std::vector<uint64_t> tie_;
   std::vector<std::vector<Entry>> cache_;  // [shape][node].
   absl::flat_hash_map<int64_t, Slot> slots_;
