@@ -163,7 +163,11 @@ TEST(FragAmountCpuBoundTest, FastFunctionsEqualThePlainDefinition) {
   const int rounds = testing::Quick() ? 20000 : 200000;
   int bound = 0;  // Cases where the CPU-bound value differs from the plain one.
   for (int round = 0; round < rounds; ++round) {
-    const int64_t full = random.Uniform(0, 2) == 0 ? random.Uniform(2, 80) : kGpuCompute;
+    // Memory-sized GPUs, compute, and GPUs past the kernel's fast quotients.
+    const int64_t size = random.Uniform(0, 3);
+    const int64_t full = size == 0   ? random.Uniform(2, 80)
+                         : size == 1 ? random.Uniform(60000, 140000)
+                                     : kGpuCompute;
     const fgd::CompiledTarget target = random.Target(full);
     const std::vector<int64_t> left = random.Left(full);
     const int64_t cpu_left = random.CpuLeft();

@@ -14,7 +14,15 @@ CompiledTarget Compile(const TargetWorkload& target) {
   c.source = target;
   c.types.reserve(target.tasks.size());
   for (const TargetTask& t : target.tasks) {
-    c.types.push_back({t.cpu, t.gpu_share, t.gpu_count, t.weight});
+    CompiledTarget::Type type{t.cpu, t.gpu_share, t.gpu_count, t.weight};
+    // With m = ceil(2^32 / b) = (2^32 + e) / b, 0 <= e < b: a * m / 2^32 =
+    // a / b + a * e / (b * 2^32), and the excess stays below the 1 / b that
+    // would carry the floor over while a * e < 2^32 (a, b < 2^16).
+    if (t.gpu_share > 0 && t.gpu_share < CompiledTarget::kSmallQuotient) {
+      const uint64_t b = static_cast<uint64_t>(t.gpu_share);
+      type.share_inverse = ((uint64_t{1} << 32) + b - 1) / b;
+    }
+    c.types.push_back(type);
   }
   return c;
 }
@@ -72,18 +80,25 @@ void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t 
     // per-GPU count of shared copies needs a division per GPU (a fitting
     // GPU takes at least one copy and at most full / need).
     const bool whole = need == full;
+    // Shared: copies of the type an idle share `a` takes (need == t.share).
+    auto share_copies = [&t, need](int64_t a) {
+      if (t.share_inverse != 0 && a < CompiledTarget::kSmallQuotient) {
+        return static_cast<int64_t>((static_cast<uint64_t>(a) * t.share_inverse) >> 32);
+      }
+      return Quotient(a, need);
+    };
     bool enough = t.cpu <= 0;
     if (!enough && whole) {
       const int copies = t.count == 1 ? fits : (fits + t.count - 1) / t.count;
       enough = t.cpu * copies <= cpu_left;
     } else if (!enough && t.cpu * fits <= cpu_left) {
-      enough = t.cpu * fits * (full / need) <= cpu_left;
+      enough = t.cpu * fits * share_copies(full) <= cpu_left;
       if (!enough) {
         // t.cpu * copies <= cpu_left, counted until it no longer holds.
-        const int64_t cpu_copies = cpu_left / t.cpu;
+        const int64_t cpu_copies = Quotient(cpu_left, t.cpu);
         int64_t gpu_copies = 0;
         for (int i = 0; i < n && gpu_copies <= cpu_copies; ++i) {
-          if (left[i] >= need) gpu_copies += Quotient(left[i], need);
+          if (left[i] >= need) gpu_copies += share_copies(left[i]);
         }
         enough = gpu_copies <= cpu_copies;
       }
@@ -92,7 +107,7 @@ void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t 
       amount += t.weight * static_cast<double>(small);
       continue;
     }
-    const int64_t cpu_copies = cpu_left / t.cpu;
+    const int64_t cpu_copies = Quotient(cpu_left, t.cpu);
     if (!is_sorted) {
       std::copy(left, left + n, sorted.begin());
       std::sort(sorted.begin(), sorted.begin() + n, std::greater<int64_t>());
@@ -107,7 +122,7 @@ void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t 
       } else if (copies <= 0) {
         unserved += sorted[i];
       } else {
-        copies -= Quotient(sorted[i], need);
+        copies -= share_copies(sorted[i]);
       }
     }
     amount += t.weight * static_cast<double>(small + unserved);

@@ -57,7 +57,11 @@ struct CompiledTarget {
     int64_t share = 0;  // 0 with count > 0: a whole GPU.
     int count = 0;
     double weight = 0;
+    // ceil(2^32 / share) when 0 < share < kSmallQuotient, else 0: for a <
+    // kSmallQuotient, a / share = (a * share_inverse) >> 32 exactly.
+    uint64_t share_inverse = 0;
   };
+  static constexpr int64_t kSmallQuotient = int64_t{1} << 16;
   FragResource resource = FragResource::kCompute;
   std::vector<Type> types;
   TargetWorkload source;

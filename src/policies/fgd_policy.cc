@@ -29,7 +29,9 @@ template <bool kCpuBound>
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
   explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {
-    for (const TargetTask& t : target.tasks) model_listed_.push_back(!t.gpu_models.empty());
+    for (size_t k = 0; k < target.tasks.size(); ++k) {
+      if (!target.tasks[k].gpu_models.empty()) model_listed_.push_back(k);
+    }
   }
 
   std::string Name() const override { return kCpuBound ? "fgdcpu" : "fgd"; }
@@ -113,15 +115,15 @@ class FgdPolicy final : public fgd::KernelPolicy {
   // model-listed target type may run, the tie order also decides which
   // models stay free for such tasks: it is left to the seeded order.
   bool ByCpu(const fgd::KNode& node) const {
-    bool by_cpu = kCpuBound;
-    for (size_t k = 0; by_cpu && k < model_listed_.size(); ++k) {
-      by_cpu = !(model_listed_[k] && (node.type_allowed == nullptr || node.type_allowed[k]));
+    if (!kCpuBound) return false;
+    for (const size_t k : model_listed_) {
+      if (node.type_allowed == nullptr || node.type_allowed[k]) return false;
     }
-    return by_cpu;
+    return true;
   }
 
   fgd::CompiledTarget target_;
-  std::vector<bool> model_listed_;  // Per target type: has a GPU model list.
+  std::vector<size_t> model_listed_;  // The target types with a GPU model list.
 };
 
 }  // namespace
