@@ -107,9 +107,9 @@ class KernelPolicy : public Policy {
   virtual bool Cacheable() const { return true; }
   // Whether Score() reads KNode::gpu_tags.
   virtual bool NeedsTags() const { return false; }
-  // Whether Score() uses the node's CPU-bound fragmentation now
-  // (KNode::frag_cpu; node.frag_cpu is not set yet): callers that keep
-  // per-node facts then derive it once per change of the node.
+  // Whether Score() reads KNode::frag_cpu for `node` (asked before it is
+  // set): callers that keep per-node facts then derive it once per change of
+  // the node and pass it in; otherwise Score() derives it itself.
   virtual bool NeedsFragCpu(const KNode& /*node*/) const { return false; }
   // Whether the policy splits Score() in two, so that the simulator's engine
   // chooses GPUs for the winning node only: DrawScore() draws exactly the

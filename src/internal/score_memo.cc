@@ -157,10 +157,9 @@ struct ScoreMemo::Memo {
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
   uint64_t last_use = 0;
   // Kernel policies: what they derive from each node alone (F_N(T), for
-  // fgdcpu its CPU-bound form, and the target types its GPU models allow,
-  // with a target; the tags of what it
-  // holds), and the change stamp it belongs to (~0: none), shared by the
-  // shapes that re-score the node.
+  // fgdcpu also its CPU-bound form, and the target types its GPU models
+  // allow, with a target; the tags of what it holds), and the change stamp
+  // it belongs to (~0: none), shared by the shapes that re-score the node.
   struct SlotFacts {
     uint64_t stamp = ~uint64_t{0};
     double frag = -1;
