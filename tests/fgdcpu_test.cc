@@ -190,6 +190,56 @@ TEST(FragAmountCpuBoundTest, FastFunctionsEqualThePlainDefinition) {
   EXPECT_GT(bound, rounds / 20);  // The CPU bound is exercised, not only the plain sums.
 }
 
+// The incremental form: counts of the shares before a placement, with the
+// placement's GPUs given as changes, against the plain definition on the
+// shares after it, bit for bit.
+TEST(FragAmountCpuBoundTest, SumsFromCountsWithChangesEqualThePlainDefinition) {
+  RandomFrag random(23);
+  const int rounds = testing::Quick() ? 20000 : 200000;
+  int changed = 0, bound = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const int64_t size = random.Uniform(0, 3);
+    const int64_t full = size == 0   ? random.Uniform(2, 80)
+                         : size == 1 ? random.Uniform(60000, 140000)
+                                     : kGpuCompute;
+    const fgd::CompiledTarget target = random.Target(full);
+    const std::vector<int64_t> left = random.Left(full);
+    const int n = static_cast<int>(left.size());
+    const int64_t cpu_left = random.CpuLeft();
+    std::vector<uint8_t> allowed(target.types.size());
+    for (uint8_t& a : allowed) a = random.Uniform(0, 4) != 0;
+    const uint8_t* allow = random.Uniform(0, 1) == 0 ? nullptr : allowed.data();
+    // Up to three distinct GPUs change to any share (a placement lowers
+    // them, a release raises them).
+    std::vector<fgd::GpuChange> changes;
+    std::vector<int64_t> after = left;
+    for (int g = 0; g < n && static_cast<int>(changes.size()) < 3; ++g) {
+      if (random.Uniform(0, 2) != 0) continue;
+      const int64_t to = random.Uniform(0, 3) == 0 ? 0 : random.Uniform(0, 20) * full / 20;
+      changes.push_back(fgd::GpuChange{g, to});
+      after[g] = to;
+    }
+    changed += !changes.empty();
+    std::vector<fgd::TypeCounts> counts(target.types.size());
+    fgd::PrepareCounts(target, left.data(), n, full, counts.data());
+    SCOPED_TRACE(::testing::Message() << "round " << round << " n " << n << " full " << full
+                                      << " cpu " << cpu_left << " changes " << changes.size());
+    const PlainFrag want = ReferenceFrag(target, after, full, cpu_left, allow);
+    double plain = -1, cpu_bound = -1;
+    fgd::FragSumsFrom(target, counts.data(), left.data(), n, full, changes.data(),
+                      static_cast<int>(changes.size()), cpu_left, allow, &plain, &cpu_bound);
+    ASSERT_EQ(plain, want.plain);
+    ASSERT_EQ(cpu_bound, want.cpu_bound);
+    double only_plain = -1;
+    fgd::FragSumsFrom(target, counts.data(), left.data(), n, full, changes.data(),
+                      static_cast<int>(changes.size()), cpu_left, allow, &only_plain, nullptr);
+    ASSERT_EQ(only_plain, want.plain);
+    bound += want.cpu_bound != want.plain;
+  }
+  EXPECT_GT(changed, rounds / 2);
+  EXPECT_GT(bound, rounds / 20);
+}
+
 // fgdcpu's Score() with the node's fragmentations handed in (as the score
 // memo and the simulator's engine keep them per node) against Score()
 // deriving them itself: the same score and GPUs, bit for bit.
@@ -249,6 +299,15 @@ TEST(FgdCpuPolicyTest, ScoreWithKnownFragmentationsEqualsScoreDerivingThem) {
     const double got = policy->Score(task, known, fitting.data(),
                                      static_cast<int>(fitting.size()), got_gpus.data());
     ASSERT_EQ(got, want);
+    ASSERT_EQ(got_gpus, want_gpus);
+    // And with the node's counts handed in too.
+    std::vector<fgd::TypeCounts> counts(target.types.size());
+    fgd::PrepareCounts(target, left.data(), n, kGpuCompute, counts.data());
+    known.counts = counts.data();
+    std::fill(got_gpus.begin(), got_gpus.end(), -1);
+    ASSERT_EQ(policy->Score(task, known, fitting.data(), static_cast<int>(fitting.size()),
+                            got_gpus.data()),
+              want);
     ASSERT_EQ(got_gpus, want_gpus);
   }
   EXPECT_GT(derived, rounds / 4);

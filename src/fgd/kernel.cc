@@ -36,19 +36,45 @@ inline int64_t Quotient(int64_t a, int64_t b) {
   return a / b;
 }
 
-// The one loop behind FragAmount(), FragAmountCpuBound() and FragAmounts():
-// writes F_N(T) to *plain and, with kCpuBound, the CPU-bound value to
-// *cpu_bound. Both sums add the types in target order, so each single
-// function gives exactly what the combined one does.
+// The need of type t on GPUs of `full`: its share, or a whole GPU.
+inline int64_t Need(const CompiledTarget::Type& t, int64_t full) {
+  return (t.share <= 0 || t.share > full) ? full : t.share;
+}
+
+// Copies of shared type t an idle share a >= need takes: a / need, by the
+// type's reciprocal where it is exact.
+inline int64_t ShareCopies(const CompiledTarget::Type& t, int64_t need, int64_t a) {
+  if (t.share_inverse != 0 && a < CompiledTarget::kSmallQuotient) {
+    return static_cast<int64_t>((static_cast<uint64_t>(a) * t.share_inverse) >> 32);
+  }
+  return Quotient(a, need);
+}
+
+// What one GPU of idle share `a` adds to a type's counts.
+inline void AddGpu(const CompiledTarget::Type& t, int64_t need, bool whole, int64_t a,
+                   int64_t sign, TypeCounts* c) {
+  if (a >= need) {
+    c->fits += static_cast<int32_t>(sign);
+    c->copies += sign * (whole ? 1 : ShareCopies(t, need, a));
+  } else {
+    c->small += sign * a;
+  }
+}
+
+// The sums of FragSumsFrom(); kCpuBound adds the CPU-bound one. Both add the
+// types in target order, so every entry point gives exactly what the others
+// do on the same shares.
 template <bool kCpuBound>
-void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
-              int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+void SumsFrom(const CompiledTarget& target, const TypeCounts* counts, const int64_t* left,
+              int n, int64_t full, const GpuChange* changes, int num_changes, int64_t cpu_left,
+              const uint8_t* allowed, double* plain, double* cpu_bound) {
   *plain = 0;
   if (kCpuBound) *cpu_bound = 0;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += left[i];
+  for (int j = 0; j < num_changes; ++j) total += changes[j].left - left[changes[j].gpu];
   if (total == 0) return;
-  std::array<int64_t, kMaxGpusPerNode> sorted;
+  std::array<int64_t, kMaxGpusPerNode> sorted;  // The changed shares, largest first.
   bool is_sorted = false;
   double unbound = 0;  // Plain.
   double amount = 0;   // CPU-bound.
@@ -59,79 +85,106 @@ void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t 
       if (kCpuBound) amount += t.weight * static_cast<double>(total);
       continue;
     }
-    const int64_t need = (t.share <= 0 || t.share > full) ? full : t.share;
-    int fits = 0;
-    int64_t small = 0;
-    for (int i = 0; i < n; ++i) {
-      if (left[i] >= need) {
-        ++fits;
-      } else {
-        small += left[i];
-      }
+    const int64_t need = Need(t, full);
+    const bool whole = need == full;
+    TypeCounts c = counts[k];
+    for (int j = 0; j < num_changes; ++j) {
+      AddGpu(t, need, whole, left[changes[j].gpu], -1, &c);
+      AddGpu(t, need, whole, changes[j].left, +1, &c);
     }
-    if (fits < t.count) {
+    if (c.fits < t.count) {
       unbound += t.weight * static_cast<double>(total);
       if (kCpuBound) amount += t.weight * static_cast<double>(total);
       continue;
     }
-    unbound += t.weight * static_cast<double>(small);
+    unbound += t.weight * static_cast<double>(c.small);
     if (!kCpuBound) continue;
-    // Enough CPU for every copy the fitting GPUs take? Bounds first: the
-    // per-GPU count of shared copies needs a division per GPU (a fitting
-    // GPU takes at least one copy and at most full / need).
-    const bool whole = need == full;
-    // Shared: copies of the type an idle share `a` takes (need == t.share).
-    auto share_copies = [&t, need](int64_t a) {
-      if (t.share_inverse != 0 && a < CompiledTarget::kSmallQuotient) {
-        return static_cast<int64_t>((static_cast<uint64_t>(a) * t.share_inverse) >> 32);
-      }
-      return Quotient(a, need);
-    };
+    // Enough CPU for every copy the fitting GPUs take?
     bool enough = t.cpu <= 0;
     if (!enough && whole) {
-      const int copies = t.count == 1 ? fits : (fits + t.count - 1) / t.count;
+      const int copies = t.count == 1 ? c.fits : (c.fits + t.count - 1) / t.count;
       enough = t.cpu * copies <= cpu_left;
-    } else if (!enough && t.cpu * fits <= cpu_left) {
-      enough = t.cpu * fits * share_copies(full) <= cpu_left;
-      if (!enough) {
-        // t.cpu * copies <= cpu_left, counted until it no longer holds.
-        const int64_t cpu_copies = Quotient(cpu_left, t.cpu);
-        int64_t gpu_copies = 0;
-        for (int i = 0; i < n && gpu_copies <= cpu_copies; ++i) {
-          if (left[i] >= need) gpu_copies += share_copies(left[i]);
-        }
-        enough = gpu_copies <= cpu_copies;
-      }
+    } else if (!enough) {
+      enough = ((c.copies | t.cpu) >> 31) == 0 ? c.copies * t.cpu <= cpu_left
+                                                 : c.copies <= Quotient(cpu_left, t.cpu);
     }
     if (enough) {
-      amount += t.weight * static_cast<double>(small);
+      amount += t.weight * static_cast<double>(c.small);
       continue;
     }
     const int64_t cpu_copies = Quotient(cpu_left, t.cpu);
     if (!is_sorted) {
       std::copy(left, left + n, sorted.begin());
+      for (int j = 0; j < num_changes; ++j) sorted[changes[j].gpu] = changes[j].left;
       std::sort(sorted.begin(), sorted.begin() + n, std::greater<int64_t>());
       is_sorted = true;
     }
     // The fitting GPUs are the `fits` largest; serve them largest first.
     int64_t unserved = 0;
     int64_t copies = cpu_copies;
-    for (int i = 0; i < fits; ++i) {
+    for (int i = 0; i < c.fits; ++i) {
       if (whole) {
         if (i >= cpu_copies * t.count) unserved += sorted[i];
       } else if (copies <= 0) {
         unserved += sorted[i];
       } else {
-        copies -= share_copies(sorted[i]);
+        copies -= ShareCopies(t, need, sorted[i]);
       }
     }
-    amount += t.weight * static_cast<double>(small + unserved);
+    amount += t.weight * static_cast<double>(c.small + unserved);
   }
   *plain = unbound;
   if (kCpuBound) *cpu_bound = amount;
 }
 
+// The sums of a node without changes, its counts derived here.
+template <bool kCpuBound>
+void FragSums(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+              int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += left[i];
+  if (total == 0) {
+    *plain = 0;
+    if (kCpuBound) *cpu_bound = 0;
+    return;
+  }
+  std::array<TypeCounts, 64> local;
+  std::vector<TypeCounts> heap;
+  TypeCounts* counts = local.data();
+  if (target.types.size() > local.size()) {
+    heap.resize(target.types.size());
+    counts = heap.data();
+  }
+  PrepareCounts(target, left, n, full, counts);
+  SumsFrom<kCpuBound>(target, counts, left, n, full, nullptr, 0, cpu_left, allowed, plain,
+                      cpu_bound);
+}
+
 }  // namespace
+
+void PrepareCounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                   TypeCounts* counts) {
+  for (size_t k = 0; k < target.types.size(); ++k) {
+    const CompiledTarget::Type& t = target.types[k];
+    const int64_t need = Need(t, full);
+    const bool whole = need == full;
+    TypeCounts c;
+    for (int i = 0; i < n; ++i) AddGpu(t, need, whole, left[i], +1, &c);
+    counts[k] = c;
+  }
+}
+
+void FragSumsFrom(const CompiledTarget& target, const TypeCounts* counts, const int64_t* left,
+                  int n, int64_t full, const GpuChange* changes, int num_changes,
+                  int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
+  if (cpu_bound == nullptr) {
+    SumsFrom<false>(target, counts, left, n, full, changes, num_changes, cpu_left, allowed,
+                    plain, nullptr);
+  } else {
+    SumsFrom<true>(target, counts, left, n, full, changes, num_changes, cpu_left, allowed,
+                   plain, cpu_bound);
+  }
+}
 
 double FragAmount(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
                   int64_t cpu_left, const uint8_t* allowed) {
@@ -150,6 +203,22 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
 void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
                  int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound) {
   FragSums<true>(target, left, n, full, cpu_left, allowed, plain, cpu_bound);
+}
+
+bool SameTarget(const CompiledTarget* a, const CompiledTarget* b) {
+  if (a == nullptr || b == nullptr) return a == b;
+  if (a->resource != b->resource || a->source.tasks.size() != b->source.tasks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a->source.tasks.size(); ++i) {
+    const TargetTask& x = a->source.tasks[i];
+    const TargetTask& y = b->source.tasks[i];
+    if (x.cpu != y.cpu || x.gpu_share != y.gpu_share || x.gpu_count != y.gpu_count ||
+        x.gpu_models != y.gpu_models || x.weight != y.weight) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void LeastIdleGpus(const KTask& task, const KNode& node, const int* fitting, int num_fitting,
@@ -230,8 +299,21 @@ double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
       facts->allowed_known = true;
     }
     k.type_allowed = facts->allowed;
+    if (facts->counts != nullptr) {
+      if (!facts->counts_known) {
+        PrepareCounts(*t, k.frag_left, n, k.frag_full, facts->counts);
+        facts->counts_known = true;
+      }
+      k.counts = facts->counts;
+    }
     const bool cpu_bound = facts->frag_cpu < 0 && NeedsFragCpu(k);
-    if (cpu_bound && facts->frag < 0) {
+    if ((cpu_bound || facts->frag < 0) && k.counts != nullptr) {
+      double plain = 0, bound = 0;
+      FragSumsFrom(*t, k.counts, k.frag_left, n, k.frag_full, nullptr, 0, k.cpu_left,
+                   k.type_allowed, &plain, cpu_bound ? &bound : nullptr);
+      if (facts->frag < 0) facts->frag = plain;
+      if (cpu_bound) facts->frag_cpu = bound;
+    } else if (cpu_bound && facts->frag < 0) {
       FragAmounts(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed, &facts->frag,
                   &facts->frag_cpu);
     } else if (cpu_bound) {

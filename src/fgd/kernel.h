@@ -27,6 +27,8 @@ inline int TagBit(Demand::Kind kind, int gpu_count) {
   return -1;
 }
 
+struct TypeCounts;  // Below.
+
 // One node in compact form. Arrays have num_gpus entries.
 struct KNode {
   int num_gpus = 0;
@@ -39,6 +41,9 @@ struct KNode {
   uint64_t gpu_tags = 0;                  // Tag bits of the GPU tasks on the node.
   double frag = -1;                       // F_N(T) now; < 0 = not known.
   double frag_cpu = -1;                   // FragAmountCpuBound() now; < 0 = not known.
+  // PrepareCounts() of frag_left, one per target type; nullptr = not known
+  // (Score() then derives them).
+  const TypeCounts* counts = nullptr;
 };
 
 // One task in compact form.
@@ -67,6 +72,9 @@ struct CompiledTarget {
   TargetWorkload source;
 };
 CompiledTarget Compile(const TargetWorkload& target);
+// Whether two targets (or both nullptr) have the same tasks, in order, and
+// resource: their fragmentation sums are then the same.
+bool SameTarget(const CompiledTarget* a, const CompiledTarget* b);
 
 // F_N(T) for idle shares `left` (n GPUs, whole = full), free CPU `cpu_left`
 // and per-type model permission `allowed` (nullptr = every type allowed).
@@ -90,6 +98,35 @@ double FragAmountCpuBound(const CompiledTarget& target, const int64_t* left, int
 // (the same sums in the same order as the single functions).
 void FragAmounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
                  int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound);
+
+// What the fragmentation sums read of a node's idle shares for one target
+// type, with need = the type's share (a whole GPU, `full`, for whole-GPU
+// types and shares larger than a GPU): the GPUs whose idle share is at least
+// need, the idle share of the others, and the copies of the type the fitting
+// GPUs take (floor(idle / need) each; whole-GPU types: one per GPU). A
+// function of the idle shares alone (not of CPU or model permissions), so it
+// is derived once per change of a node, and FragSumsFrom() evaluates the
+// node, or a placement on it, from it in O(types x GPUs changed).
+struct TypeCounts {
+  int64_t small = 0;
+  int64_t copies = 0;
+  int32_t fits = 0;
+};
+// Writes target.types.size() entries to `counts` for idle shares `left`.
+void PrepareCounts(const CompiledTarget& target, const int64_t* left, int n, int64_t full,
+                   TypeCounts* counts);
+// One GPU's idle share after a placement.
+struct GpuChange {
+  int gpu = 0;
+  int64_t left = 0;
+};
+// FragAmount() into *plain and, unless cpu_bound is nullptr,
+// FragAmountCpuBound() into *cpu_bound, for the idle shares `left` with the
+// `changes` applied (distinct GPUs), from `counts` = PrepareCounts() of
+// `left`. Bit-identical to the single functions on the changed shares.
+void FragSumsFrom(const CompiledTarget& target, const TypeCounts* counts, const int64_t* left,
+                  int n, int64_t full, const GpuChange* changes, int num_changes,
+                  int64_t cpu_left, const uint8_t* allowed, double* plain, double* cpu_bound);
 
 // F_N(T) of a node of a cluster (unhealthy GPUs have nothing idle).
 double NodeFrag(const NodeStatus& node, const CompiledTarget& target);
@@ -134,6 +171,10 @@ class KernelPolicy : public Policy {
     double frag_cpu = -1;        // FragAmountCpuBound() now, when NeedsFragCpu(); < 0: not yet.
     uint8_t* allowed = nullptr;  // target()->types.size() entries (TypesAllowed()).
     bool allowed_known = false;  // Whether `allowed` is filled.
+    // target()->types.size() entries (PrepareCounts() of the idle shares),
+    // or nullptr: not kept.
+    TypeCounts* counts = nullptr;
+    bool counts_known = false;  // Whether `counts` is filled.
     uint64_t gpu_tags = 0;       // KNode::gpu_tags, when NeedsTags().
     bool tags_known = false;     // Whether `gpu_tags` is derived.
   };

@@ -98,22 +98,6 @@ std::string ShapeKey(const Request& request, const Demand& demand,
   return key;
 }
 
-bool SameTarget(const fgd::CompiledTarget* a, const fgd::CompiledTarget* b) {
-  if (a == nullptr || b == nullptr) return a == b;
-  if (a->resource != b->resource || a->source.tasks.size() != b->source.tasks.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a->source.tasks.size(); ++i) {
-    const TargetTask& x = a->source.tasks[i];
-    const TargetTask& y = b->source.tasks[i];
-    if (x.cpu != y.cpu || x.gpu_share != y.gpu_share || x.gpu_count != y.gpu_count ||
-        x.gpu_models != y.gpu_models || x.weight != y.weight) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 struct ScoreMemo::Memo {
@@ -167,14 +151,16 @@ struct ScoreMemo::Memo {
     uint64_t gpu_tags = 0;
     bool tags_known = false;
     bool allowed_known = false;
+    bool counts_known = false;
   };
   std::vector<SlotFacts> facts;
-  std::vector<uint8_t> allowed;  // types x slot.
+  std::vector<uint8_t> allowed;            // types x slot.
+  std::vector<fgd::TypeCounts> counts;     // types x slot (fgd::PrepareCounts()).
 
   Memo() = default;
   Memo(const Memo& other)
       : type(other.type), target(other.target), last_use(other.last_use), facts(other.facts),
-        allowed(other.allowed) {
+        allowed(other.allowed), counts(other.counts) {
     for (const auto& [key, shape] : other.shapes) {
       shapes.emplace(key, std::make_unique<Shape>(*shape));
     }
@@ -276,7 +262,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   Memo* memo = nullptr;
   for (const auto& m : d.memos) {
     if (*m->type == typeid(policy) &&
-        SameTarget(m->target ? &*m->target : nullptr, target)) {
+        fgd::SameTarget(m->target ? &*m->target : nullptr, target)) {
       memo = m.get();
       break;
     }
@@ -357,6 +343,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       if (memo->facts.size() < n) {
         memo->facts.resize(n);
         memo->allowed.resize(n * types);
+        memo->counts.resize(n * types);
       }
       Memo::SlotFacts& kept = memo->facts[slot];
       if (kept.stamp != v.stamp) kept = Memo::SlotFacts{v.stamp};
@@ -365,6 +352,8 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       facts.frag_cpu = kept.frag_cpu;
       facts.allowed = memo->allowed.data() + slot * types;
       facts.allowed_known = kept.allowed_known;
+      facts.counts = types > 0 ? memo->counts.data() + slot * types : nullptr;
+      facts.counts_known = kept.counts_known;
       facts.gpu_tags = kept.gpu_tags;
       facts.tags_known = kept.tags_known;
       score.primary = kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(),
@@ -372,6 +361,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       kept.frag = facts.frag;
       kept.frag_cpu = facts.frag_cpu;
       kept.allowed_known = facts.allowed_known;
+      kept.counts_known = facts.counts_known;
       kept.gpu_tags = facts.gpu_tags;
       kept.tags_known = facts.tags_known;
     } else {

@@ -41,34 +41,30 @@ class FgdPolicy final : public fgd::KernelPolicy {
   double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
                int num_fitting, int* gpus) override {
     const int n = node.num_gpus;
-    const double f0 = node.frag >= 0 ? node.frag
-                                     : fgd::FragAmount(target_, node.frag_left, n,
-                                                       node.frag_full, node.cpu_left,
-                                                       node.type_allowed);
-    std::array<int64_t, kMaxGpusPerNode> left;
-    std::copy(node.frag_left, node.frag_left + n, left.begin());
+    const fgd::TypeCounts* counts = node.counts;
+    if (counts == nullptr) {
+      counts_.resize(target_.types.size());
+      fgd::PrepareCounts(target_, node.frag_left, n, node.frag_full, counts_.data());
+      counts = counts_.data();
+    }
+    const bool by_cpu = ByCpu(node);
+    double f0 = node.frag, c0 = by_cpu ? node.frag_cpu : 0;
+    if (f0 < 0 || c0 < 0) {
+      double f = 0, c = 0;
+      fgd::FragSumsFrom(target_, counts, node.frag_left, n, node.frag_full, nullptr, 0,
+                        node.cpu_left, node.type_allowed, &f, c0 < 0 ? &c : nullptr);
+      if (f0 < 0) f0 = f;
+      if (c0 < 0) c0 = c;
+    }
     const int64_t cpu_after = node.cpu_left - task.cpu;
     const double unit = static_cast<double>(node.frag_full);
-    auto after = [&]() {
-      return fgd::FragAmount(target_, left.data(), n, node.frag_full, cpu_after,
-                             node.type_allowed);
-    };
-    const bool by_cpu = ByCpu(node);
-    const double c0 = !by_cpu               ? 0
-                      : node.frag_cpu >= 0 ? node.frag_cpu
-                                           : fgd::FragAmountCpuBound(target_, node.frag_left, n,
-                                                                     node.frag_full,
-                                                                     node.cpu_left,
-                                                                     node.type_allowed);
-    // The score of the placement `left` and cpu_after describe.
-    auto score_after = [&]() {
+    std::array<fgd::GpuChange, kMaxGpusPerNode> changes;
+    // The score of the placement that leaves the idle shares `changes` and
+    // cpu_after.
+    auto score_after = [&](int num_changes) {
       double f = 0, c1 = 0;
-      if (by_cpu) {
-        fgd::FragAmounts(target_, left.data(), n, node.frag_full, cpu_after, node.type_allowed,
-                         &f, &c1);
-      } else {
-        f = after();
-      }
+      fgd::FragSumsFrom(target_, counts, node.frag_left, n, node.frag_full, changes.data(),
+                        num_changes, cpu_after, node.type_allowed, &f, by_cpu ? &c1 : nullptr);
       const double score = std::trunc(100.0 / (1.0 + std::exp(-(f0 - f) / unit)));
       if (!kCpuBound) return score;
       if (!by_cpu) return score + 50.0 / 101.0;
@@ -88,9 +84,8 @@ class FgdPolicy final : public fgd::KernelPolicy {
           if (seen_left[k] == node.frag_left[i]) s = seen_score[k];
         }
         if (s < 0) {
-          left[i] -= task.frag_share;
-          s = score_after();
-          left[i] = node.frag_left[i];
+          changes[0] = fgd::GpuChange{i, node.frag_left[i] - task.frag_share};
+          s = score_after(1);
           seen_left[num_seen] = node.frag_left[i];
           seen_score[num_seen++] = s;
         }
@@ -105,9 +100,10 @@ class FgdPolicy final : public fgd::KernelPolicy {
     fgd::LeastIdleGpus(task, node, fitting, num_fitting, gpus);
     for (int j = 0; j < task.gpu_count; ++j) {
       const int i = gpus[j];
-      left[i] = task.kind == Demand::Kind::kExclusive ? 0 : left[i] - task.frag_share;
+      changes[j] = fgd::GpuChange{
+          i, task.kind == Demand::Kind::kExclusive ? 0 : node.frag_left[i] - task.frag_share};
     }
-    return score_after();
+    return score_after(task.gpu_count);
   }
 
  private:
@@ -123,6 +119,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
   }
 
   fgd::CompiledTarget target_;
+  std::vector<fgd::TypeCounts> counts_;  // Score()'s, when the node's are not known.
   std::vector<size_t> model_listed_;  // The target types with a GPU model list.
 };
 

@@ -49,6 +49,7 @@ class FastEngine final : public Engine {
     frag_cpu_.assign(n, -1);
     frag_cpu_version_.assign(n, 0);
     tie_.resize(n);
+    if (uses_frag_) counts_.resize(n * p.compiled.types.size());
     for (size_t i = 0; i < n; ++i) {
       cpu_left_[i] = nodes[i].cpu;
       mem_left_[i] = nodes[i].host_memory;
@@ -126,10 +127,23 @@ class FastEngine final : public Engine {
     return k;
   }
 
-  double NodeFrag(int i) const {
+  // F_N(T) of node i, with its counts derived afresh (when the policy reads
+  // the target).
+  double NodeFrag(int i) {
     const fgd::KNode k = View(i);
-    return fgd::FragAmount(p_.compiled, k.frag_left, k.num_gpus, kGpuCompute, k.cpu_left,
-                           k.type_allowed);
+    if (!uses_frag_) {
+      return fgd::FragAmount(p_.compiled, k.frag_left, k.num_gpus, kGpuCompute, k.cpu_left,
+                             k.type_allowed);
+    }
+    fgd::TypeCounts* counts = Counts(i);
+    fgd::PrepareCounts(p_.compiled, k.frag_left, k.num_gpus, kGpuCompute, counts);
+    double f = 0;
+    fgd::FragSumsFrom(p_.compiled, counts, k.frag_left, k.num_gpus, kGpuCompute, nullptr, 0,
+                      k.cpu_left, k.type_allowed, &f, nullptr);
+    return f;
+  }
+  fgd::TypeCounts* Counts(int i) {
+    return counts_.data() + static_cast<size_t>(i) * p_.compiled.types.size();
   }
 
   // Scores every feasible node (from the cache while a node is unchanged) and
@@ -199,12 +213,16 @@ class FastEngine final : public Engine {
     int fitting[kMaxGpusPerNode];
     const int num_fitting = Fitting(t, i, fitting);
     fgd::KNode k = View(i);
-    if (uses_frag_) k.frag = frag_node_[i];
+    if (uses_frag_) {
+      k.frag = frag_node_[i];
+      k.counts = Counts(i);
+    }
     if (uses_frag_ && policy_.NeedsFragCpu(k)) {
       // Derived once per change of the node, for every shape that scores it.
       if (frag_cpu_version_[i] != version_[i]) {
-        frag_cpu_[i] = fgd::FragAmountCpuBound(p_.compiled, k.frag_left, k.num_gpus,
-                                               kGpuCompute, k.cpu_left, k.type_allowed);
+        double plain = 0;
+        fgd::FragSumsFrom(p_.compiled, k.counts, k.frag_left, k.num_gpus, kGpuCompute, nullptr,
+                          0, k.cpu_left, k.type_allowed, &plain, &frag_cpu_[i]);
         frag_cpu_version_[i] = version_[i];
       }
       k.frag_cpu = frag_cpu_[i];
@@ -261,6 +279,8 @@ class FastEngine final : public Engine {
   std::vector<int> idle_;
   std::vector<uint64_t> tags_;
   std::vector<double> frag_node_;
+  // fgd::PrepareCounts() per node (types per node), kept with frag_node_.
+  std::vector<fgd::TypeCounts> counts_;
   // FragAmountCpuBound() per node, when the policy reads it, and the
   // version_ it was derived at (0: never).
   std::vector<double> frag_cpu_;
@@ -453,7 +473,13 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const Prepared& prepared, Pol
   // The specialised engine knows nothing of GPU topology.
   const bool topology = std::any_of(prepared.nodes->begin(), prepared.nodes->end(),
                                     [](const Node& n) { return n.topology != nullptr; });
-  if (!through_cluster && !topology && kernel != nullptr) {
+  // It reads the target's facts (F_N(T), the models each type allows) of
+  // the experiment's target: a policy with another target goes through the
+  // cluster.
+  const bool own_target =
+      kernel != nullptr && kernel->target() != nullptr &&
+      !fgd::SameTarget(kernel->target(), &prepared.compiled);
+  if (!through_cluster && !topology && kernel != nullptr && !own_target) {
     return std::unique_ptr<Engine>(std::make_unique<FastEngine>(prepared, *kernel, tie_seed));
   }
   auto engine = std::make_unique<ClusterEngine>(prepared, policy, tie_seed);
