@@ -259,6 +259,60 @@ TEST(ScoreMemoPathTest, ServedPoliciesAreAnsweredByTheMemo) {
 // More (node, shape) verdicts than the memo keeps (about 3,800 shapes of
 // 1,100 nodes): it drops the least recently used shapes, builds them again
 // when they come back, and stays exact.
+// Shapes that differ only in host memory or node selector share one kernel
+// evaluation per node change (the memo's groups): a few base shapes, each
+// asked with many host memories and selectors, on nodes where those decide
+// feasibility; with a small entry budget, shapes (and groups) are dropped
+// and made again.
+TEST(ScoreMemoTest, ShapesDifferingOnlyInFeasibilityShareEvaluationsExactly) {
+  for (const char* name : {"fgd", "fgdcpu", "bestfit", "gpuclustering"}) {
+    SCOPED_TRACE(name);
+    Ops ops(std::hash<std::string>()(name) + 1);
+    Cluster memo, scan;
+    ScannedPolicy scanned(Make(name));
+    auto policy = Make(name);
+    for (int i = 0; i < 40; ++i) {
+      Node node = ops.MakeNode(i);
+      node.labels["gpushare"] = "true";
+      node.host_memory = ops.Uniform(1, 8) * 16384;
+      ASSERT_OK(memo.AddNode(node));
+      ASSERT_OK(scan.AddNode(node));
+    }
+    std::vector<std::string> placed;
+    const int total = testing::Quick() ? 3000 : 12000;
+    int shared_placed = 0;
+    for (int step = 0; step < total; ++step) {
+      SCOPED_TRACE(step);
+      if (!placed.empty() && ops.Chance(0.45)) {
+        const int k = ops.Uniform(0, static_cast<int>(placed.size()) - 1);
+        ASSERT_OK(memo.Release(placed[k]));
+        ASSERT_OK(scan.Release(placed[k]));
+        placed[k] = placed.back();
+        placed.pop_back();
+        continue;
+      }
+      Request r;
+      r.id = absl::StrCat("r", step);
+      const int base = ops.Uniform(0, 3);
+      if (base == 0) r.compute = 300;
+      if (base == 1) r.compute = 500, r.cpu = 4000;
+      if (base == 2) r.whole_gpus = 1, r.cpu = 8000;
+      if (base == 3) r.whole_gpus = 2;
+      r.host_memory = ops.Uniform(0, 9) * 12288;
+      if (ops.Chance(0.3)) r.node_selector = {{"pool", ops.Chance(0.5) ? "a" : "b"}};
+      absl::StatusOr<Placement> got = memo.Place(r, *policy);
+      absl::StatusOr<Placement> want = scan.Place(r, scanned);
+      ASSERT_EQ(got.status(), want.status());
+      if (!got.ok()) continue;
+      ASSERT_EQ(*got, *want);
+      placed.push_back(r.id);
+      shared_placed += base < 2;
+    }
+    ASSERT_OK(memo.CheckInvariants());
+    EXPECT_GT(shared_placed, total / 10);
+  }
+}
+
 TEST(ScoreMemoTest, ManyShapesStayExact) {
   Cluster memo, scan;
   ScannedPolicy scanned(Make("bestfit"));

@@ -105,6 +105,10 @@ struct ScoreMemo::Memo {
   struct Shape {
     Request request;  // Its GPU models and node selector; no id.
     Demand demand;
+    // Kernel policies: the shapes a kernel evaluation cannot tell apart
+    // (they differ only in host memory or node selector, which decide
+    // feasibility alone) share a group and its evaluations (Memo::groups).
+    uint32_t group = 0;
     std::vector<Verdict> verdicts;  // By slot.
     // Policies other than the kernel ones: each slot's secondary and
     // tertiary score (the kernel ones set only the primary).
@@ -154,13 +158,55 @@ struct ScoreMemo::Memo {
     bool counts_known = false;
   };
   std::vector<SlotFacts> facts;
-  std::vector<uint8_t> allowed;            // types x slot.
-  std::vector<fgd::TypeCounts> counts;     // types x slot (fgd::PrepareCounts()).
+  std::vector<uint8_t> allowed;         // types x slot.
+  std::vector<fgd::TypeCounts> counts;  // types x slot (fgd::PrepareCounts()).
+  // Kernel policies: per group of shapes (Shape::group), per slot, the
+  // evaluation of the node at a change stamp, so that the shapes of a group
+  // evaluate a changed node once.
+  struct Group {
+    std::vector<Verdict> verdicts;  // By slot.
+    int shapes = 0;                 // Shapes in it; 0: free for reuse.
+    std::string key;
+  };
+  absl::flat_hash_map<std::string, uint32_t> group_ids;
+  std::vector<Group> groups;
+  std::vector<uint32_t> free_groups;
+
+  // The group of shapes with kernel key `key`, one shape more in it.
+  uint32_t JoinGroup(std::string key) {
+    auto [it, made] = group_ids.try_emplace(key, 0);
+    if (made) {
+      if (free_groups.empty()) {
+        it->second = static_cast<uint32_t>(groups.size());
+        groups.emplace_back();
+      } else {
+        it->second = free_groups.back();
+        free_groups.pop_back();
+      }
+      groups[it->second].key = std::move(key);
+    }
+    ++groups[it->second].shapes;
+    return it->second;
+  }
+  // Erases a shape, and its group's evaluations when it was the last of the
+  // group.
+  void EraseShape(absl::flat_hash_map<std::string, std::unique_ptr<Shape>>::iterator it) {
+    if (!it->second->full) {
+      Group& g = groups[it->second->group];
+      if (--g.shapes == 0) {
+        group_ids.erase(g.key);
+        g = Group{};
+        free_groups.push_back(it->second->group);
+      }
+    }
+    shapes.erase(it);
+  }
 
   Memo() = default;
   Memo(const Memo& other)
       : type(other.type), target(other.target), last_use(other.last_use), facts(other.facts),
-        allowed(other.allowed), counts(other.counts) {
+        allowed(other.allowed), counts(other.counts), group_ids(other.group_ids),
+        groups(other.groups), free_groups(other.free_groups) {
     for (const auto& [key, shape] : other.shapes) {
       shapes.emplace(key, std::make_unique<Shape>(*shape));
     }
@@ -202,7 +248,7 @@ struct ScoreMemo::Data {
     if (owner == nullptr) return false;
     auto it = owner->shapes.find(*key);
     entries -= static_cast<int64_t>(it->second->verdicts.size());
-    owner->shapes.erase(it);
+    owner->EraseShape(it);
     return true;
   }
 };
@@ -299,6 +345,14 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape->request.topology = request.topology;
     shape->demand = demand;
     shape->full = kernel == nullptr;
+    if (kernel != nullptr) {
+      Request unselected = shape->request;
+      unselected.node_selector.clear();
+      Demand any_memory = demand;
+      any_memory.host_memory = 0;
+      std::vector<std::string> unused;
+      shape->group = memo->JoinGroup(ShapeKey(unselected, any_memory, &unused));
+    }
     shape->keyed = TopologyKeyCap(demand, request) > 0;
     it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
   }
@@ -320,6 +374,31 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     } else {
       shape.full_tree.erase(FullKey{shape.PolicyScoreAt(slot), tie, slot});
     }
+  };
+  // A kernel policy's evaluation of the node in `slot` at change stamp
+  // `stamp`, with the node's facts kept per slot.
+  auto Evaluate = [&](uint32_t slot, uint64_t stamp, size_t types, const NodeStatus& node,
+                      int* chosen) {
+    Memo::SlotFacts& kept = memo->facts[slot];
+    if (kept.stamp != stamp) kept = Memo::SlotFacts{stamp};
+    fgd::KernelPolicy::NodeFacts facts;
+    facts.frag = kept.frag;
+    facts.frag_cpu = kept.frag_cpu;
+    facts.allowed = memo->allowed.data() + slot * types;
+    facts.allowed_known = kept.allowed_known;
+    facts.counts = types > 0 ? memo->counts.data() + slot * types : nullptr;
+    facts.counts_known = kept.counts_known;
+    facts.gpu_tags = kept.gpu_tags;
+    facts.tags_known = kept.tags_known;
+    const double primary =
+        kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen, &facts);
+    kept.frag = facts.frag;
+    kept.frag_cpu = facts.frag_cpu;
+    kept.allowed_known = facts.allowed_known;
+    kept.counts_known = facts.counts_known;
+    kept.gpu_tags = facts.gpu_tags;
+    kept.tags_known = facts.tags_known;
+    return primary;
   };
   auto refresh = [&](uint32_t slot) {
     Verdict& v = shape.verdicts[slot];
@@ -345,25 +424,24 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
         memo->allowed.resize(n * types);
         memo->counts.resize(n * types);
       }
-      Memo::SlotFacts& kept = memo->facts[slot];
-      if (kept.stamp != v.stamp) kept = Memo::SlotFacts{v.stamp};
-      fgd::KernelPolicy::NodeFacts facts;
-      facts.frag = kept.frag;
-      facts.frag_cpu = kept.frag_cpu;
-      facts.allowed = memo->allowed.data() + slot * types;
-      facts.allowed_known = kept.allowed_known;
-      facts.counts = types > 0 ? memo->counts.data() + slot * types : nullptr;
-      facts.counts_known = kept.counts_known;
-      facts.gpu_tags = kept.gpu_tags;
-      facts.tags_known = kept.tags_known;
-      score.primary = kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen.data(),
-                                           &facts);
-      kept.frag = facts.frag;
-      kept.frag_cpu = facts.frag_cpu;
-      kept.allowed_known = facts.allowed_known;
-      kept.counts_known = facts.counts_known;
-      kept.gpu_tags = facts.gpu_tags;
-      kept.tags_known = facts.tags_known;
+      std::vector<Verdict>& group = memo->groups[shape.group].verdicts;
+      if (group.size() < n) group.resize(n);
+      Verdict& shared = group[slot];
+      if (shared.stamp == v.stamp) {
+        score.primary = shared.score;
+        int c = 0;
+        for (int g = 0; g < kMaxGpusPerNode; ++g) {
+          if (shared.gpus >> g & 1) chosen[c++] = g;
+        }
+        count = c;
+      } else {
+        score.primary = Evaluate(slot, v.stamp, types, node, chosen.data());
+        uint64_t mask = 0;
+        for (int i = 0; i < count; ++i) {
+          if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
+        }
+        shared = Verdict{score.primary, v.stamp, mask, true};
+      }
     } else {
       choice = policy.Evaluate(shape.demand, node, fitting, cluster);
       score = choice.score;
@@ -421,7 +499,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   }
   if (!ok) {
     d.entries -= static_cast<int64_t>(shape.verdicts.size());
-    memo->shapes.erase(it);
+    memo->EraseShape(it);
     return false;
   }
   shape.cursor = d.log_base + d.log.size();
