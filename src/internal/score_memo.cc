@@ -189,17 +189,27 @@ struct ScoreMemo::Memo {
     return it->second;
   }
   // Erases a shape, and its group's evaluations when it was the last of the
-  // group.
-  void EraseShape(absl::flat_hash_map<std::string, std::unique_ptr<Shape>>::iterator it) {
+  // group; returns the verdicts freed.
+  int64_t EraseShape(absl::flat_hash_map<std::string, std::unique_ptr<Shape>>::iterator it) {
+    int64_t freed = static_cast<int64_t>(it->second->verdicts.size());
     if (!it->second->full) {
       Group& g = groups[it->second->group];
       if (--g.shapes == 0) {
+        freed += static_cast<int64_t>(g.verdicts.size());
         group_ids.erase(g.key);
         g = Group{};
         free_groups.push_back(it->second->group);
       }
     }
     shapes.erase(it);
+    return freed;
+  }
+  // Every verdict held, the groups' included.
+  int64_t Entries() const {
+    int64_t held = 0;
+    for (const auto& [key, shape] : shapes) held += static_cast<int64_t>(shape->verdicts.size());
+    for (const Group& g : groups) held += static_cast<int64_t>(g.verdicts.size());
+    return held;
   }
 
   Memo() = default;
@@ -247,8 +257,7 @@ struct ScoreMemo::Data {
     }
     if (owner == nullptr) return false;
     auto it = owner->shapes.find(*key);
-    entries -= static_cast<int64_t>(it->second->verdicts.size());
-    owner->EraseShape(it);
+    entries -= owner->EraseShape(it);
     return true;
   }
 };
@@ -319,9 +328,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
                                      [](const auto& a, const auto& b) {
                                        return a->last_use < b->last_use;
                                      });
-      for (const auto& [key, shape] : (*oldest)->shapes) {
-        d.entries -= static_cast<int64_t>(shape->verdicts.size());
-      }
+      d.entries -= (*oldest)->Entries();
       d.memos.erase(oldest);
     }
     auto made = std::make_unique<Memo>();
@@ -337,7 +344,9 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   std::string key = ShapeKey(request, demand, &models);
   auto it = memo->shapes.find(key);
   if (it == memo->shapes.end()) {
-    while (d.entries + n > kMaxEntries && d.DropOldestShape()) {
+    // A kernel policy's shape may bring a group's n evaluations too.
+    const int64_t adds = kernel != nullptr ? 2 * int64_t{n} : n;
+    while (d.entries + adds > kMaxEntries && d.DropOldestShape()) {
     }
     auto shape = std::make_unique<Memo::Shape>();
     shape->request.gpu_models = std::move(models);
@@ -363,6 +372,11 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape.verdicts.resize(n);
     if (shape.full) shape.rest.resize(n);
     if (shape.keyed) shape.topology.resize(n);
+  }
+  if (kernel != nullptr && memo->groups[shape.group].verdicts.size() < n) {
+    std::vector<Verdict>& group = memo->groups[shape.group].verdicts;
+    d.entries += static_cast<int64_t>(n - group.size());
+    group.resize(n);
   }
 
   // Re-scores the nodes that changed since the shape's last Plan().
@@ -424,9 +438,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
         memo->allowed.resize(n * types);
         memo->counts.resize(n * types);
       }
-      std::vector<Verdict>& group = memo->groups[shape.group].verdicts;
-      if (group.size() < n) group.resize(n);
-      Verdict& shared = group[slot];
+      Verdict& shared = memo->groups[shape.group].verdicts[slot];
       if (shared.stamp == v.stamp) {
         score.primary = shared.score;
         int c = 0;
@@ -498,8 +510,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
   }
   if (!ok) {
-    d.entries -= static_cast<int64_t>(shape.verdicts.size());
-    memo->EraseShape(it);
+    d.entries -= memo->EraseShape(it);
     return false;
   }
   shape.cursor = d.log_base + d.log.size();
@@ -540,6 +551,9 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
 
 bool ScoreMemo::Consistent() const {
   std::lock_guard<std::mutex> lock(mu_);
+  int64_t entries = 0;
+  for (const auto& m : data_->memos) entries += m->Entries();
+  if (entries != data_->entries) return false;
   for (const auto& m : data_->memos) {
     for (const auto& entry : m->shapes) {
       const Memo::Shape* shape = entry.second.get();

@@ -24,7 +24,9 @@
 //
 // A shape is everything of a request that feasibility and score depend on:
 // the Demand, the GPU models and the node selector. The memory is bounded:
-// at most kMaxPolicies policy keys and kMaxEntries (node, shape) verdicts;
+// at most kMaxPolicies policy keys and kMaxEntries (node, shape) verdicts
+// (the kernel policies' evaluations shared by shapes that differ only in
+// host memory or node selector counted among them);
 // the least recently used shape is dropped to make room (and rebuilt, by a
 // full scan, when it is asked for again).
 
