@@ -154,6 +154,32 @@ class RandomFrag {
     return Uniform(0, 64) * 500;
   }
 
+  // One case for the sums: memory-sized GPUs, compute, and GPUs past the
+  // kernel's fast quotients; a target, idle shares, free CPU, and per-type
+  // model permissions (or none).
+  struct Case {
+    int64_t full = 0;
+    fgd::CompiledTarget target;
+    std::vector<int64_t> left;
+    int64_t cpu_left = 0;
+    std::vector<uint8_t> allowed;
+    bool any_allowed = false;  // Pass nullptr instead of `allowed`.
+    const uint8_t* allow() const { return any_allowed ? nullptr : allowed.data(); }
+    int n() const { return static_cast<int>(left.size()); }
+  };
+  Case NextCase() {
+    Case c;
+    const int64_t size = Uniform(0, 3);
+    c.full = size == 0 ? Uniform(2, 80) : size == 1 ? Uniform(60000, 140000) : kGpuCompute;
+    c.target = Target(c.full);
+    c.left = Left(c.full);
+    c.cpu_left = CpuLeft();
+    c.allowed.resize(c.target.types.size());
+    for (uint8_t& a : c.allowed) a = Uniform(0, 4) != 0;
+    c.any_allowed = Uniform(0, 1) == 0;
+    return c;
+  }
+
  private:
   std::mt19937_64 rng_;
 };
@@ -163,18 +189,12 @@ TEST(FragAmountCpuBoundTest, FastFunctionsEqualThePlainDefinition) {
   const int rounds = testing::Quick() ? 20000 : 200000;
   int bound = 0;  // Cases where the CPU-bound value differs from the plain one.
   for (int round = 0; round < rounds; ++round) {
-    // Memory-sized GPUs, compute, and GPUs past the kernel's fast quotients.
-    const int64_t size = random.Uniform(0, 3);
-    const int64_t full = size == 0   ? random.Uniform(2, 80)
-                         : size == 1 ? random.Uniform(60000, 140000)
-                                     : kGpuCompute;
-    const fgd::CompiledTarget target = random.Target(full);
-    const std::vector<int64_t> left = random.Left(full);
-    const int64_t cpu_left = random.CpuLeft();
-    std::vector<uint8_t> allowed(target.types.size());
-    for (uint8_t& a : allowed) a = random.Uniform(0, 4) != 0;
-    const uint8_t* allow = random.Uniform(0, 1) == 0 ? nullptr : allowed.data();
-    const int n = static_cast<int>(left.size());
+    const RandomFrag::Case c = random.NextCase();
+    const fgd::CompiledTarget& target = c.target;
+    const std::vector<int64_t>& left = c.left;
+    const int64_t full = c.full, cpu_left = c.cpu_left;
+    const uint8_t* allow = c.allow();
+    const int n = c.n();
     SCOPED_TRACE(::testing::Message() << "round " << round << " n " << n << " full " << full
                                       << " cpu " << cpu_left);
     const PlainFrag want = ReferenceFrag(target, left, full, cpu_left, allow);
@@ -198,41 +218,35 @@ TEST(FragAmountCpuBoundTest, SumsFromCountsWithChangesEqualThePlainDefinition) {
   const int rounds = testing::Quick() ? 20000 : 200000;
   int changed = 0, bound = 0;
   for (int round = 0; round < rounds; ++round) {
-    const int64_t size = random.Uniform(0, 3);
-    const int64_t full = size == 0   ? random.Uniform(2, 80)
-                         : size == 1 ? random.Uniform(60000, 140000)
-                                     : kGpuCompute;
-    const fgd::CompiledTarget target = random.Target(full);
-    const std::vector<int64_t> left = random.Left(full);
-    const int n = static_cast<int>(left.size());
-    const int64_t cpu_left = random.CpuLeft();
-    std::vector<uint8_t> allowed(target.types.size());
-    for (uint8_t& a : allowed) a = random.Uniform(0, 4) != 0;
-    const uint8_t* allow = random.Uniform(0, 1) == 0 ? nullptr : allowed.data();
+    const RandomFrag::Case c = random.NextCase();
     // Up to three distinct GPUs change to any share (a placement lowers
     // them, a release raises them).
     std::vector<fgd::GpuChange> changes;
-    std::vector<int64_t> after = left;
-    for (int g = 0; g < n && static_cast<int>(changes.size()) < 3; ++g) {
+    std::vector<int64_t> after = c.left;
+    for (int g = 0; g < c.n() && static_cast<int>(changes.size()) < 3; ++g) {
       if (random.Uniform(0, 2) != 0) continue;
-      const int64_t to = random.Uniform(0, 3) == 0 ? 0 : random.Uniform(0, 20) * full / 20;
+      const int64_t to = random.Uniform(0, 3) == 0 ? 0 : random.Uniform(0, 20) * c.full / 20;
       changes.push_back(fgd::GpuChange{g, to});
       after[g] = to;
     }
     changed += !changes.empty();
-    std::vector<fgd::TypeCounts> counts(target.types.size());
-    fgd::PrepareCounts(target, left.data(), n, full, counts.data());
-    SCOPED_TRACE(::testing::Message() << "round " << round << " n " << n << " full " << full
-                                      << " cpu " << cpu_left << " changes " << changes.size());
-    const PlainFrag want = ReferenceFrag(target, after, full, cpu_left, allow);
+    std::vector<fgd::TypeCounts> counts(c.target.types.size());
+    fgd::PrepareCounts(c.target, c.left.data(), c.n(), c.full, counts.data());
+    SCOPED_TRACE(::testing::Message() << "round " << round << " n " << c.n() << " full "
+                                      << c.full << " cpu " << c.cpu_left << " changes "
+                                      << changes.size());
+    const PlainFrag want = ReferenceFrag(c.target, after, c.full, c.cpu_left, c.allow());
+    auto sums = [&](double* plain, double* cpu_bound) {
+      fgd::FragSumsFrom(c.target, counts.data(), c.left.data(), c.n(), c.full, changes.data(),
+                        static_cast<int>(changes.size()), c.cpu_left, c.allow(), plain,
+                        cpu_bound);
+    };
     double plain = -1, cpu_bound = -1;
-    fgd::FragSumsFrom(target, counts.data(), left.data(), n, full, changes.data(),
-                      static_cast<int>(changes.size()), cpu_left, allow, &plain, &cpu_bound);
+    sums(&plain, &cpu_bound);
     ASSERT_EQ(plain, want.plain);
     ASSERT_EQ(cpu_bound, want.cpu_bound);
     double only_plain = -1;
-    fgd::FragSumsFrom(target, counts.data(), left.data(), n, full, changes.data(),
-                      static_cast<int>(changes.size()), cpu_left, allow, &only_plain, nullptr);
+    sums(&only_plain, nullptr);
     ASSERT_EQ(only_plain, want.plain);
     bound += want.cpu_bound != want.plain;
   }

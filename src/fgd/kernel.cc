@@ -99,7 +99,8 @@ void SumsFrom(const CompiledTarget& target, const TypeCounts* counts, const int6
     }
     unbound += t.weight * static_cast<double>(c.small);
     if (!kCpuBound) continue;
-    // Enough CPU for every copy the fitting GPUs take?
+    // Enough CPU for every copy the fitting GPUs take? A shortcut only: the
+    // walk below gives the same amount when there is (nothing unserved).
     bool enough = t.cpu <= 0;
     if (!enough && whole) {
       const int copies = t.count == 1 ? c.fits : (c.fits + t.count - 1) / t.count;
