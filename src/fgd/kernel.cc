@@ -300,28 +300,18 @@ double KernelPolicy::EvaluateInto(const Demand& demand, const NodeStatus& node,
       facts->allowed_known = true;
     }
     k.type_allowed = facts->allowed;
-    if (facts->counts != nullptr) {
-      if (!facts->counts_known) {
-        PrepareCounts(*t, k.frag_left, n, k.frag_full, facts->counts);
-        facts->counts_known = true;
-      }
-      k.counts = facts->counts;
+    if (!facts->counts_known) {
+      PrepareCounts(*t, k.frag_left, n, k.frag_full, facts->counts);
+      facts->counts_known = true;
     }
+    k.counts = facts->counts;
     const bool cpu_bound = facts->frag_cpu < 0 && NeedsFragCpu(k);
-    if ((cpu_bound || facts->frag < 0) && k.counts != nullptr) {
+    if (cpu_bound || facts->frag < 0) {
       double plain = 0, bound = 0;
       FragSumsFrom(*t, k.counts, k.frag_left, n, k.frag_full, nullptr, 0, k.cpu_left,
                    k.type_allowed, &plain, cpu_bound ? &bound : nullptr);
       if (facts->frag < 0) facts->frag = plain;
       if (cpu_bound) facts->frag_cpu = bound;
-    } else if (cpu_bound && facts->frag < 0) {
-      FragAmounts(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed, &facts->frag,
-                  &facts->frag_cpu);
-    } else if (cpu_bound) {
-      facts->frag_cpu =
-          FragAmountCpuBound(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
-    } else if (facts->frag < 0) {
-      facts->frag = FragAmount(*t, k.frag_left, n, k.frag_full, k.cpu_left, k.type_allowed);
     }
     k.frag = facts->frag;
     k.frag_cpu = facts->frag_cpu;

@@ -171,8 +171,8 @@ class KernelPolicy : public Policy {
     double frag_cpu = -1;        // FragAmountCpuBound() now, when NeedsFragCpu(); < 0: not yet.
     uint8_t* allowed = nullptr;  // target()->types.size() entries (TypesAllowed()).
     bool allowed_known = false;  // Whether `allowed` is filled.
-    // target()->types.size() entries (PrepareCounts() of the idle shares),
-    // or nullptr: not kept.
+    // target()->types.size() entries (PrepareCounts() of the idle shares);
+    // required when the policy has a target().
     TypeCounts* counts = nullptr;
     bool counts_known = false;  // Whether `counts` is filled.
     uint64_t gpu_tags = 0;       // KNode::gpu_tags, when NeedsTags().
