@@ -228,16 +228,21 @@ struct ScoreMemo::Data {
   // Slots touched since the log was last emptied: entry i is change number
   // log_base + i. Kept only while some memo exists, and emptied when it
   // outgrows twice the node count (shapes behind it then compare stamps).
+  // A slot's earlier entries are overwritten with kSuperseded when it is
+  // logged again: a shape that would meet them meets the latest one too,
+  // so a walk visits each changed slot once.
   std::vector<uint32_t> log;
   uint64_t log_base = 0;
+  std::vector<uint64_t> logged;  // Per slot: 1 + the change number of its latest entry; 0: none.
+  static constexpr uint32_t kSuperseded = ~uint32_t{0};
   std::vector<std::unique_ptr<Memo>> memos;
   uint64_t clock = 0;
   int64_t entries = 0;  // Verdicts held, over every shape.
 
   Data() = default;
   Data(const Data& other)
-      : stamps(other.stamps), log(other.log), log_base(other.log_base), clock(other.clock),
-        entries(other.entries) {
+      : stamps(other.stamps), log(other.log), log_base(other.log_base), logged(other.logged),
+        clock(other.clock), entries(other.entries) {
     for (const auto& m : other.memos) memos.push_back(std::make_unique<Memo>(*m));
   }
 
@@ -286,7 +291,10 @@ void ScoreMemo::Touch(uint32_t slot) {
   if (slot >= d.stamps.size()) d.stamps.resize(slot + 1, 0);
   ++d.stamps[slot];
   if (d.memos.empty()) return;  // Shapes made later compare every stamp.
+  if (slot >= d.logged.size()) d.logged.resize(slot + 1, 0);
+  if (d.logged[slot] > d.log_base) d.log[d.logged[slot] - 1 - d.log_base] = Data::kSuperseded;
   d.log.push_back(slot);
+  d.logged[slot] = d.log_base + d.log.size();
   if (d.log.size() > std::max<size_t>(2 * d.stamps.size(), 4096)) {
     d.log_base += d.log.size();
     d.log.clear();
@@ -438,21 +446,25 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
         memo->allowed.resize(n * types);
         memo->counts.resize(n * types);
       }
-      Verdict& shared = memo->groups[shape.group].verdicts[slot];
-      if (shared.stamp == v.stamp) {
-        score.primary = shared.score;
+      // A shape alone in its group has no one to share with: it neither
+      // reads nor writes the group's evaluations (a shape that joins later
+      // finds them stale by their stamps).
+      Memo::Group& group = memo->groups[shape.group];
+      Verdict* shared = group.shapes > 1 ? &group.verdicts[slot] : nullptr;
+      if (shared != nullptr && shared->stamp == v.stamp) {
+        score.primary = shared->score;
         int c = 0;
-        for (int g = 0; g < kMaxGpusPerNode; ++g) {
-          if (shared.gpus >> g & 1) chosen[c++] = g;
-        }
+        for (uint64_t m = shared->gpus; m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
         count = c;
       } else {
         score.primary = Evaluate(slot, v.stamp, types, node, chosen.data());
-        uint64_t mask = 0;
-        for (int i = 0; i < count; ++i) {
-          if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
+        if (shared != nullptr) {
+          uint64_t mask = 0;
+          for (int i = 0; i < count; ++i) {
+            if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
+          }
+          *shared = Verdict{score.primary, v.stamp, mask, true};
         }
-        shared = Verdict{score.primary, v.stamp, mask, true};
       }
     } else {
       choice = policy.Evaluate(shape.demand, node, fitting, cluster);
@@ -506,7 +518,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   } else {
     for (uint64_t i = shape.cursor; i < d.log_base + d.log.size() && ok; ++i) {
       const uint32_t slot = d.log[i - d.log_base];
-      if (slot < n) ok = refresh(slot);
+      if (slot < n) ok = refresh(slot);  // Not kSuperseded.
     }
   }
   if (!ok) {
