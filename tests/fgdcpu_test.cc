@@ -391,17 +391,19 @@ TEST(FgdCpuPolicyTest, FastEngineMatchesClusterPlace) {
 }
 
 TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
-  // Two idle 2-GPU nodes; the "short" one has CPU for one 8-core target task
-  // only, so one of its GPUs is lost to the target anyway. FGD scores both
-  // nodes alike for a 1-core whole-GPU task (ties go by the seeded order);
-  // fgdcpu puts it on the GPU the short node's CPU would strand, keeping
-  // both GPUs of the "long" node for 8-core tasks.
+  // Two 3-GPU nodes, each with half of GPU 2 taken; the "short" one has CPU
+  // for one 8-core target task only, so one of its idle GPUs is lost to the
+  // target anyway. FGD scores both nodes alike for a 1-core whole-GPU task
+  // (ties go by the seeded order); fgdcpu puts it on the GPU the short
+  // node's CPU would strand, keeping both idle GPUs of the "long" node for
+  // 8-core tasks.
   std::vector<Node> nodes;
   for (auto [name, cpu] : {std::pair<const char*, int64_t>{"short", 10000}, {"long", 64000}}) {
     Node n;
     n.name = name;
-    n.gpus = {Gpu{16, "A", "", true}, Gpu{16, "A", "", true}};
+    n.gpus.assign(3, Gpu{16, "A", "", true});
     n.cpu = cpu;
+    n.gpu_sharing = true;
     nodes.push_back(n);
   }
   TargetWorkload target;
@@ -419,7 +421,16 @@ TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
     // One cluster for both: its score memo must not hand fgd's verdicts to
     // fgdcpu (same target, other policy).
     Cluster c(co);
-    for (const Node& n : nodes) ASSERT_OK(c.AddNode(n));
+    for (const Node& n : nodes) {
+      ASSERT_OK(c.AddNode(n));
+      Placement background;
+      background.request_id = "half-" + n.name;
+      background.node = n.name;
+      background.gpus = {2};
+      background.memory_per_gpu = 8;
+      background.compute_per_gpu = 500;
+      ASSERT_OK(c.Commit(background));
+    }
     for (const char* name : {"fgd", "fgdcpu"}) {
       ASSERT_OK_AND_ASSIGN(auto policy, MakePolicy(name, po));
       ASSERT_OK_AND_ASSIGN(Placement p, c.Place(r, *policy));
@@ -432,6 +443,60 @@ TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
     }
   }
   EXPECT_GT(fgd_long, 0);  // For FGD it is a tie.
+}
+
+// On a wholly idle node, a task of at most one GPU gets the neutral tie
+// (50 / 101); a multi-GPU or CPU-only task, or the same task on a node in
+// use, gets the CPU gradient.
+TEST(FgdCpuPolicyTest, GivesTasksOfOneGpuTheNeutralTieOnAnIdleNode) {
+  TargetWorkload target;
+  target.tasks.push_back(TargetTask{8000, 0, 1, {}, 1.0});
+  PolicyOptions po;
+  po.fgd_target = std::make_shared<const TargetWorkload>(target);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> made, MakePolicy("fgdcpu", po));
+  auto* policy = dynamic_cast<fgd::KernelPolicy*>(made.get());
+  ASSERT_NE(policy, nullptr);
+  // The fractional part of the score on a node of idle shares `left` and
+  // 10 free cores, which serve one copy of the 8-core target type.
+  auto tie = [&](std::vector<int64_t> left, Demand::Kind kind, int count, int64_t compute,
+                 int64_t cpu) {
+    fgd::KNode node;
+    node.num_gpus = static_cast<int>(left.size());
+    node.compute_left = left.data();
+    node.frag_left = left.data();
+    node.cpu_left = 10000;
+    node.cpu_capacity = 10000;
+    fgd::KTask task;
+    task.kind = kind;
+    task.gpu_count = count;
+    task.cpu = cpu;
+    task.compute = task.frag_share = compute;
+    std::vector<int> fitting;
+    for (int i = 0; i < node.num_gpus; ++i) {
+      if (kind != Demand::Kind::kCpuOnly && left[i] >= compute) fitting.push_back(i);
+    }
+    std::vector<int> gpus(count);
+    const double score = policy->Score(task, node, fitting.data(),
+                                       static_cast<int>(fitting.size()), gpus.data());
+    return score - std::trunc(score);
+  };
+  const std::vector<int64_t> idle = {kGpuCompute, kGpuCompute};
+  const std::vector<int64_t> used = {kGpuCompute, kGpuCompute, 500};
+  const double neutral = 50.0 / 101.0;
+  // Before: 2 fitting GPUs, CPU for one copy, so one is stranded (C0 =
+  // 1000, plus the 500 of a used GPU 2); taking one leaves none stranded:
+  // C0 - C1 = 1000, int(100 * sigmoid(1)) = 73.
+  const double stranded_one_less = 73.0 / 101.0;
+  EXPECT_NEAR(tie(idle, Demand::Kind::kExclusive, 1, kGpuCompute, 1000), neutral, 1e-9);
+  EXPECT_NEAR(tie(idle, Demand::Kind::kShared, 1, 500, 1000), neutral, 1e-9);
+  EXPECT_NEAR(tie(used, Demand::Kind::kExclusive, 1, kGpuCompute, 1000), stranded_one_less,
+              1e-9);
+  // Both GPUs taken: nothing idle is left to strand.
+  EXPECT_NEAR(tie(idle, Demand::Kind::kExclusive, 2, kGpuCompute, 2000), stranded_one_less,
+              1e-9);
+  // 3 cores taken: no 8-core copy fits, both GPUs are lost to the target
+  // (C1 = 2000): int(100 * sigmoid(-1)) = 26.
+  EXPECT_NEAR(tie(idle, Demand::Kind::kCpuOnly, 0, 0, 3000), 26.0 / 101.0, 1e-9);
 }
 
 TEST(FgdCpuPolicyTest, LeavesFewerGpusUnallocatedThanFgdOnTheDefaultTrace) {

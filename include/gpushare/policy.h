@@ -152,12 +152,15 @@ struct PolicyOptions {
 //   first; see FragAmount in gpushare/fragmentation.h for the rest) — or
 //   50 / 101 on a node whose GPU model some target task type with a GPU
 //   model list may use, where the seeded tie order is left to decide which
-//   models stay free. A single-GPU shared request takes, among its best
-//   GPUs, the one with the least idle compute. FGD's score truncates to
-//   integers, so many nodes tie; among them "fgdcpu" fills the GPUs a node's
-//   CPU would strand and spares nodes whose CPU is running short. On the
-//   openb traces it leaves fewer GPUs unallocated than "fgd" on most
-//   variants and no more on the others (README, "Beyond FGD").
+//   models stay free, and for a request of at most one GPU on a node whose
+//   GPUs are all wholly idle (its CPU-bound C counts GPUs as stranded that a
+//   multi-GPU request would use whole). A single-GPU shared request takes,
+//   among its best GPUs, the one with the least idle compute. FGD's score
+//   truncates to integers, so many nodes tie; among them "fgdcpu" fills the
+//   GPUs a node's CPU would strand and spares nodes whose CPU is running
+//   short. On the openb traces it leaves fewer GPUs unallocated than "fgd"
+//   on eight of nine variants and no more on the ninth (README, "Beyond
+//   FGD").
 //
 // "gpuclustering" — tags: "share-gpu", "<n>-gpu"; u = int(25 * (8000 - G) /
 //   8000); the node's GPU requests all have the request's tag: 75 + u; some
