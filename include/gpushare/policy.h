@@ -152,9 +152,10 @@ struct PolicyOptions {
 //   first; see FragAmount in gpushare/fragmentation.h for the rest) — or
 //   50 / 101 on a node whose GPU model some target task type with a GPU
 //   model list may use, where the seeded tie order is left to decide which
-//   models stay free, and for a request of at most one GPU on a node whose
-//   GPUs are all wholly idle (its CPU-bound C counts GPUs as stranded that a
-//   multi-GPU request would use whole). A single-GPU shared request takes,
+//   models stay free, and for a request for one GPU (a share of one, or one
+//   whole GPU; not a CPU-only one) on a node whose GPUs are all wholly idle
+//   (its CPU-bound C counts GPUs as stranded that a multi-GPU request would
+//   use whole). A single-GPU shared request takes,
 //   among its best GPUs, the one with the least idle compute. FGD's score
 //   truncates to integers, so many nodes tie; among them "fgdcpu" fills the
 //   GPUs a node's CPU would strand and spares nodes whose CPU is running

@@ -24,8 +24,8 @@ TargetWorkload DefaultTarget() {
 // memo tells policies apart by type and target): the same integer score, ties broken
 // by int(100 * sigmoid((C0 - C1) / W)) / 101 with C the fragmentation of
 // fgd::FragAmountCpuBound() (50 / 101 on nodes whose GPU model a target type
-// with a model list may use, and for tasks of at most one GPU on wholly idle
-// nodes), and a shared task's GPU ties by least idle.
+// with a model list may use, and for tasks for one GPU, shared or whole, on
+// wholly idle nodes), and a shared task's GPU ties by least idle.
 template <bool kCpuBound>
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
@@ -50,9 +50,10 @@ class FgdPolicy final : public fgd::KernelPolicy {
     }
     // On a wholly idle node, the CPU-bound sums count as stranded the GPUs
     // its CPU could not serve with copies of the (small) target types; a
-    // multi-GPU task would use them whole. A task of at most one GPU gets
-    // the neutral tie there (50 / 101, as where CPU binds nothing), so that
-    // the CPU gradient does not draw it onto idle nodes.
+    // multi-GPU task would use them whole. A task for one GPU (shared or
+    // whole; not a CPU-only one) gets the neutral tie there (50 / 101, as
+    // where CPU binds nothing), so that the CPU gradient does not draw it
+    // onto idle nodes.
     const bool by_cpu =
         ByCpu(node) && !(task.kind != Demand::Kind::kCpuOnly && task.gpu_count <= 1 && Idle(node));
     double f0 = node.frag, c0 = by_cpu ? node.frag_cpu : 0;
@@ -125,7 +126,8 @@ class FgdPolicy final : public fgd::KernelPolicy {
     return true;
   }
 
-  // Whether every GPU of the node is wholly idle.
+  // Whether every GPU of the node is wholly idle: all of its compute and of
+  // its FGD resource share free.
   static bool Idle(const fgd::KNode& node) {
     for (int i = 0; i < node.num_gpus; ++i) {
       if (node.compute_left[i] != kGpuCompute || node.frag_left[i] < node.frag_full) return false;
