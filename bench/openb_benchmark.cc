@@ -14,12 +14,14 @@
 // microseconds). Each repetition starts from a copy of one warm cluster: the
 // 4,000 tasks were placed, released and planned once more on it, so that the
 // indexes and score memos a long-running host keeps are built, and what is
-// timed is the upkeep of a running scheduler, not the first build. "fgd"
-// and "fgdcpu" descend TypicalTasks() of the whole trace, as the simulator's do.
+// timed is the upkeep of a running scheduler, not the first build. "fgd",
+// "fgdcpu" and "fgdpack" descend TypicalTasks() of the whole trace, as the
+// simulator's do.
 //
 // Targets (issue 16): every policy's x1 -> x8 growth at most 1.5x (binpack
 // and spread: 1.3x); the fragmentation-aware policies at x8 at most 3x
-// binpack's cost in the same run; "fgdcpu" (issue 17) at most 3x "fgd"'s.
+// binpack's cost in the same run; "fgdcpu" and "fgdpack" (issue 17) at most
+// 3x "fgd"'s.
 
 #include <memory>
 #include <string>
@@ -37,7 +39,7 @@ constexpr size_t kTasks = 4000;
 
 std::unique_ptr<Policy> NewPolicy(const std::string& name, const OpenbTrace& trace) {
   PolicyOptions options;
-  if (name == "fgd" || name == "fgdcpu") {
+  if (name == "fgd" || name == "fgdcpu" || name == "fgdpack") {
     auto target = TypicalTasks(trace.requests);
     if (target.ok()) options.fgd_target = std::make_shared<const TargetWorkload>(*target);
   }
@@ -115,8 +117,8 @@ void BM_OpenbPlace(benchmark::State& state, std::string policy) {
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
-  for (const char* policy : {"binpack", "spread", "fgd", "fgdcpu", "bestfit", "dotprod",
-                             "gpupacking", "gpuclustering"}) {
+  for (const char* policy : {"binpack", "spread", "fgd", "fgdcpu", "fgdpack", "bestfit",
+                             "dotprod", "gpupacking", "gpuclustering"}) {
     const std::string name(policy);
     auto* b = benchmark::RegisterBenchmark(absl::StrCat("BM_OpenbPlace/", name).c_str(),
                                            BM_OpenbPlace, name);

@@ -53,11 +53,12 @@ void BM_Experiment(benchmark::State& state, const char* policy, bool through_clu
   state.counters["requests"] = static_cast<double>(requests);
   state.SetItemsProcessed(state.iterations() * requests);  // Tasks attempted.
 }
-// "fgdcpu" (not one of the paper's six) has rows of its own: its target is
-// at most 3x "fgd" of the same run, on either path.
+// "fgdcpu" and "fgdpack" (not among the paper's six) have rows of their
+// own: their target is at most 3x "fgd" of the same run, on either path.
 [[maybe_unused]] const bool kExperimentsRegistered = [] {
   std::vector<const char*> policies(std::begin(kPolicies), std::end(kPolicies));
   policies.push_back("fgdcpu");
+  policies.push_back("fgdpack");
   for (const char* policy : policies) {
     benchmark::RegisterBenchmark((std::string("BM_Experiment/") + policy).c_str(),
                                  BM_Experiment, policy, false)
@@ -66,7 +67,7 @@ void BM_Experiment(benchmark::State& state, const char* policy, bool through_clu
         ->Repetitions(5)
         ->ReportAggregatesOnly(true);
   }
-  for (const char* policy : {"fgd", "fgdcpu", "bestfit"}) {
+  for (const char* policy : {"fgd", "fgdcpu", "fgdpack", "bestfit"}) {
     benchmark::RegisterBenchmark(
         (std::string("BM_ExperimentThroughCluster/") + policy).c_str(), BM_Experiment,
         policy, true)

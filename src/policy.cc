@@ -33,7 +33,14 @@ const std::vector<Entry>& Registry() {
       {"binpack", [](const PolicyOptions&) { return policies::NewBinpackPolicy(); }},
       {"spread", [](const PolicyOptions&) { return policies::NewSpreadPolicy(); }},
       {"fgd", [](const PolicyOptions& o) { return policies::NewFgdPolicy(o); }},
-      {"fgdcpu", [](const PolicyOptions& o) { return policies::NewFgdPolicy(o, true); }},
+      {"fgdcpu",
+       [](const PolicyOptions& o) {
+         return policies::NewFgdPolicy(o, policies::FgdVariant::kCpuTies);
+       }},
+      {"fgdpack",
+       [](const PolicyOptions& o) {
+         return policies::NewFgdPolicy(o, policies::FgdVariant::kPacking);
+       }},
       {"bestfit", [](const PolicyOptions&) { return policies::NewBestFitPolicy(); }},
       {"dotprod", [](const PolicyOptions&) { return policies::NewDotProdPolicy(); }},
       {"gpupacking", [](const PolicyOptions&) { return policies::NewGpuPackingPolicy(); }},

@@ -75,7 +75,7 @@ class Ops {
 
 std::unique_ptr<Policy> Make(const std::string& name) {
   PolicyOptions options;
-  if (name == "fgd" || name == "fgdcpu") {
+  if (name == "fgd" || name == "fgdcpu" || name == "fgdpack") {
     auto target = std::make_shared<TargetWorkload>();
     target->tasks = {TargetTask{2000, 300, 1, {}, 0.4}, TargetTask{4000, 0, 1, {"T4"}, 0.3},
                      TargetTask{8000, 0, 2, {}, 0.2}, TargetTask{0, 700, 1, {"A10"}, 0.1}};
@@ -195,8 +195,8 @@ TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelPolicies, ScoreMemoTest,
-                         ::testing::Values("fgd", "fgdcpu", "bestfit", "dotprod", "gpupacking",
-                                           "gpuclustering", "binpack", "spread"),
+                         ::testing::Values("fgd", "fgdcpu", "fgdpack", "bestfit", "dotprod",
+                                           "gpupacking", "gpuclustering", "binpack", "spread"),
                          [](const auto& info) { return info.param; });
 
 // The random test above would pass with the memo switched off (the scan
@@ -265,7 +265,7 @@ TEST(ScoreMemoPathTest, ServedPoliciesAreAnsweredByTheMemo) {
 // feasibility; with a small entry budget, shapes (and groups) are dropped
 // and made again.
 TEST(ScoreMemoTest, ShapesDifferingOnlyInFeasibilityShareEvaluationsExactly) {
-  for (const char* name : {"fgd", "fgdcpu", "bestfit", "gpuclustering"}) {
+  for (const char* name : {"fgd", "fgdcpu", "fgdpack", "bestfit", "gpuclustering"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 1);
     Cluster memo, scan;

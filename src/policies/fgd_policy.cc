@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 #include <utility>
 #include <vector>
 
 #include "gpushare/fragmentation.h"
 #include "src/fgd/kernel.h"
+#include "src/fgd/packing.h"
 
 namespace gpushare::policies {
 namespace {
@@ -21,21 +23,28 @@ TargetWorkload DefaultTarget() {
 }
 
 // "fgd", and with kCpuBound "fgdcpu" (a type of its own: the cluster's score
-// memo tells policies apart by type and target): the same integer score, ties broken
+// memo tells policies apart by type and target), and with kPack as well
+// "fgdpack": fgdcpu's score less kLossScale per millionth of packing value a
+// single-GPU shared task loses on the GPU fgdcpu picks (fgd/packing.h), so
+// that the loss decides first. fgd and fgdcpu: the same integer score, ties broken
 // by int(100 * sigmoid((C0 - C1) / W)) / 101 with C the fragmentation of
 // fgd::FragAmountCpuBound() (50 / 101 on nodes whose GPU model a target type
 // with a model list may use, and for tasks for one GPU, shared or whole, on
 // wholly idle nodes), and a shared task's GPU ties by least idle.
-template <bool kCpuBound>
+template <bool kCpuBound, bool kPack = false>
 class FgdPolicy final : public fgd::KernelPolicy {
  public:
+  static_assert(kCpuBound || !kPack, "fgdpack breaks fgdcpu's ties");
+  // Above any fgdcpu score (at most 100 + 100 / 101).
+  static constexpr double kLossScale = 128;
+
   explicit FgdPolicy(const TargetWorkload& target) : target_(fgd::Compile(target)) {
     for (size_t k = 0; k < target.tasks.size(); ++k) {
       if (!target.tasks[k].gpu_models.empty()) model_listed_.push_back(k);
     }
   }
 
-  std::string Name() const override { return kCpuBound ? "fgdcpu" : "fgd"; }
+  std::string Name() const override { return kPack ? "fgdpack" : kCpuBound ? "fgdcpu" : "fgd"; }
   const fgd::CompiledTarget* target() const override { return &target_; }
   bool NeedsFragCpu(const fgd::KNode& node) const override { return ByCpu(node); }
 
@@ -103,6 +112,7 @@ class FgdPolicy final : public fgd::KernelPolicy {
           gpus[0] = i;
         }
       }
+      if (kPack) best -= kLossScale * LossMillionths(node, gpus[0], task.frag_share);
       return best;
     }
     fgd::LeastIdleGpus(task, node, fitting, num_fitting, gpus);
@@ -126,6 +136,23 @@ class FgdPolicy final : public fgd::KernelPolicy {
     return true;
   }
 
+  // The packing value (fgd/packing.h) that taking `share` from GPU `gpu`
+  // loses, in millionths of a GPU (rounded, so that float noise does not
+  // decide). Values are solved once per GPU size.
+  double LossMillionths(const fgd::KNode& node, int gpu, int64_t share) {
+    const int64_t full = node.frag_full, idle = node.frag_left[gpu];
+    if (share < 1 || share > idle || idle > full) return 0;
+    auto it = packing_.find(full);
+    if (it == packing_.end()) {
+      std::vector<fgd::PackingItem> items;
+      for (const fgd::CompiledTarget::Type& type : target_.types) {
+        if (type.count == 1 && type.share > 0) items.push_back({type.share, type.weight});
+      }
+      it = packing_.emplace(full, fgd::SolvePacking(items, full)).first;
+    }
+    return std::round(1e6 * it->second.Loss(idle, share));
+  }
+
   // Whether every GPU of the node is wholly idle: all of its compute and of
   // its FGD resource share free.
   static bool Idle(const fgd::KNode& node) {
@@ -138,13 +165,21 @@ class FgdPolicy final : public fgd::KernelPolicy {
   fgd::CompiledTarget target_;
   std::vector<fgd::TypeCounts> counts_;  // Score()'s, when the node's are not known.
   std::vector<size_t> model_listed_;  // The target types with a GPU model list.
+  std::map<int64_t, fgd::PackingValues> packing_;  // fgdpack's, by GPU size.
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound) {
+std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, FgdVariant variant) {
   const TargetWorkload& target = options.fgd_target ? *options.fgd_target : DefaultTarget();
-  if (cpu_bound) return std::make_unique<FgdPolicy<true>>(target);
+  switch (variant) {
+    case FgdVariant::kCpuTies:
+      return std::make_unique<FgdPolicy<true>>(target);
+    case FgdVariant::kPacking:
+      return std::make_unique<FgdPolicy<true, true>>(target);
+    case FgdVariant::kPaper:
+      break;
+  }
   return std::make_unique<FgdPolicy<false>>(target);
 }
 

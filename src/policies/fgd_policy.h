@@ -1,4 +1,5 @@
-// Internal: the "fgd" and "fgdcpu" policies (documented in gpushare/policy.h).
+// Internal: the "fgd", "fgdcpu" and "fgdpack" policies (documented in
+// gpushare/policy.h).
 
 #ifndef GPUSHARE_POLICIES_FGD_POLICY_H_
 #define GPUSHARE_POLICIES_FGD_POLICY_H_
@@ -9,8 +10,13 @@
 
 namespace gpushare::policies {
 
-// cpu_bound: "fgdcpu".
-std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options, bool cpu_bound = false);
+enum class FgdVariant {
+  kPaper,    // "fgd"
+  kCpuTies,  // "fgdcpu"
+  kPacking,  // "fgdpack"
+};
+std::unique_ptr<Policy> NewFgdPolicy(const PolicyOptions& options,
+                                     FgdVariant variant = FgdVariant::kPaper);
 
 }  // namespace gpushare::policies
 

@@ -66,7 +66,7 @@ def test_simulate_returns_curve_columns_and_summary() -> None:
 
 
 def test_simulate_breaks_down_the_unallocated_gpus_by_cause() -> None:
-    for policy in ("fgd", "fgdcpu"):
+    for policy in ("fgd", "fgdcpu", "fgdpack"):
         r = gs.simulate(small_cluster(), small_workload(), policy=policy, seed=42)
         assert r.policy == policy
         u = r.unallocated

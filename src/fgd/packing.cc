@@ -1,0 +1,153 @@
+#include "src/fgd/packing.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <utility>
+
+namespace gpushare::fgd {
+namespace {
+
+constexpr double kPivotEps = 1e-12;
+constexpr double kGainEps = 1e-9;
+constexpr int kMaxRounds = 10000;
+// The LP's dual has many optima (shares that only fill holes can be priced
+// anywhere from 0 up); the objective is tilted by this much, relative, per
+// unit of share / full towards pricing the larger shares, so that among
+// the optima the one that prices hole-fillers lowest is found.
+constexpr double kTilt = 1e-7;
+
+// max c.y s.t. rows . y <= 1, y >= 0, by a dense tableau simplex from the
+// slack basis (feasible, as every right-hand side is 1) with Bland's rule,
+// which cannot cycle on these degenerate LPs. The LP is bounded: every item
+// has a row of its own with a positive coefficient.
+std::vector<double> MaximiseUnderPatterns(const std::vector<double>& c,
+                                          const std::vector<std::vector<int>>& rows) {
+  const size_t n = c.size(), m = rows.size(), cols = n + m;
+  std::vector<std::vector<double>> t(m, std::vector<double>(cols + 1, 0.0));
+  std::vector<size_t> basis(m);
+  for (size_t r = 0; r < m; ++r) {
+    for (size_t j = 0; j < n; ++j) t[r][j] = rows[r][j];
+    t[r][n + r] = 1;
+    t[r][cols] = 1;
+    basis[r] = n + r;
+  }
+  std::vector<double> gain(cols, 0.0);  // Reduced costs of the objective.
+  for (size_t j = 0; j < n; ++j) gain[j] = c[j];
+  for (;;) {
+    size_t enter = cols;
+    for (size_t j = 0; j < cols; ++j) {
+      if (gain[j] > kGainEps) {
+        enter = j;
+        break;
+      }
+    }
+    if (enter == cols) break;
+    size_t leave = m;
+    double best_ratio = 0;
+    for (size_t r = 0; r < m; ++r) {
+      if (t[r][enter] <= kPivotEps) continue;
+      const double ratio = t[r][cols] / t[r][enter];
+      if (leave == m || ratio < best_ratio - kPivotEps ||
+          (ratio <= best_ratio + kPivotEps && basis[r] < basis[leave])) {
+        leave = r;
+        best_ratio = ratio;
+      }
+    }
+    if (leave == m) break;  // Unbounded: cannot happen (see above).
+    const double pivot = t[leave][enter];
+    for (double& v : t[leave]) v /= pivot;
+    for (size_t r = 0; r < m; ++r) {
+      if (r == leave || t[r][enter] == 0) continue;
+      const double f = t[r][enter];
+      for (size_t j = 0; j <= cols; ++j) t[r][j] -= f * t[leave][j];
+    }
+    const double f = gain[enter];
+    for (size_t j = 0; j < cols; ++j) gain[j] -= f * t[leave][j];
+    basis[leave] = enter;
+  }
+  std::vector<double> y(n, 0.0);
+  for (size_t r = 0; r < m; ++r) {
+    if (basis[r] < n) y[basis[r]] = std::max(0.0, t[r][cols]);
+  }
+  return y;
+}
+
+// Unbounded knapsack over capacities 0..cells (shares in cells): best[k] =
+// the largest total price of a multiset within k cells; take[k] = the item
+// added last to reach it (-1: best[k] = best[k - 1] or empty).
+void Knapsack(const std::vector<int64_t>& cells_of, const std::vector<double>& price,
+              int64_t cells, std::vector<double>* best, std::vector<int>* take) {
+  best->assign(cells + 1, 0.0);
+  take->assign(cells + 1, -1);
+  for (int64_t k = 1; k <= cells; ++k) {
+    (*best)[k] = (*best)[k - 1];
+    for (size_t i = 0; i < cells_of.size(); ++i) {
+      if (cells_of[i] > k) continue;
+      const double v = (*best)[k - cells_of[i]] + price[i];
+      if (v > (*best)[k] + kPivotEps) {
+        (*best)[k] = v;
+        (*take)[k] = static_cast<int>(i);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) {
+  PackingValues out;
+  out.full = full;
+  if (full <= 1 || full > kMaxPackingFull) return out;
+  std::map<int64_t, double> merged;
+  for (const PackingItem& item : items) {
+    if (item.share >= 1 && item.share < full && item.weight > 0) merged[item.share] += item.weight;
+  }
+  if (merged.empty()) return out;
+  // Every multiset's total is a multiple of the shares' gcd, so the knapsack
+  // runs on cells of that size.
+  int64_t cell = full;
+  for (const auto& [share, weight] : merged) {
+    out.items.push_back(PackingItem{share, weight});
+    cell = std::gcd(cell, share);
+  }
+  const size_t n = out.items.size();
+  const int64_t cells = full / cell;  // Floor: a GPU holds no more.
+  std::vector<int64_t> cells_of(n);
+  std::vector<double> weight(n);
+  std::vector<std::vector<int>> rows;
+  for (size_t i = 0; i < n; ++i) {
+    cells_of[i] = out.items[i].share / cell;
+    weight[i] = out.items[i].weight *
+                (1 + kTilt * static_cast<double>(out.items[i].share) / static_cast<double>(full));
+    std::vector<int> row(n, 0);
+    row[i] = static_cast<int>(full / out.items[i].share);
+    rows.push_back(std::move(row));
+  }
+  std::vector<double> best;
+  std::vector<int> take;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    out.price = MaximiseUnderPatterns(weight, rows);
+    Knapsack(cells_of, out.price, cells, &best, &take);
+    if (best[cells] <= 1 + kGainEps) break;
+    // The most valuable pattern breaks a constraint: add it.
+    std::vector<int> row(n, 0);
+    for (int64_t k = cells; k > 0;) {
+      if (take[k] < 0) {
+        --k;
+        continue;
+      }
+      ++row[take[k]];
+      k -= cells_of[take[k]];
+    }
+    rows.push_back(std::move(row));
+  }
+  out.patterns = static_cast<int>(rows.size());
+  out.gpus_per_weight = 0;
+  for (size_t i = 0; i < n; ++i) out.gpus_per_weight += out.items[i].weight * out.price[i];
+  out.value.resize(full + 1);
+  for (int64_t g = 0; g <= full; ++g) out.value[g] = best[std::min(g / cell, cells)];
+  return out;
+}
+
+}  // namespace gpushare::fgd
