@@ -6,12 +6,14 @@
 //                     [--seeds 42-51] [--inflate 1.3] [--curve FILE]
 //   gpushare sweep --nodes FILE [--policies ...] [--seeds ...] [--out FILE]
 //                  TASKS.csv...
+//   gpushare typical-tasks (--tasks FILE.csv | --pods FILE.json) [--coverage 0.95]
 
 #include <cstring>
 #include <iostream>
 
 #include "cli/simulate_command.h"
 #include "cli/sweep_command.h"
+#include "cli/typical_tasks_command.h"
 #include "gpushare/gpushare.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +23,9 @@ int main(int argc, char** argv) {
                  "  policies   list the placement policies\n"
                  "  simulate   run the FGD trace experiment (gpushare simulate --help)\n"
                  "  sweep      the experiment over traces x policies x seeds, as CSV\n"
-                 "             (gpushare sweep --help)\n";
+                 "             (gpushare sweep --help)\n"
+                 "  typical-tasks  the target workload of a trace or pod list, as JSON\n"
+                 "             (gpushare typical-tasks --help)\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "simulate") return gpushare::cli::RunSimulate(argc - 1, argv + 1);
   if (cmd == "sweep") return gpushare::cli::RunSweep(argc - 1, argv + 1);
+  if (cmd == "typical-tasks") return gpushare::cli::RunTypicalTasks(argc - 1, argv + 1);
   std::cerr << "gpushare: unknown command '" << cmd << "' (try 'gpushare help')\n";
   return 2;
 }

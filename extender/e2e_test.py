@@ -384,6 +384,65 @@ class RestartTest(unittest.TestCase):
         self.assertEqual(shape(after), shape(before))
 
 
+class TargetWorkloadTest(unittest.TestCase):
+    """--policy fgdpack --target-workload FILE: refused when bad, served when good."""
+
+    def setUp(self):
+        self.binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not self.binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, doc):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(doc if isinstance(doc, str) else json.dumps(doc))
+        return path
+
+    def run_refused(self, target_path):
+        proc = subprocess.run(
+            [self.binary, "--nodes", os.path.join(SAMPLES, "nodes.json"),
+             "--pods", os.path.join(SAMPLES, "pods.json"), "--address", "127.0.0.1",
+             "--port", "0", "--policy", "fgdpack", "--target-workload", target_path],
+            capture_output=True, timeout=30)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        return proc.stderr.decode()
+
+    def test_a_bad_target_is_refused_at_start_naming_the_value(self):
+        bad = self.write("bad.json", {"tasks": [{"gpu_share": 4, "gpu_count": 1, "weight": -1}]})
+        self.assertIn("tasks[0].weight: -1 is not a positive number", self.run_refused(bad))
+        self.assertIn("malformed JSON", self.run_refused(self.write("broken.json", "{")))
+        missing = os.path.join(self.tmp.name, "missing.json")
+        self.assertIn("cannot read " + missing, self.run_refused(missing))
+
+    def test_fgdpack_with_a_memory_target_places_and_never_oversubscribes(self):
+        # Shares of 3 and 8 units: 8 + 3 + 3 fill a 14-unit GPU exactly.
+        target = self.write("target.json", {"resource": "memory", "tasks": [
+            {"cpu": 0, "gpu_share": 3, "gpu_count": 1, "weight": 0.6},
+            {"cpu": 0, "gpu_share": 8, "gpu_count": 1, "weight": 0.4}]})
+        proc, url = start_server(self.binary, os.path.join(SAMPLES, "nodes.json"),
+                                 os.path.join(SAMPLES, "pods.json"), self.tmp.name,
+                                 extra=["--policy", "fgdpack", "--target-workload", target])
+        try:
+            c = Client(url)
+            names = ["sd-cluster-04", "sd-cluster-05", "v100-node"]
+            placed = 0
+            for i, units in enumerate([8, 3, 3, 8, 3, 3, 3, 8, 3]):
+                host, _ = schedule(c, make_pod("t%d" % i, units), names)
+                placed += host is not None
+            self.assertEqual(placed, 9)
+            for node in c.inspect()["nodes"]:
+                for dev in node["devs"]:
+                    self.assertLessEqual(dev["usedGPU"], dev["totalGPU"], node["name"])
+                    self.assertEqual(dev["usedGPU"], sum(p["usedGPU"] for p in dev["pods"]))
+            c.close()
+        finally:
+            stop_server(proc)
+
+
 class FakeApiServer:
     """The few Kubernetes API calls the extender makes, over loopback HTTP/1.1,
     answered as the real API server answers them.

@@ -12,6 +12,7 @@
 //                     [--leader-elect-retry-period-ms 2000]
 //                     [--leader-elect-url URL] [--leader-forward-ca FILE]
 //                     [--address 127.0.0.1] [--port 32766] [--policy binpack]
+//                     [--target-workload target.json]
 //                     [--ttl-ms 60000] [--port-file FILE]
 //                     [serving flags: TLS, access log, limits; see --help]
 //   gpushare-extender --nodes nodes.json --pods pods.json [...]
@@ -118,7 +119,7 @@ using gpushare::extender::Reflector;
 
 struct Flags {
   std::string nodes, pods, apiserver, kubeconfig, context, address = "127.0.0.1",
-      policy = "binpack", port_file;
+      policy = "binpack", port_file, target_workload;
   int port = 32766;
   int64_t ttl_ms = 60'000;
   int64_t resync_ms = 300'000;
@@ -179,7 +180,11 @@ void Help(std::ostream& out) {
          "  --address A              listen address (default 127.0.0.1)\n"
          "  --port P                 listen port, 0 = any free one (default 32766)\n"
          "  --port-file FILE         write the port there once listening\n"
-         "  --policy NAME            placement policy (default binpack)\n"
+         "  --policy NAME            placement policy (default binpack; fgdpack for the\n"
+         "                           fewest stranded GPUs, with --target-workload)\n"
+         "  --target-workload FILE   the workload fgd, fgdcpu and fgdpack measure\n"
+         "                           fragmentation against, as JSON (`gpushare\n"
+         "                           typical-tasks --pods PODS.json` writes it)\n"
          "  --ttl-ms MS              reservation time-to-live (default 60000)\n"
          "  --help                   this text\n"
       << gpushare::extender::ServingFlagsHelp();
@@ -288,6 +293,8 @@ int main(int argc, char** argv) {
       flags.port = std::atoi(v);
     } else if (arg == "--policy" && (v = value())) {
       flags.policy = v;
+    } else if (arg == "--target-workload" && (v = value())) {
+      flags.target_workload = v;
     } else if (arg == "--ttl-ms" && (v = value())) {
       flags.ttl_ms = std::atoll(v);
     } else if (arg == "--port-file" && (v = value())) {
@@ -375,6 +382,22 @@ int main(int argc, char** argv) {
   if (absl::Status s = gpushare::extender::ValidateServerOptions(flags.serving); !s.ok()) {
     std::cerr << "gpushare-extender: " << s.message() << "\n";  // Bad TLS files, limits.
     return 2;
+  }
+  std::shared_ptr<const gpushare::TargetWorkload> target;
+  if (!flags.target_workload.empty()) {
+    std::string text;
+    if (!ReadFile(flags.target_workload, &text)) {
+      std::cerr << "gpushare-extender: --target-workload: cannot read " << flags.target_workload
+                << "\n";
+      return 2;
+    }
+    absl::StatusOr<gpushare::TargetWorkload> parsed = gpushare::TargetWorkloadFromJson(text);
+    if (!parsed.ok()) {
+      std::cerr << "gpushare-extender: --target-workload " << flags.target_workload << ": "
+                << parsed.status().message() << "\n";
+      return 2;
+    }
+    target = std::make_shared<const gpushare::TargetWorkload>(*std::move(parsed));
   }
 
   using gpushare::extender::Metrics;
@@ -478,6 +501,7 @@ int main(int argc, char** argv) {
   for (const std::string& w : report.warnings) std::cerr << "warning: " << w << "\n";
   gpushare::SchedulerOptions options;
   options.policy = flags.policy;
+  options.policy_options.fgd_target = target;
   options.reservation_ttl_ms = flags.ttl_ms;
   auto scheduler = gpushare::Scheduler::Create(*std::move(cluster), options);
   if (!scheduler.ok()) {
@@ -715,7 +739,11 @@ int main(int argc, char** argv) {
     std::rename((flags.port_file + ".tmp").c_str(), flags.port_file.c_str());
   }
   std::cout << "gpushare-extender: " << report.nodes << " nodes, " << report.placed
-            << " placements restored; policy " << flags.policy << "; "
+            << " placements restored; policy " << flags.policy
+            << (target == nullptr ? std::string()
+                                  : " against a target workload of " +
+                                        std::to_string(target->tasks.size()) + " task types")
+            << "; "
             << (api ? "binding through " + api->config().server : std::string("reserving only"))
             << "; listening on " << (flags.serving.tls_cert_file.empty() ? "http://" : "https://")
             << flags.address << ":" << port << std::endl;

@@ -146,7 +146,9 @@ TEST(FgdPackPolicyTest, ScoreIsFgdcpusLessThePackingLossOnItsGpu) {
   for (int round = 0; round < 2000; ++round) {
     const int n = 1 + static_cast<int>(rng() % 4);
     std::vector<int64_t> left(n);
-    for (int64_t& l : left) l = rng() % 3 == 0 ? kGpuCompute : static_cast<int64_t>(rng() % 101) * 10;
+    for (int64_t& l : left) {
+      l = rng() % 3 == 0 ? kGpuCompute : static_cast<int64_t>(rng() % 101) * 10;
+    }
     fgd::KNode node;
     node.num_gpus = n;
     node.compute_left = left.data();

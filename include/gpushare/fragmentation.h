@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -92,6 +93,28 @@ ClusterFragmentation Fragmentation(const Cluster& cluster, const TargetWorkload&
 absl::StatusOr<TargetWorkload> TypicalTasks(const std::vector<Request>& workload,
                                             double coverage = 0.95,
                                             FragResource resource = FragResource::kCompute);
+
+// The target workload as JSON, the form `gpushare-extender
+// --target-workload FILE` reads and `gpushare typical-tasks` writes:
+//
+//   {"resource": "compute",
+//    "tasks": [{"cpu": 3152, "gpu_share": 810, "gpu_count": 1, "weight": 0.135},
+//              {"cpu": 11300, "gpu_share": 1000, "gpu_count": 1, "weight": 0.113,
+//               "gpu_models": ["V100M16", "V100M32"]}, ...]}
+//
+// "resource" is "compute" or "memory"; per task, "weight" is required and
+// the other fields default to 0 or empty (the tasks of gs.typical_tasks()
+// have these keys). Writing then reading gives the same workload.
+std::string TargetWorkloadToJson(const TargetWorkload& target);
+
+// Errors: InvalidArgument naming the offending value: malformed JSON, a
+// missing or mistyped field, an unknown key (a misspelt field would
+// otherwise be ignored), a resource other than compute / memory, no task,
+// cpu or gpu_share outside 0..kMaxQuantity, gpu_count outside
+// 0..kMaxGpusPerNode, a GPU share without GPUs, or a weight that is not a
+// positive finite number, e.g. "tasks[2].weight: -1 is not a positive
+// number".
+absl::StatusOr<TargetWorkload> TargetWorkloadFromJson(std::string_view json);
 
 }  // namespace gpushare
 

@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gpushare/cluster.h"
+#include "gpushare/policy.h"
 #include "gpushare/types.h"
 
 namespace gpushare {
@@ -57,6 +58,12 @@ namespace gpushare {
 struct SchedulerOptions {
   // The placement policy, by name (see PolicyNames()).
   std::string policy = "binpack";
+  // What the policy is made with: the seed of "random", and the target
+  // workload of "fgd", "fgdcpu" and "fgdpack" (without one they measure
+  // fragmentation against a single whole-GPU task). A policy is made per
+  // call; what it derives from the target (fgdpack's packing prices) is
+  // solved once per process.
+  PolicyOptions policy_options;
   // How long a reservation lives without Confirm(), milliseconds; >= 1.
   int64_t reservation_ttl_ms = 60'000;
   // Monotonic clock in nanoseconds; empty means std::chrono::steady_clock.

@@ -1,8 +1,11 @@
 #include "src/fgd/packing.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <tuple>
 #include <utility>
 
 namespace gpushare::fgd {
@@ -148,6 +151,35 @@ PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) 
   out.value.resize(full + 1);
   for (int64_t g = 0; g <= full; ++g) out.value[g] = best[std::min(g / cell, cells)];
   return out;
+}
+
+std::shared_ptr<const PackingValues> SharedPacking(const std::vector<PackingItem>& items,
+                                                   int64_t full) {
+  using Key = std::pair<int64_t, std::vector<std::pair<int64_t, double>>>;
+  static constexpr size_t kKept = 64;
+  static std::mutex mu;
+  static auto* solved = new std::map<Key, std::shared_ptr<const PackingValues>>();
+  static auto* order = new std::deque<Key>();  // Oldest first.
+  Key key{full, {}};
+  for (const PackingItem& item : items) key.second.emplace_back(item.share, item.weight);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = solved->find(key);
+    if (it != solved->end()) return it->second;
+  }
+  // Solved outside the lock: two threads may both solve the same items once;
+  // the results are identical.
+  auto values = std::make_shared<const PackingValues>(SolvePacking(items, full));
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = solved->emplace(key, values);
+  if (inserted) {
+    order->push_back(key);
+    if (order->size() > kKept) {
+      solved->erase(order->front());
+      order->pop_front();
+    }
+  }
+  return it->second;
 }
 
 }  // namespace gpushare::fgd

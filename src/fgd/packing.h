@@ -34,6 +34,7 @@
 #define GPUSHARE_FGD_PACKING_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gpushare::fgd {
@@ -73,6 +74,13 @@ inline constexpr int64_t kMaxPackingFull = int64_t{1} << 16;
 // Solves the LP above for `items` (shares outside 1..full-1 and weights <= 0
 // are left out; equal shares are merged) in GPUs of `full` units.
 PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full);
+
+// SolvePacking() remembered across calls: the same items and size give the
+// same values, solved once per process (hosts such as the Scheduler make a
+// policy per call; a solve takes about a millisecond for the openb target).
+// Thread-safe; the 64 most recently solved are kept.
+std::shared_ptr<const PackingValues> SharedPacking(const std::vector<PackingItem>& items,
+                                                   int64_t full);
 
 }  // namespace gpushare::fgd
 

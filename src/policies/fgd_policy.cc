@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -148,9 +149,9 @@ class FgdPolicy final : public fgd::KernelPolicy {
       for (const fgd::CompiledTarget::Type& type : target_.types) {
         if (type.count == 1 && type.share > 0) items.push_back({type.share, type.weight});
       }
-      it = packing_.emplace(full, fgd::SolvePacking(items, full)).first;
+      it = packing_.emplace(full, fgd::SharedPacking(items, full)).first;
     }
-    return std::round(1e6 * it->second.Loss(idle, share));
+    return std::round(1e6 * it->second->Loss(idle, share));
   }
 
   // Whether every GPU of the node is wholly idle: all of its compute and of
@@ -165,7 +166,8 @@ class FgdPolicy final : public fgd::KernelPolicy {
   fgd::CompiledTarget target_;
   std::vector<fgd::TypeCounts> counts_;  // Score()'s, when the node's are not known.
   std::vector<size_t> model_listed_;  // The target types with a GPU model list.
-  std::map<int64_t, fgd::PackingValues> packing_;  // fgdpack's, by GPU size.
+  // fgdpack's, by GPU size.
+  std::map<int64_t, std::shared_ptr<const fgd::PackingValues>> packing_;
 };
 
 }  // namespace

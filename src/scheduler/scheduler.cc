@@ -41,7 +41,7 @@ int64_t SteadyNowNs() {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Cluster cluster,
                                                             SchedulerOptions options) {
-  GPUSHARE_RETURN_IF_ERROR(MakePolicy(options.policy).status());
+  GPUSHARE_RETURN_IF_ERROR(MakePolicy(options.policy, options.policy_options).status());
   if (options.reservation_ttl_ms < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reservation ttl ", options.reservation_ttl_ms, " ms must be at least 1"));
@@ -87,7 +87,8 @@ absl::StatusOr<std::vector<FitResult>> Scheduler::Filter(
 
 absl::StatusOr<std::vector<NodeScore>> Scheduler::Score(
     const Request& request, const std::vector<std::string>& nodes) const {
-  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
+                            MakePolicy(options_.policy, options_.policy_options));
   std::shared_lock lock(state_->mu);
   const Cluster& cluster = state_->cluster;
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
@@ -209,7 +210,8 @@ int Scheduler::ExpireReservations() {
 }
 
 absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string_view node) {
-  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
+                            MakePolicy(options_.policy, options_.policy_options));
   ExpireReservations();
   std::unique_lock lock(state_->mu);
   Cluster& cluster = state_->cluster;
@@ -298,7 +300,8 @@ absl::Status Scheduler::Release(std::string_view id) {
 }
 
 absl::StatusOr<Placement> Scheduler::Place(const Request& request) {
-  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(options_.policy));
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
+                            MakePolicy(options_.policy, options_.policy_options));
   ExpireReservations();
   std::unique_lock lock(state_->mu);
   GPUSHARE_ASSIGN_OR_RETURN(Placement p, state_->cluster.Place(request, *policy));

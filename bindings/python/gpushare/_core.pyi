@@ -276,7 +276,10 @@ class Policy:
     #   def on_committed(self, placement: Placement) -> None   (optional)
 
 def policy_names() -> list[str]: ...
-def make_policy(name: str, seed: int = 42) -> Policy: ...
+def make_policy(name: str, seed: int = 42,
+                target: Union[None, str, "os.PathLike[str]", Sequence[Request],
+                              Sequence[dict[str, object]]] = None,
+                resource: str = "compute", coverage: float = 0.95) -> Policy: ...
 
 # ---- Cluster ----------------------------------------------------------------------
 

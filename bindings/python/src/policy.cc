@@ -205,14 +205,24 @@ void RegisterPolicy(py::module_& m) {
   m.def("policy_names", &PolicyNames, "The names of the built-in policies, sorted.");
   m.def(
       "make_policy",
-      [](const std::string& name, Int<uint64_t, arg::seed> seed) {
+      [](const std::string& name, Int<uint64_t, arg::seed> seed, py::object target,
+         const std::string& resource, double coverage) {
         PolicyOptions options;
         options.seed = seed;
+        if (!target.is_none()) {
+          options.fgd_target = std::make_shared<const TargetWorkload>(
+              TargetArg(target, ResourceArg(resource), coverage));
+        }
         return ValueOrThrow(MakePolicy(name, options));
       },
-      py::arg("name"), py::arg("seed") = 42,
+      py::arg("name"), py::arg("seed") = 42, py::arg("target") = py::none(),
+      py::arg("resource") = "compute", py::arg("coverage") = 0.95,
       "Makes the built-in policy `name` (see policy_names()); `seed` is for randomised "
-      "ones. Raises InvalidArgumentError (a ValueError) for an unknown name. A policy "
+      "ones. `target` is the workload fgd, fgdcpu and fgdpack measure fragmentation\n"
+      "against: a list of dicts like gs.typical_tasks() returns, or a workload (openb CSV\n"
+      "path or list of gs.Request) whose typical tasks (`coverage`, on `resource`:\n"
+      "'compute' or 'memory') are used; None: a single whole-GPU task. Raises\n"
+      "InvalidArgumentError (a ValueError) for an unknown name or a bad target. A policy "
       "object keeps its state between calls; use one per thread.");
 }
 

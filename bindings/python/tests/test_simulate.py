@@ -162,3 +162,34 @@ def test_fgd_policies_example_draws_the_curves(tmp_path: pathlib.Path) -> None:
     assert out_png.stat().st_size > 0
     for policy in ("fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering", "random"):
         assert policy in out
+
+
+def test_make_policy_takes_the_target_workload_of_fgdpack() -> None:
+    target = [
+        {"cpu": 1000, "gpu_share": 810, "gpu_count": 1, "weight": 0.3},
+        {"cpu": 1000, "gpu_share": 470, "gpu_count": 1, "weight": 0.3},
+        {"cpu": 1000, "gpu_share": 320, "gpu_count": 1, "weight": 0.2},
+        {"cpu": 1000, "gpu_share": 650, "gpu_count": 1, "weight": 0.1},
+        {"cpu": 1000, "gpu_share": 160, "gpu_count": 1, "weight": 0.1},
+    ]
+
+    def pick(policy: gs.Policy) -> str:
+        c = gs.Cluster()
+        c.add_node(gs.Node("hole-840", gpus=[gs.Gpu(memory=16, model="A")], cpu=32000,
+                           gpu_sharing=True))
+        # The only node yet: the 160 share lands there.
+        assert c.place(gs.Request("bg", gpu_memory=1, compute=160, cpu=1000)).node == "hole-840"
+        c.add_node(gs.Node("idle", gpus=[gs.Gpu(memory=16, model="A")], cpu=32000,
+                           gpu_sharing=True))
+        return c.place(gs.Request("r", gpu_memory=1, compute=650, cpu=1000), policy=policy).node
+
+    # The 840 a 160 share left is kept for an 810 share; without the target,
+    # fgdpack measures against one whole-GPU task and takes the tighter GPU.
+    assert pick(gs.make_policy("fgdpack", target=target)) == "idle"
+    assert pick(gs.make_policy("fgdpack")) == "hole-840"
+    # A workload works too: its typical tasks are the target.
+    workload = [gs.Request(f"w{i}", compute=s, cpu=1000)
+                for i, s in enumerate([810, 810, 810, 470, 470, 470, 320, 320, 650, 160])]
+    assert pick(gs.make_policy("fgdpack", target=workload, coverage=1.0)) == "idle"
+    with pytest.raises(ValueError, match="resource 'disk'"):
+        gs.make_policy("fgdpack", target=target, resource="disk")
