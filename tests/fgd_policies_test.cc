@@ -231,6 +231,7 @@ TEST_P(EngineEqualityTest, FastEngineMatchesClusterPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PaperPolicies, EngineEqualityTest, ::testing::ValuesIn(kPaperPolicies));
+INSTANTIATE_TEST_SUITE_P(BeyondThePaper, EngineEqualityTest, ::testing::Values("fgdcpu", "fgdpack"));
 
 }  // namespace
 }  // namespace gpushare

@@ -373,23 +373,6 @@ TEST(FgdCpuPolicyTest, ScoreMemoMatchesTheScanOverRandomPlacesAndReleases) {
   EXPECT_GT(failed, 0);  // The cluster ran full: CPU ran short on some nodes.
 }
 
-TEST(FgdCpuPolicyTest, FastEngineMatchesClusterPlace) {
-  const std::vector<Node> nodes = testing::GeneratedNodes(testing::Quick() ? 12 : 40, 3);
-  const std::vector<Request> requests =
-      testing::GeneratedRequests(testing::Quick() ? 150 : 500, 4);
-  SimulationOptions options;
-  options.policy = "fgdcpu";
-  options.seed = 11;
-  options.inflate = 1.2;
-  ASSERT_OK_AND_ASSIGN(SimulationResult fast, Simulate(nodes, requests, options));
-  options.through_cluster = true;
-  ASSERT_OK_AND_ASSIGN(SimulationResult slow, Simulate(nodes, requests, options));
-  EXPECT_EQ(fast.policy, "fgdcpu");
-  EXPECT_GT(fast.failed.total(), 0);
-  EXPECT_EQ(fast.node_of_request, slow.node_of_request);
-  EXPECT_EQ(fast.gpus_of_request, slow.gpus_of_request);
-}
-
 TEST(FgdCpuPolicyTest, BreaksFgdTiesOnTheGpuTheCpuWouldStrand) {
   // Two 3-GPU nodes, each with half of GPU 2 taken; the "short" one has CPU
   // for one 8-core target task only, so one of its idle GPUs is lost to the
@@ -503,19 +486,9 @@ TEST(FgdCpuPolicyTest, LeavesFewerGpusUnallocatedThanFgdOnTheDefaultTrace) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   ASSERT_OK_AND_ASSIGN(const testing::OpenbDefault openb, testing::LoadOpenbDefault(dir));
-  const std::vector<Node>& nodes = openb.nodes;
-  const std::vector<Request>& requests = openb.requests;
-  SimulationOptions options;
-  options.inflate = 1.05;  // The same tasks up to 100% arrived as with 1.3.
-  const std::vector<uint64_t> seeds = {42, 43, 44};
-  double mean[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    options.policy = k == 0 ? "fgd" : "fgdcpu";
-    ASSERT_OK_AND_ASSIGN(std::vector<SimulationResult> runs,
-                         SimulateSeeds(nodes, requests, options, seeds));
-    for (const SimulationResult& r : runs) mean[k] += r.UnallocatedAt(100) / 3;
-  }
-  EXPECT_LT(mean[1], mean[0] - 0.1);
+  ASSERT_OK_AND_ASSIGN(const double fgd, testing::MeanUnallocatedAt100(openb, "fgd"));
+  ASSERT_OK_AND_ASSIGN(const double fgdcpu, testing::MeanUnallocatedAt100(openb, "fgdcpu"));
+  EXPECT_LT(fgdcpu, fgd - 0.1);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "gpushare/gpushare.h"
 #include "src/fgd/kernel.h"
 #include "src/fgd/packing.h"
-#include "tests/testing/scanned_policy.h"
+#include "tests/testing/packing_fixtures.h"
 #include "tests/testing/sim_fixtures.h"
 #include "tests/testing/status_matchers.h"
 
@@ -181,46 +181,19 @@ TEST(FgdPackPolicyTest, ScoreIsFgdcpusLessThePackingLossOnItsGpu) {
   EXPECT_GT(differ, 100);
 }
 
-// Single-GPU nodes, each holding one background share (0: idle), and one
-// shared request: the node each policy picks, for every tie order.
+// The node a policy (with the target of the packing fixtures) picks for a
+// share on one-GPU nodes holding `held`, for every tie order.
 std::vector<std::string> Picks(const std::string& policy_name,
                                const std::vector<std::pair<std::string, int64_t>>& held,
                                int64_t share) {
-  TargetWorkload target;
-  target.tasks = {TargetTask{1000, 810, 1, {}, 0.3}, TargetTask{1000, 470, 1, {}, 0.3},
-                  TargetTask{1000, 320, 1, {}, 0.2}, TargetTask{1000, 650, 1, {}, 0.1},
-                  TargetTask{1000, 160, 1, {}, 0.1}};
   PolicyOptions po;
-  po.fgd_target = std::make_shared<const TargetWorkload>(target);
+  po.fgd_target = std::make_shared<const TargetWorkload>(testing::PackingTarget());
   std::vector<std::string> picks;
   for (uint64_t seed = 0; seed < 8; ++seed) {
-    ClusterOptions co;
-    co.tie_break_seed = seed;
-    Cluster c(co);
-    for (const auto& [name, taken] : held) {
-      Node n;
-      n.name = name;
-      n.gpus.assign(1, Gpu{16, "A", "", true});
-      n.cpu = 32000;
-      n.gpu_sharing = true;
-      EXPECT_OK(c.AddNode(n));
-      if (taken == 0) continue;
-      Placement p;
-      p.request_id = "bg-" + name;
-      p.node = name;
-      p.gpus = {0};
-      p.memory_per_gpu = 1;
-      p.compute_per_gpu = taken;
-      EXPECT_OK(c.Commit(p));
-    }
+    Cluster c = testing::OneGpuNodesHolding(held, seed);
     absl::StatusOr<std::unique_ptr<Policy>> policy = MakePolicy(policy_name, po);
     EXPECT_OK(policy.status());
-    Request r;
-    r.id = "r";
-    r.compute = share;
-    r.gpu_memory = 1;
-    r.cpu = 1000;
-    absl::StatusOr<Placement> placed = c.Place(r, **policy);
+    absl::StatusOr<Placement> placed = c.Place(testing::ComputeShare("r", share), **policy);
     EXPECT_OK(placed.status());
     picks.push_back(placed.ok() ? placed->node : "");
   }
@@ -240,83 +213,14 @@ TEST(FgdPackPolicyTest, KeepsHolesForTheSharesThatFitThem) {
   }
 }
 
-TEST(FgdPackPolicyTest, ScoreMemoMatchesTheScanOverRandomPlacesAndReleases) {
-  std::mt19937_64 rng(4);
-  TargetWorkload target;
-  target.tasks = {TargetTask{2000, 300, 1, {}, 0.3}, TargetTask{12000, 0, 1, {}, 0.3},
-                  TargetTask{8000, 0, 2, {}, 0.1}, TargetTask{1000, 700, 1, {}, 0.2},
-                  TargetTask{1000, 500, 1, {}, 0.1}};
-  PolicyOptions po;
-  po.fgd_target = std::make_shared<const TargetWorkload>(target);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> policy, MakePolicy("fgdpack", po));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Policy> inner, MakePolicy("fgdpack", po));
-  testing::ScannedPolicy scanned(std::move(inner));
-  ClusterOptions options;
-  options.tie_break_seed = 3;
-  Cluster memo(options), scan(options);
-  for (const Node& n : testing::GeneratedNodes(24, 8)) {
-    ASSERT_OK(memo.AddNode(n));
-    ASSERT_OK(scan.AddNode(n));
-  }
-  const std::vector<Request> requests =
-      testing::GeneratedRequests(testing::Quick() ? 400 : 2000, 9);
-  std::vector<std::string> placed;
-  int failed = 0;
-  for (const Request& r : requests) {
-    SCOPED_TRACE(r.id);
-    if (!placed.empty() && rng() % 3 == 0) {
-      const size_t victim = rng() % placed.size();
-      ASSERT_OK(memo.Release(placed[victim]));
-      ASSERT_OK(scan.Release(placed[victim]));
-      placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(victim));
-    }
-    absl::StatusOr<Placement> got = memo.Place(r, *policy);
-    absl::StatusOr<Placement> want = scan.Place(r, scanned);
-    ASSERT_EQ(got.status().code(), want.status().code());
-    if (!got.ok()) {
-      ++failed;
-      continue;
-    }
-    ASSERT_EQ(*got, *want);
-    placed.push_back(r.id);
-  }
-  EXPECT_GT(placed.size(), 20u);
-  EXPECT_GT(failed, 0);
-}
-
-TEST(FgdPackPolicyTest, FastEngineMatchesClusterPlace) {
-  const std::vector<Node> nodes = testing::GeneratedNodes(testing::Quick() ? 12 : 40, 3);
-  const std::vector<Request> requests =
-      testing::GeneratedRequests(testing::Quick() ? 150 : 500, 4);
-  SimulationOptions options;
-  options.policy = "fgdpack";
-  options.seed = 12;
-  options.inflate = 1.2;
-  ASSERT_OK_AND_ASSIGN(SimulationResult fast, Simulate(nodes, requests, options));
-  options.through_cluster = true;
-  ASSERT_OK_AND_ASSIGN(SimulationResult slow, Simulate(nodes, requests, options));
-  EXPECT_EQ(fast.policy, "fgdpack");
-  EXPECT_GT(fast.failed.total(), 0);
-  EXPECT_EQ(fast.node_of_request, slow.node_of_request);
-  EXPECT_EQ(fast.gpus_of_request, slow.gpus_of_request);
-}
-
 TEST(FgdPackPolicyTest, LeavesFewerGpusUnallocatedThanFgdcpuOnTheDefaultTrace) {
   const std::string dir = testing::OpenbDir();
   if (dir.empty()) GTEST_SKIP() << "openb traces not found under " << testing::SharedDir();
   ASSERT_OK_AND_ASSIGN(const testing::OpenbDefault openb, testing::LoadOpenbDefault(dir));
-  SimulationOptions options;
-  options.inflate = 1.05;  // The same tasks up to 100% arrived as with 1.3.
-  const std::vector<uint64_t> seeds = {42, 43, 44};
-  double mean[2] = {0, 0};
-  for (int k = 0; k < 2; ++k) {
-    options.policy = k == 0 ? "fgdcpu" : "fgdpack";
-    ASSERT_OK_AND_ASSIGN(std::vector<SimulationResult> runs,
-                         SimulateSeeds(openb.nodes, openb.requests, options, seeds));
-    for (const SimulationResult& r : runs) mean[k] += r.UnallocatedAt(100) / 3;
-  }
-  EXPECT_LT(mean[1], mean[0] - 0.2);
-  EXPECT_LT(mean[1], 4.0);
+  ASSERT_OK_AND_ASSIGN(const double fgdcpu, testing::MeanUnallocatedAt100(openb, "fgdcpu"));
+  ASSERT_OK_AND_ASSIGN(const double fgdpack, testing::MeanUnallocatedAt100(openb, "fgdpack"));
+  EXPECT_LT(fgdpack, fgdcpu - 0.2);
+  EXPECT_LT(fgdpack, 4.0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
 #include "src/fgd/packing.h"
+#include "tests/testing/packing_fixtures.h"
 #include "tests/testing/sim_fixtures.h"
 #include "tests/testing/status_matchers.h"
 
@@ -101,43 +102,19 @@ TEST(SharedPackingTest, SolvesEachTargetOnceAndEqualsTheSolve) {
 // 650 on the idle GPU; without one (fragmentation against a single
 // whole-GPU task) it takes the tighter GPU.
 TEST(SchedulerTargetTest, PoliciesGetTheTargetWorkload) {
-  TargetWorkload target;
-  target.tasks = {TargetTask{1000, 810, 1, {}, 0.3}, TargetTask{1000, 470, 1, {}, 0.3},
-                  TargetTask{1000, 320, 1, {}, 0.2}, TargetTask{1000, 650, 1, {}, 0.1},
-                  TargetTask{1000, 160, 1, {}, 0.1}};
-  auto make_cluster = [] {
-    Cluster c;
-    for (const char* name : {"hole-840", "idle"}) {
-      Node n;
-      n.name = name;
-      n.gpus.assign(1, Gpu{16, "A", "", true});
-      n.cpu = 32000;
-      n.gpu_sharing = true;
-      EXPECT_OK(c.AddNode(n));
-    }
-    Placement p;
-    p.request_id = "bg";
-    p.node = "hole-840";
-    p.gpus = {0};
-    p.memory_per_gpu = 1;
-    p.compute_per_gpu = 160;
-    EXPECT_OK(c.Commit(p));
-    return c;
-  };
-  Request r;
-  r.id = "r";
-  r.compute = 650;
-  r.gpu_memory = 1;
-  r.cpu = 1000;
   for (bool with_target : {true, false}) {
     SCOPED_TRACE(with_target);
     SchedulerOptions options;
     options.policy = "fgdpack";
     if (with_target) {
-      options.policy_options.fgd_target = std::make_shared<const TargetWorkload>(target);
+      options.policy_options.fgd_target =
+          std::make_shared<const TargetWorkload>(testing::PackingTarget());
     }
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> s,
-                         Scheduler::Create(make_cluster(), options));
+    ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<Scheduler> s,
+        Scheduler::Create(testing::OneGpuNodesHolding({{"hole-840", 160}, {"idle", 0}}),
+                          options));
+    const Request r = testing::ComputeShare("r", 650);
     ASSERT_OK_AND_ASSIGN(std::vector<NodeScore> scores, s->Score(r));
     ASSERT_EQ(scores.size(), 2u);
     ASSERT_OK_AND_ASSIGN(Placement placed, s->Reserve(r));
