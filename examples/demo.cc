@@ -1,6 +1,7 @@
 // The gpushare demo: scenario S1 of the GPU-sharing field reports step by step
 // as `kubectl inspect gpushare` tables, then binpack and spread side by side on
-// the same requests. Built-in data only.
+// the same requests, then the FGD experiment on a generated workload under
+// fgdpack, fgd, bestfit and random. Built-in data only.
 
 #include <iostream>
 #include <string>
@@ -118,7 +119,7 @@ int main() {
       }
       work.push_back(r);
     }
-    for (const char* policy : {"fgd", "bestfit", "random"}) {
+    for (const char* policy : {"fgdpack", "fgd", "bestfit", "random"}) {
       gpushare::SimulationOptions options;
       options.policy = policy;
       auto run = gpushare::Simulate(nodes, work, options);
