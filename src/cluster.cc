@@ -76,33 +76,46 @@ const ClusterOptions& Cluster::options() const { return state_->options; }
 
 // ---- Nodes -------------------------------------------------------------------
 
-absl::Status Cluster::AddNode(const Node& node) {
-  GPUSHARE_RETURN_IF_ERROR(internal::ValidateNode(node));
-  if (state_->node_index.contains(node.name)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("node '", internal::Echo(node.name), "' already exists"));
+namespace internal {
+namespace {
+
+// Cluster::AddNode(), copying (const Node&) or moving (Node&&, for the
+// loaders) the node's strings, labels and GPUs into its status.
+template <typename N>
+absl::Status AddNodeTo(ClusterState& state, N&& node) {
+  GPUSHARE_RETURN_IF_ERROR(ValidateNode(node));
+  if (state.node_index.contains(node.name)) {
+    return absl::AlreadyExistsError(absl::StrCat("node '", Echo(node.name), "' already exists"));
   }
   for (const Gpu& gpu : node.gpus) {  // (Repeats within the node: ValidateNode.)
     if (gpu.uuid.empty()) continue;
-    if (auto it = state_->gpu_uuids.find(gpu.uuid); it != state_->gpu_uuids.end()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("node '", internal::Echo(node.name), "': GPU UUID '",
-                       internal::Echo(gpu.uuid), "' already belongs to node '",
-                       internal::Echo(it->second), "'"));
+    if (auto it = state.gpu_uuids.find(gpu.uuid); it != state.gpu_uuids.end()) {
+      return absl::AlreadyExistsError(absl::StrCat("node '", Echo(node.name), "': GPU UUID '",
+                                                   Echo(gpu.uuid), "' already belongs to node '",
+                                                   Echo(it->second), "'"));
     }
   }
   for (const Gpu& gpu : node.gpus) {
-    if (!gpu.uuid.empty()) state_->gpu_uuids.emplace(gpu.uuid, node.name);
+    if (!gpu.uuid.empty()) state.gpu_uuids.emplace(gpu.uuid, node.name);
   }
-  state_->node_index.emplace(node.name, static_cast<uint32_t>(state_->nodes.size()));
-  state_->nodes.push_back(internal::MakeNodeStatus(node));
-  state_->tie_keys.push_back(internal::TieKey(state_->options.tie_break_seed, node.name,
-                                              state_->next_sequence++));
-  state_->max_gpus_per_node =
-      std::max(state_->max_gpus_per_node, static_cast<int>(node.gpus.size()));
-  state_->index.Link(*state_, static_cast<uint32_t>(state_->nodes.size() - 1), nullptr);
+  state.node_index.emplace(node.name, static_cast<uint32_t>(state.nodes.size()));
+  state.tie_keys.push_back(
+      TieKey(state.options.tie_break_seed, node.name, state.next_sequence++));
+  state.max_gpus_per_node = std::max(state.max_gpus_per_node, static_cast<int>(node.gpus.size()));
+  state.nodes.push_back(MakeNodeStatus(std::forward<N>(node)));
+  state.index.Link(state, static_cast<uint32_t>(state.nodes.size() - 1), nullptr);
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status ClusterAccess::AddNodeMoved(Cluster& cluster, Node&& node) {
+  return AddNodeTo(*cluster.state_, std::move(node));
+}
+
+}  // namespace internal
+
+absl::Status Cluster::AddNode(const Node& node) { return internal::AddNodeTo(*state_, node); }
 
 absl::Status Cluster::RemoveNode(std::string_view name) {
   auto it = state_->node_index.find(internal::Sv(name));
@@ -292,24 +305,44 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request,
   return Plan(request, *p);
 }
 
-absl::Status Cluster::Commit(const Placement& placement) {
-  if (state_->placements.contains(placement.request_id)) {
+namespace internal {
+namespace {
+
+// Cluster::Commit(), storing a copy (const Placement&) or the placement
+// itself (Placement&&, for the loaders).
+template <typename P>
+absl::Status CommitTo(ClusterState& state, P&& placement) {
+  if (state.placements.contains(placement.request_id)) {
     return absl::AlreadyExistsError(
-        absl::StrCat("request '", internal::Echo(placement.request_id), "' is already placed"));
+        absl::StrCat("request '", Echo(placement.request_id), "' is already placed"));
   }
-  auto it = state_->node_index.find(placement.node);
-  if (it == state_->node_index.end()) {
+  auto it = state.node_index.find(placement.node);
+  if (it == state.node_index.end()) {
     return absl::NotFoundError(absl::StrCat("placement of '", placement.request_id,
-                                            "' names unknown node '", internal::Echo(placement.node), "'"));
+                                            "' names unknown node '", Echo(placement.node), "'"));
   }
-  NodeStatus& node = state_->nodes[it->second];
-  GPUSHARE_RETURN_IF_ERROR(internal::CheckCommit(node, placement));
-  state_->index.Unlink(*state_, it->second, &placement.gpus);
-  internal::ApplyToNode(node, placement);
-  state_->index.Link(*state_, it->second, &placement.gpus);
-  Placement& stored = state_->placements.emplace(placement.request_id, placement).first->second;
-  stored.weakest_link = internal::WeakestLinkOf(node, stored.gpus);
+  NodeStatus& node = state.nodes[it->second];
+  GPUSHARE_RETURN_IF_ERROR(CheckCommit(node, placement));
+  state.index.Unlink(state, it->second, &placement.gpus);
+  ApplyToNode(node, placement);
+  state.index.Link(state, it->second, &placement.gpus);
+  std::string key = placement.request_id;
+  Placement& stored =
+      state.placements.emplace(std::move(key), std::forward<P>(placement)).first->second;
+  stored.weakest_link = WeakestLinkOf(node, stored.gpus);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ClusterAccess::CommitMoved(Cluster& cluster, Placement&& placement) {
+  return CommitTo(*cluster.state_, std::move(placement));
+}
+
+}  // namespace internal
+
+absl::Status Cluster::Commit(const Placement& placement) {
+  return internal::CommitTo(*state_, placement);
 }
 
 absl::StatusOr<Placement> Cluster::Place(const Request& request, Policy& policy) {

@@ -182,7 +182,7 @@ absl::StatusOr<Cluster> SnapshotFromJsonFast(std::string_view text) {
       node.topology = *std::move(t);
     }
     l.node = node.name;
-    GPUSHARE_FAST(cluster.AddNode(std::move(node)).ok());
+    GPUSHARE_FAST(ClusterAccess::AddNodeMoved(cluster, std::move(node)).ok());
     later.push_back(std::move(l));
   }
 
@@ -192,6 +192,7 @@ absl::StatusOr<Cluster> SnapshotFromJsonFast(std::string_view text) {
     GPUSHARE_FAST(item.type() == Kind::OBJECT);
     Members(ObjectOf(item), kPlacement, &p, &phas);
     Placement placement;
+    placement.gpus.reserve(phas[2] && p[2].type() == Kind::ARRAY ? ArrayOf(p[2]).size() : 0);
     GPUSHARE_FAST(phas[0] && Str(true, p[0], &placement.request_id));
     GPUSHARE_FAST(phas[1] && Str(true, p[1], &placement.node));
     if (phas[2]) {
@@ -207,7 +208,7 @@ absl::StatusOr<Cluster> SnapshotFromJsonFast(std::string_view text) {
     GPUSHARE_FAST(Bool(phas[5], p[5], false, &placement.exclusive));
     GPUSHARE_FAST(Int(phas[6], p[6], 0, kMaxQuantity, 0, &placement.cpu));
     GPUSHARE_FAST(Int(phas[7], p[7], 0, kMaxQuantity, 0, &placement.host_memory));
-    GPUSHARE_FAST(cluster.Commit(placement).ok());
+    GPUSHARE_FAST(ClusterAccess::CommitMoved(cluster, std::move(placement)).ok());
   }
   for (const Later& l : later) {
     for (int gi : l.unhealthy) GPUSHARE_FAST(cluster.SetGpuHealthy(l.node, gi, false).ok());

@@ -57,6 +57,14 @@ struct ClusterAccess {
   // `placements` placements, so that adding them does not rehash the maps
   // (which moves every entry). Changes nothing else.
   static void Reserve(Cluster& cluster, size_t nodes, size_t gpus, size_t placements);
+  // Cluster::Commit() that moves the placement into the store instead of
+  // copying it (what a loader no longer needs). The same checks and errors;
+  // on an error `placement` is left as it was.
+  static absl::Status CommitMoved(Cluster& cluster, Placement&& placement);
+  // Cluster::AddNode() that moves the node's strings, labels and GPUs into
+  // its status. The same checks and errors; on an error `node` is left as
+  // it was.
+  static absl::Status AddNodeMoved(Cluster& cluster, Node&& node);
 };
 
 // The tie key of a node added as the `sequence`-th node: with seed 0 the
@@ -69,8 +77,10 @@ absl::StatusOr<Demand> ValidateRequest(const Request& request, int max_gpus);
 // Validates a node description (sizes, names) for AddNode().
 absl::Status ValidateNode(const Node& node);
 
-// The status of a freshly added node.
+// The status of a freshly added node; the second takes the node's strings,
+// labels and GPU models instead of copying them.
 NodeStatus MakeNodeStatus(const Node& node);
+NodeStatus MakeNodeStatus(Node&& node);
 
 // Whether `node` can host `demand` (with the request's selector and models)
 // now. On success fills `fitting` with the GPUs that can take one share each

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -137,28 +139,43 @@ absl::Status ValidateNode(const Node& node) {
   return absl::OkStatus();
 }
 
-NodeStatus MakeNodeStatus(const Node& node) {
+namespace {
+
+// The status of `node`: its strings, labels and GPU models copied from a
+// const Node&, moved from a Node&&.
+template <typename N>
+NodeStatus StatusOf(N&& node) {
   NodeStatus s;
-  s.name = node.name;
-  s.address = node.address;
-  s.labels = node.labels;
-  s.schedulable = node.schedulable;
   s.gpu_sharing = TakesSharedGpuWork(node);
+  s.name = std::forward<N>(node).name;
+  s.address = std::forward<N>(node).address;
+  s.labels = std::forward<N>(node).labels;
+  s.schedulable = node.schedulable;
   s.cpu = node.cpu;
   s.host_memory = node.host_memory;
-  s.topology = node.topology;
+  s.topology = std::forward<N>(node).topology;
   s.gpus.reserve(node.gpus.size());
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     GpuStatus g;
     g.index = static_cast<int>(i);
     g.memory = node.gpus[i].memory;
     g.healthy = node.gpus[i].healthy;
-    g.model = node.gpus[i].model;
-    g.uuid = node.gpus[i].uuid;
+    if constexpr (std::is_rvalue_reference_v<N&&>) {
+      g.model = std::move(node.gpus[i].model);
+      g.uuid = std::move(node.gpus[i].uuid);
+    } else {
+      g.model = node.gpus[i].model;
+      g.uuid = node.gpus[i].uuid;
+    }
     s.gpus.push_back(std::move(g));
   }
   return s;
 }
+
+}  // namespace
+
+NodeStatus MakeNodeStatus(const Node& node) { return StatusOf(node); }
+NodeStatus MakeNodeStatus(Node&& node) { return StatusOf(std::move(node)); }
 
 bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
               std::vector<int>* fitting) {

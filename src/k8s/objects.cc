@@ -549,7 +549,9 @@ void RestorePlacements(const std::vector<Pod>& parsed, Cluster* cluster, Rebuild
     const Pod& pod = parsed[i];
     absl::StatusOr<std::optional<Placement>> p = internal::RecordedPlacement(*cluster, pod);
     if (p.ok() && !p->has_value()) continue;  // Pending, completed or without GPUs.
-    absl::Status s = p.ok() ? cluster->Commit(**p) : p.status();
+    absl::Status s = p.ok() ? ::gpushare::internal::ClusterAccess::CommitMoved(*cluster,
+                                                                              std::move(**p))
+                            : p.status();
     if (!s.ok()) {
       ++r->skipped;
       r->warnings.push_back(absl::StrCat("pod ", pod.request.id, " on node ", pod.node_name,
