@@ -82,6 +82,7 @@ TEST(PackingTest, MatchesAnIndependentSolverOnTheOpenbShares) {
       {160, 74},   {550, 72},  {220, 62},  {370, 47},  {110, 24},  {480, 19},  {50, 7},
       {330, 7},    {350, 6},   {270, 4},   {440, 2},   {140, 1},   {290, 1}};
   const PackingValues v = SolvePacking(items, 1000);
+  EXPECT_TRUE(v.optimal);
   EXPECT_NEAR(v.gpus_per_weight, 23575.0 / 12, 1e-6);
   EXPECT_GT(v.patterns, static_cast<int>(items.size()));
   EXPECT_NEAR(v.value[1000], 1.0, 1e-9);
@@ -119,6 +120,35 @@ TEST(PackingTest, PricesAreDualFeasibleAndValuesArePatternMaxima) {
     double volume = 0;
     for (const PackingItem& item : v.items) volume += item.weight * item.share / full;
     EXPECT_GE(v.gpus_per_weight, volume - 1e-9);
+  }
+}
+
+// Targets with many distinct shares (up to 90, on a GPU of 1,000 or of
+// 32,768 units with shares of no common divisor) end within the solve's
+// budget, optimal or not, with prices no pattern breaks: at worst a scaled,
+// feasible dual. Before the budget, such a target could stall the simplex
+// for minutes.
+TEST(PackingTest, ManySharesEndWithinTheBudgetWithFeasiblePrices) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < (testing::Quick() ? 2 : 6); ++round) {
+    SCOPED_TRACE(round);
+    const bool mib = round % 2 == 1;
+    const int64_t full = mib ? 32768 : 1000;
+    std::vector<PackingItem> items;
+    const int n = 40 + static_cast<int>(rng() % 51);
+    for (int i = 0; i < n; ++i) {
+      const int64_t share = mib ? 1001 + static_cast<int64_t>(rng() % 20000)
+                                : 50 + static_cast<int64_t>(rng() % 91) * 10;
+      items.push_back({share, 1 + static_cast<double>(rng() % 1000)});
+    }
+    const PackingValues v = SolvePacking(items, full);
+    ASSERT_EQ(v.value.size(), static_cast<size_t>(full + 1));
+    EXPECT_LE(v.value[full], 1 + 1e-9);
+    for (double y : v.price) EXPECT_GE(y, 0);
+    for (int64_t g = 1; g <= full; ++g) ASSERT_GE(v.value[g], v.value[g - 1]) << g;
+    double volume = 0;  // Weak duality: the prices are worth at most the GPUs needed.
+    for (size_t i = 0; i < v.items.size(); ++i) volume += v.items[i].weight * v.price[i];
+    EXPECT_NEAR(volume, v.gpus_per_weight, 1e-6 * volume);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "src/fgd/packing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -11,9 +12,15 @@
 namespace gpushare::fgd {
 namespace {
 
-constexpr double kPivotEps = 1e-12;
+constexpr double kPivotEps = 1e-9;  // Smallest pivot element taken.
 constexpr double kGainEps = 1e-9;
-constexpr int kMaxRounds = 10000;
+constexpr double kZeroEps = 1e-12;  // Tableau entries below this are zeroed.
+// A budget that bounds the solve whatever the target, in multiply-adds of
+// the simplex's pivots and the knapsack's rounds (about a third of a second
+// here): past it, the prices found so far are scaled down until no pattern
+// is worth more than a GPU, still a feasible dual, maybe not the optimal
+// one. The openb target needs under 1% of it.
+constexpr int64_t kMaxWork = 300'000'000;
 // The LP's dual has many optima (shares that only fill holes can be priced
 // anywhere from 0 up); the objective is tilted by this much, relative, per
 // unit of share / full towards pricing the larger shares, so that among
@@ -24,8 +31,11 @@ constexpr double kTilt = 1e-7;
 // slack basis (feasible, as every right-hand side is 1) with Bland's rule,
 // which cannot cycle on these degenerate LPs. The LP is bounded: every item
 // has a row of its own with a positive coefficient.
+// `work` counts the multiply-adds of the pivots; the solve stops (with the
+// feasible basis it has) once it reaches kMaxWork.
 std::vector<double> MaximiseUnderPatterns(const std::vector<double>& c,
-                                          const std::vector<std::vector<int>>& rows) {
+                                          const std::vector<std::vector<int>>& rows,
+                                          int64_t* work) {
   const size_t n = c.size(), m = rows.size(), cols = n + m;
   std::vector<std::vector<double>> t(m, std::vector<double>(cols + 1, 0.0));
   std::vector<size_t> basis(m);
@@ -37,7 +47,7 @@ std::vector<double> MaximiseUnderPatterns(const std::vector<double>& c,
   }
   std::vector<double> gain(cols, 0.0);  // Reduced costs of the objective.
   for (size_t j = 0; j < n; ++j) gain[j] = c[j];
-  for (;;) {
+  for (; *work < kMaxWork; *work += static_cast<int64_t>((m + 1) * (cols + 1))) {
     size_t enter = cols;
     for (size_t j = 0; j < cols; ++j) {
       if (gain[j] > kGainEps) {
@@ -63,10 +73,16 @@ std::vector<double> MaximiseUnderPatterns(const std::vector<double>& c,
     for (size_t r = 0; r < m; ++r) {
       if (r == leave || t[r][enter] == 0) continue;
       const double f = t[r][enter];
-      for (size_t j = 0; j <= cols; ++j) t[r][j] -= f * t[leave][j];
+      for (size_t j = 0; j <= cols; ++j) {
+        t[r][j] -= f * t[leave][j];
+        if (std::abs(t[r][j]) < kZeroEps) t[r][j] = 0;
+      }
     }
     const double f = gain[enter];
-    for (size_t j = 0; j < cols; ++j) gain[j] -= f * t[leave][j];
+    for (size_t j = 0; j < cols; ++j) {
+      gain[j] -= f * t[leave][j];
+      if (std::abs(gain[j]) < kZeroEps) gain[j] = 0;
+    }
     basis[leave] = enter;
   }
   std::vector<double> y(n, 0.0);
@@ -129,11 +145,18 @@ PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) 
   }
   std::vector<double> best;
   std::vector<int> take;
-  for (int round = 0; round < kMaxRounds; ++round) {
-    out.price = MaximiseUnderPatterns(weight, rows);
+  int64_t work = 0;
+  for (;;) {
+    out.price = MaximiseUnderPatterns(weight, rows, &work);
     Knapsack(cells_of, out.price, cells, &best, &take);
-    if (best[cells] <= 1 + kGainEps) break;
-    // The most valuable pattern breaks a constraint: add it.
+    work += cells * static_cast<int64_t>(n);
+    if (work >= kMaxWork) break;
+    if (best[cells] <= 1 + kGainEps) {
+      out.optimal = true;
+      break;
+    }
+    // The most valuable pattern breaks a constraint: add it (unless
+    // rounding let a pattern already there look broken: then stop).
     std::vector<int> row(n, 0);
     for (int64_t k = cells; k > 0;) {
       if (take[k] < 0) {
@@ -143,7 +166,14 @@ PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) 
       ++row[take[k]];
       k -= cells_of[take[k]];
     }
+    if (std::find(rows.begin(), rows.end(), row) != rows.end()) break;
     rows.push_back(std::move(row));
+  }
+  if (best[cells] > 1) {
+    // The budget ran out (or rounding): scale to a feasible dual.
+    const double scale = 1 / best[cells];
+    for (double& y : out.price) y *= scale;
+    Knapsack(cells_of, out.price, cells, &best, &take);
   }
   out.patterns = static_cast<int>(rows.size());
   out.gpus_per_weight = 0;

@@ -57,6 +57,11 @@ struct PackingValues {
   double gpus_per_weight = 0;
   // Patterns generated (rows of the final LP).
   int patterns = 0;
+  // Whether the LP was solved to its optimum. The solve has a budget (about
+  // a third of a second of work); past it, and for the rare target where
+  // rounding stalls it, the prices found so far are scaled down until no
+  // pattern is worth more than a GPU: feasible, not optimal.
+  bool optimal = false;
 
   // The packing value lost by taking `share` from a GPU with `idle` idle:
   // V(idle) - V(idle - share), or 0 without values. Requires
