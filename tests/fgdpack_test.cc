@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -69,6 +70,13 @@ TEST(PackingTest, SolvesSmallLpsWhoseOptimumIsKnown) {
   // Nothing to pack: no values, no loss.
   EXPECT_TRUE(SolvePacking({}, 1000).value.empty());
   EXPECT_TRUE(SolvePacking({{1000, 1}, {0, 1}, {500, 0}}, 1000).value.empty());
+  EXPECT_TRUE(SolvePacking({{500, std::nan("")}, {300, -1}}, 1000).value.empty());
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(SolvePacking({{500, inf}, {300, 1}}, 1000).items.size(), 1u);
+  EXPECT_TRUE(SolvePacking({{500, 1e308}, {300, 1e308}}, 1000).value.empty());  // Sum overflows.
+  // The prices do not depend on the weights' scale.
+  EXPECT_EQ(SolvePacking({{600, 1e-6}, {400, 3e-6}}, 1000).price,
+            SolvePacking({{600, 1e6}, {400, 3e6}}, 1000).price);
   EXPECT_EQ(SolvePacking({{300, 1}}, 1000).Loss(1000, 300) >= 0, true);
   EXPECT_EQ(SolvePacking({}, 1000).Loss(1000, 300), 0);
 }

@@ -119,10 +119,14 @@ PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) 
   out.full = full;
   if (full <= 1 || full > kMaxPackingFull) return out;
   std::map<int64_t, double> merged;
+  double total = 0;
   for (const PackingItem& item : items) {
-    if (item.share >= 1 && item.share < full && item.weight > 0) merged[item.share] += item.weight;
+    if (item.share >= 1 && item.share < full && item.weight > 0 && std::isfinite(item.weight)) {
+      merged[item.share] += item.weight;
+      total += item.weight;
+    }
   }
-  if (merged.empty()) return out;
+  if (merged.empty() || !std::isfinite(total)) return out;
   // Every multiset's total is a multiple of the shares' gcd, so the knapsack
   // runs on cells of that size.
   int64_t cell = full;
@@ -137,7 +141,9 @@ PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full) 
   std::vector<std::vector<int>> rows;
   for (size_t i = 0; i < n; ++i) {
     cells_of[i] = out.items[i].share / cell;
-    weight[i] = out.items[i].weight *
+    // Normalised (the prices do not depend on the weights' scale, the
+    // tolerances do), and tilted.
+    weight[i] = out.items[i].weight / total *
                 (1 + kTilt * static_cast<double>(out.items[i].share) / static_cast<double>(full));
     std::vector<int> row(n, 0);
     row[i] = static_cast<int>(full / out.items[i].share);

@@ -76,8 +76,9 @@ struct PackingValues {
 // in MiB, say, where a share's exact packing matters less than its size).
 inline constexpr int64_t kMaxPackingFull = int64_t{1} << 16;
 
-// Solves the LP above for `items` (shares outside 1..full-1 and weights <= 0
-// are left out; equal shares are merged) in GPUs of `full` units.
+// Solves the LP above for `items` (shares outside 1..full-1 and weights that
+// are not positive finite numbers are left out; equal shares are merged) in
+// GPUs of `full` units.
 PackingValues SolvePacking(const std::vector<PackingItem>& items, int64_t full);
 
 // SolvePacking() remembered across calls: the same items and size give the
