@@ -2,6 +2,7 @@
 // `gpushare typical-tasks`, the Scheduler's policy options, and fgdpack's
 // packing prices shared between the policies a host makes.
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -95,6 +96,11 @@ TEST(SharedPackingTest, SolvesEachTargetOnceAndEqualsTheSolve) {
     EXPECT_EQ(fgd::SharedPacking({{50, 1}}, full)->value.size(), static_cast<size_t>(full + 1));
   }
   EXPECT_EQ(fgd::SharedPacking(items, 1000)->value, a->value);
+  // A NaN weight is left out, as the solve leaves it out; it does not match
+  // another target's entry.
+  const std::vector<fgd::PackingItem> with_nan = {{470, 0.4}, {810, std::nan("")}, {160, 0.2}};
+  EXPECT_EQ(fgd::SharedPacking(with_nan, 1000)->value, fgd::SolvePacking(with_nan, 1000).value);
+  EXPECT_NE(fgd::SharedPacking(with_nan, 1000)->value, a->value);
 }
 
 // A scheduler hands its policy options to every policy it makes: with the

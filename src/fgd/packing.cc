@@ -196,8 +196,15 @@ std::shared_ptr<const PackingValues> SharedPacking(const std::vector<PackingItem
   static std::mutex mu;
   static auto* solved = new std::map<Key, std::shared_ptr<const PackingValues>>();
   static auto* order = new std::deque<Key>();  // Oldest first.
+  // The items SolvePacking() reads: a NaN weight in the key would break the
+  // map's ordering (it compares equal to every weight) and serve another
+  // target's values.
   Key key{full, {}};
-  for (const PackingItem& item : items) key.second.emplace_back(item.share, item.weight);
+  for (const PackingItem& item : items) {
+    if (item.weight > 0 && std::isfinite(item.weight)) {
+      key.second.emplace_back(item.share, item.weight);
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = solved->find(key);
