@@ -326,9 +326,7 @@ absl::Status CommitTo(ClusterState& state, P&& placement) {
   state.index.Unlink(state, it->second, &placement.gpus);
   ApplyToNode(node, placement);
   state.index.Link(state, it->second, &placement.gpus);
-  std::string key = placement.request_id;
-  Placement& stored =
-      state.placements.emplace(std::move(key), std::forward<P>(placement)).first->second;
+  Placement& stored = state.placements.Insert(std::forward<P>(placement));
   stored.weakest_link = WeakestLinkOf(node, stored.gpus);
   return absl::OkStatus();
 }
@@ -387,21 +385,19 @@ bool ClusterState::WasReleased(std::string_view id) {
 }  // namespace internal
 
 absl::Status Cluster::Release(std::string_view id) {
-  auto it = state_->placements.find(internal::Sv(id));
-  if (it == state_->placements.end()) {
+  const Placement* p = state_->placements.Find(id);
+  if (p == nullptr) {
     if (state_->WasReleased(id)) {
       return absl::FailedPreconditionError(
           absl::StrCat("request '", internal::Echo(id), "' was already released"));
     }
     return absl::NotFoundError(absl::StrCat("unknown request '", internal::Echo(id), "'"));
   }
-  const uint32_t slot = state_->node_index.at(it->second.node);
-  state_->index.Unlink(*state_, slot, &it->second.gpus);
-  internal::UndoOnNode(state_->nodes[slot], it->second);
-  state_->index.Link(*state_, slot, &it->second.gpus);
-  std::string key = std::move(it->second.request_id);
-  state_->placements.erase(it);
-  state_->RememberRelease(std::move(key));
+  const uint32_t slot = state_->node_index.find(p->node)->second;
+  state_->index.Unlink(*state_, slot, &p->gpus);
+  internal::UndoOnNode(state_->nodes[slot], *p);
+  state_->index.Link(*state_, slot, &p->gpus);
+  state_->RememberRelease(state_->placements.Erase(*p));
   return absl::OkStatus();
 }
 
@@ -412,14 +408,13 @@ absl::StatusOr<Placement> Cluster::GetPlacement(std::string_view id) const {
 }
 
 const Placement* Cluster::FindPlacement(std::string_view id) const {
-  auto it = state_->placements.find(internal::Sv(id));
-  return it == state_->placements.end() ? nullptr : &it->second;
+  return state_->placements.Find(id);
 }
 
 std::vector<Placement> Cluster::placements() const {
   std::vector<Placement> all;
   all.reserve(state_->placements.size());
-  for (const auto& [id, p] : state_->placements) all.push_back(p);
+  state_->placements.ForEach([&](const Placement& p) { all.push_back(p); });
   std::sort(all.begin(), all.end(), [](const Placement& a, const Placement& b) {
     return a.request_id < b.request_id;
   });
@@ -459,7 +454,7 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
         state_->index.Unlink(*state_, slot, &it->gpus);
         internal::UndoOnNode(state_->nodes[slot], *it);
         state_->index.Link(*state_, slot, &it->gpus);
-        state_->placements.erase(it->request_id);
+        state_->placements.Erase(*state_->placements.Find(it->request_id));
       }
       for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
         state_->nodes[it->first].version = it->second;
@@ -473,7 +468,7 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
     state_->index.Unlink(*state_, index, &p->gpus);
     internal::ApplyToNode(state_->nodes[index], *p);
     state_->index.Link(*state_, index, &p->gpus);
-    state_->placements.emplace(p->request_id, *p);
+    state_->placements.Insert(*p);
     policy.OnCommitted(*p);
     placed.push_back(*std::move(p));
   }
@@ -573,13 +568,17 @@ absl::Status Cluster::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("node index wrong for '", state_->nodes[i].name, "'"));
     }
   }
-  for (const auto& [id, p] : state_->placements) {
+  absl::Status placements_ok;
+  state_->placements.ForEach([&](const Placement& p) {
     auto it = state_->node_index.find(p.node);
-    if (it == state_->node_index.end() || id != p.request_id) {
-      return absl::InternalError(absl::StrCat("placement '", id, "' is inconsistent"));
+    if (it == state_->node_index.end() || state_->placements.Find(p.request_id) != &p) {
+      placements_ok.Update(
+          absl::InternalError(absl::StrCat("placement '", p.request_id, "' is inconsistent")));
+      return;
     }
     internal::ApplyToNode(expect[it->second], p);
-  }
+  });
+  GPUSHARE_RETURN_IF_ERROR(placements_ok);
   for (size_t i = 0; i < expect.size(); ++i) {
     const NodeStatus& have = state_->nodes[i];
     const NodeStatus& want = expect[i];

@@ -11,7 +11,7 @@ void ClusterAccess::Reserve(Cluster& cluster, size_t nodes, size_t gpus, size_t 
   s.tie_keys.reserve(s.tie_keys.size() + nodes);
   s.node_index.reserve(s.node_index.size() + nodes);
   s.gpu_uuids.reserve(s.gpu_uuids.size() + gpus);
-  s.placements.reserve(s.placements.size() + placements);
+  s.placements.Reserve(placements);
 }
 
 }  // namespace gpushare::internal

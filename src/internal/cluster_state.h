@@ -15,6 +15,7 @@
 #include "gpushare/cluster.h"
 #include "gpushare/types.h"
 #include "src/internal/placement_index.h"
+#include "src/internal/placement_store.h"
 
 namespace gpushare::internal {
 
@@ -23,7 +24,7 @@ struct ClusterState {
   std::vector<NodeStatus> nodes;             // In the order they were added.
   std::vector<uint64_t> tie_keys;            // Parallel to nodes; larger wins.
   absl::flat_hash_map<std::string, uint32_t> node_index;  // name -> position.
-  absl::flat_hash_map<std::string, Placement> placements;  // id -> placement.
+  PlacementStore placements;                 // id -> placement.
   uint64_t next_sequence = 0;                // Insertion counter for tie keys.
   // Every non-empty GPU UUID in the cluster -> the name of its node. A UUID
   // identifies one physical GPU, so it appears at most once.

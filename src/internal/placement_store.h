@@ -1,0 +1,92 @@
+// Internal: the cluster's placements by request id. Not part of the public
+// API.
+//
+// Placements live in slots of one vector. A released slot goes on a free
+// list and is the next one filled, so a place that follows a release writes
+// into memory still in cache, and copy-assignment into the slot keeps the
+// capacity of its strings and GPU list (no allocation). The id -> slot
+// lookup is a hash set of 4-byte slot numbers whose hash and equality read
+// the id stored in the slot: the table is about a tenth of the size of a map
+// keyed by std::string holding whole placements, and each id is stored once.
+//
+//   PlacementStore store;
+//   if (!store.contains(p.request_id)) store.Insert(p);
+//   if (const Placement* q = store.Find("pod-1")) std::string id = store.Erase(*q);
+
+#ifndef GPUSHARE_INTERNAL_PLACEMENT_STORE_H_
+#define GPUSHARE_INTERNAL_PLACEMENT_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "gpushare/types.h"
+
+namespace gpushare::internal {
+
+class PlacementStore {
+ public:
+  PlacementStore();
+  PlacementStore(const PlacementStore& other);
+  PlacementStore& operator=(const PlacementStore& other);
+  ~PlacementStore();
+
+  size_t size() const { return index_.size(); }
+  bool contains(std::string_view id) const { return index_.contains(id); }
+  // The stored placement of `id`, or nullptr. Valid until the next Insert()
+  // or Erase().
+  const Placement* Find(std::string_view id) const;
+  // Stores `placement`, whose id must not be stored yet, and returns the
+  // stored copy.
+  Placement& Insert(const Placement& placement);
+  Placement& Insert(Placement&& placement);
+  // Removes `stored` (a placement this store returned) and gives back its id.
+  std::string Erase(const Placement& stored);
+  // Makes room for `n` more placements.
+  void Reserve(size_t n);
+
+  // Calls f(const Placement&) for every stored placement, in no fixed order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (uint32_t slot : index_) f((*slots_)[slot]);
+  }
+
+ private:
+  // Hash and equality of slot numbers by the id in the slot; transparent, so
+  // that lookups take the id itself.
+  struct SlotHash {
+    using is_transparent = void;
+    const std::vector<Placement>* slots;
+    size_t operator()(uint32_t slot) const { return (*this)((*slots)[slot].request_id); }
+    size_t operator()(std::string_view id) const { return absl::Hash<std::string_view>{}(id); }
+  };
+  struct SlotEq {
+    using is_transparent = void;
+    const std::vector<Placement>* slots;
+    std::string_view Id(uint32_t slot) const { return (*slots)[slot].request_id; }
+    std::string_view Id(std::string_view id) const { return id; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return Id(a) == Id(b);
+    }
+  };
+  using Index = absl::flat_hash_set<uint32_t, SlotHash, SlotEq>;
+
+  template <typename P>
+  Placement& InsertImpl(P&& placement);
+
+  // On the heap so that its address, which the index's functors hold, stays
+  // fixed for the store's life.
+  std::unique_ptr<std::vector<Placement>> slots_;
+  std::vector<uint32_t> free_;  // Slots not in use, most recently freed last.
+  Index index_;
+};
+
+}  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_PLACEMENT_STORE_H_
