@@ -138,6 +138,7 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
   for (auto& [n, i] : state_->node_index) {
     if (i > index) --i;
   }
+  state_->placements.NodeRemoved(index);
   state_->max_gpus_per_node = 0;
   for (const NodeStatus& n : state_->nodes) {
     state_->max_gpus_per_node =
@@ -225,21 +226,26 @@ absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) cons
   return results;
 }
 
-absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) const {
-  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, Validate(request));
-  if (state_->placements.contains(request.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("request '", internal::Echo(request.id), "' is already placed"));
+namespace internal {
+namespace {
+
+// Cluster::Plan(); also gives the position of the chosen node (`slot`).
+absl::StatusOr<Placement> PlanIn(const Cluster& cluster, const ClusterState& state,
+                                 const Request& request, Policy& policy, uint32_t* slot) {
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
+  if (state.placements.contains(request.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request '", Echo(request.id), "' is already placed"));
   }
-  if (demand.gpu_count > state_->max_gpus_per_node) {
+  if (demand.gpu_count > state.max_gpus_per_node) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no node can host request '", internal::Echo(request.id), "' (", state_->nodes.size(),
+        "no node can host request '", Echo(request.id), "' (", state.nodes.size(),
         " nodes): it needs ", demand.gpu_count, " GPUs on one node but the largest node has ",
-        state_->max_gpus_per_node));
+        state.max_gpus_per_node));
   }
   std::vector<int> fitting;
   int best = -1;
   NodeChoice best_choice;
-  internal::NodeRace race(state_->tie_keys, internal::TopologyKeyCap(demand, request));
+  NodeRace race(state.tie_keys, TopologyKeyCap(demand, request));
   std::string reasons;
   int infeasible = 0;
   // The built-in policies are answered from the ordered indexes (the same
@@ -248,19 +254,19 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
   // When the indexes know that no node is feasible, the scan stops once it
   // has the reasons it reports.
   bool none_feasible = false;
-  const bool indexed = state_->index.Plan(*state_, *this, request, demand, policy, &best,
-                                          &best_choice, &none_feasible);
-  for (size_t i = 0; !indexed && i < state_->nodes.size(); ++i) {
-    const NodeStatus& node = state_->nodes[i];
-    if (std::optional<std::string> why = internal::CheckNode(node, demand, request, &fitting)) {
+  const bool indexed = state.index.Plan(state, cluster, request, demand, policy, &best,
+                                        &best_choice, &none_feasible);
+  for (size_t i = 0; !indexed && i < state.nodes.size(); ++i) {
+    const NodeStatus& node = state.nodes[i];
+    if (std::optional<std::string> why = CheckNode(node, demand, request, &fitting)) {
       if (++infeasible <= 5) absl::StrAppend(&reasons, "; ", node.name, ": ", *why);
       if (none_feasible && infeasible == 5) {
-        infeasible = static_cast<int>(state_->nodes.size());
+        infeasible = static_cast<int>(state.nodes.size());
         break;
       }
       continue;
     }
-    NodeChoice choice = policy.Evaluate(demand, node, fitting, *this);
+    NodeChoice choice = policy.Evaluate(demand, node, fitting, cluster);
     if (static_cast<int>(choice.gpus.size()) != demand.gpu_count ||
         !std::is_sorted(choice.gpus.begin(), choice.gpus.end()) ||
         std::adjacent_find(choice.gpus.begin(), choice.gpus.end()) != choice.gpus.end() ||
@@ -269,34 +275,43 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) 
         })) {
       return absl::InternalError(absl::StrCat(
           "policy '", policy.Name(), "' chose ", choice.gpus.size(),
-          " GPUs on node '", internal::Echo(node.name), "' that are not ", demand.gpu_count,
+          " GPUs on node '", Echo(node.name), "' that are not ", demand.gpu_count,
           " distinct fitting GPUs in ascending order"));
     }
-    internal::ApplyTopology(node, demand, request, fitting, &choice);
+    ApplyTopology(node, demand, request, fitting, &choice);
     race.Offer(static_cast<uint32_t>(i), std::move(choice));
   }
   if (!indexed) race.Finish(&best, &best_choice);
   if (best < 0) {
     if (infeasible > 5) absl::StrAppend(&reasons, "; and ", infeasible - 5, " more");
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no node can host request '", internal::Echo(request.id), "' (", state_->nodes.size(),
+        "no node can host request '", Echo(request.id), "' (", state.nodes.size(),
         " nodes)", reasons));
   }
   Placement p;
   p.request_id = request.id;
-  p.node = state_->nodes[best].name;
+  p.node = state.nodes[best].name;
   p.gpus = std::move(best_choice.gpus);
   // The GPUs are those the node's topology chose (ApplyTopology()).
-  if (const NodeStatus& node = state_->nodes[best];
+  if (const NodeStatus& node = state.nodes[best];
       node.topology != nullptr && request.topology.mode != TopologyNeed::Mode::kNone) {
-    p.weakest_link = internal::WeakestLinkOf(node, p.gpus);
+    p.weakest_link = WeakestLinkOf(node, p.gpus);
   }
   p.memory_per_gpu = demand.memory_per_gpu;
   p.compute_per_gpu = demand.compute_per_gpu;
   p.exclusive = demand.kind == Demand::Kind::kExclusive;
   p.cpu = demand.cpu;
   p.host_memory = demand.host_memory;
+  *slot = static_cast<uint32_t>(best);
   return p;
+}
+
+}  // namespace
+}  // namespace internal
+
+absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) const {
+  uint32_t slot;
+  return internal::PlanIn(*this, *state_, request, policy, &slot);
 }
 
 absl::StatusOr<Placement> Cluster::Plan(const Request& request,
@@ -307,6 +322,21 @@ absl::StatusOr<Placement> Cluster::Plan(const Request& request,
 
 namespace internal {
 namespace {
+
+// Applies `placement` to the node at position `slot` and stores it (a copy,
+// or the placement itself for Placement&&): Commit() once it has found the
+// node, and Place() with the node its plan chose.
+template <typename P>
+absl::Status CommitAt(ClusterState& state, uint32_t slot, P&& placement) {
+  NodeStatus& node = state.nodes[slot];
+  GPUSHARE_RETURN_IF_ERROR(CheckCommit(node, placement));
+  state.index.Unlink(state, slot, &placement.gpus);
+  ApplyToNode(node, placement);
+  state.index.Link(state, slot, &placement.gpus);
+  Placement& stored = state.placements.Insert(std::forward<P>(placement), slot);
+  stored.weakest_link = WeakestLinkOf(node, stored.gpus);
+  return absl::OkStatus();
+}
 
 // Cluster::Commit(), storing a copy (const Placement&) or the placement
 // itself (Placement&&, for the loaders).
@@ -321,14 +351,7 @@ absl::Status CommitTo(ClusterState& state, P&& placement) {
     return absl::NotFoundError(absl::StrCat("placement of '", placement.request_id,
                                             "' names unknown node '", Echo(placement.node), "'"));
   }
-  NodeStatus& node = state.nodes[it->second];
-  GPUSHARE_RETURN_IF_ERROR(CheckCommit(node, placement));
-  state.index.Unlink(state, it->second, &placement.gpus);
-  ApplyToNode(node, placement);
-  state.index.Link(state, it->second, &placement.gpus);
-  Placement& stored = state.placements.Insert(std::forward<P>(placement));
-  stored.weakest_link = WeakestLinkOf(node, stored.gpus);
-  return absl::OkStatus();
+  return CommitAt(state, it->second, std::forward<P>(placement));
 }
 
 }  // namespace
@@ -344,8 +367,10 @@ absl::Status Cluster::Commit(const Placement& placement) {
 }
 
 absl::StatusOr<Placement> Cluster::Place(const Request& request, Policy& policy) {
-  GPUSHARE_ASSIGN_OR_RETURN(Placement p, Plan(request, policy));
-  GPUSHARE_RETURN_IF_ERROR(Commit(p));
+  uint32_t slot;
+  GPUSHARE_ASSIGN_OR_RETURN(Placement p, internal::PlanIn(*this, *state_, request, policy, &slot));
+  // Plan() has checked the id and found the node: commit there directly.
+  GPUSHARE_RETURN_IF_ERROR(internal::CommitAt(*state_, slot, p));
   policy.OnCommitted(p);
   return p;
 }
@@ -393,7 +418,7 @@ absl::Status Cluster::Release(std::string_view id) {
     }
     return absl::NotFoundError(absl::StrCat("unknown request '", internal::Echo(id), "'"));
   }
-  const uint32_t slot = state_->node_index.find(p->node)->second;
+  const uint32_t slot = state_->placements.NodeOf(*p);
   state_->index.Unlink(*state_, slot, &p->gpus);
   internal::UndoOnNode(state_->nodes[slot], *p);
   state_->index.Link(*state_, slot, &p->gpus);
@@ -450,11 +475,12 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
         break;
       }
       for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-        const uint32_t slot = state_->node_index.at(it->node);
+        const Placement& stored = *state_->placements.Find(it->request_id);
+        const uint32_t slot = state_->placements.NodeOf(stored);
         state_->index.Unlink(*state_, slot, &it->gpus);
         internal::UndoOnNode(state_->nodes[slot], *it);
         state_->index.Link(*state_, slot, &it->gpus);
-        state_->placements.Erase(*state_->placements.Find(it->request_id));
+        state_->placements.Erase(stored);
       }
       for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
         state_->nodes[it->first].version = it->second;
@@ -468,7 +494,7 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
     state_->index.Unlink(*state_, index, &p->gpus);
     internal::ApplyToNode(state_->nodes[index], *p);
     state_->index.Link(*state_, index, &p->gpus);
-    state_->placements.Insert(*p);
+    state_->placements.Insert(*p, index);
     policy.OnCommitted(*p);
     placed.push_back(*std::move(p));
   }
@@ -571,7 +597,8 @@ absl::Status Cluster::CheckInvariants() const {
   absl::Status placements_ok;
   state_->placements.ForEach([&](const Placement& p) {
     auto it = state_->node_index.find(p.node);
-    if (it == state_->node_index.end() || state_->placements.Find(p.request_id) != &p) {
+    if (it == state_->node_index.end() || state_->placements.Find(p.request_id) != &p ||
+        state_->placements.NodeOf(p) != it->second) {
       placements_ok.Update(
           absl::InternalError(absl::StrCat("placement '", p.request_id, "' is inconsistent")));
       return;

@@ -734,5 +734,37 @@ TEST(ClusterTest, RemoveNodeOnlyWhenEmpty) {
   EXPECT_OK(c.Release("a"));
 }
 
+// Removing a node moves the nodes after it down the node list; placements on
+// them must still release from their own node.
+TEST(ClusterTest, ReleasesAfterAnEarlierNodeIsRemoved) {
+  Cluster c;
+  for (const char* name : {"n0", "n1", "n2", "n3"}) {
+    ASSERT_OK(c.AddNode(SharedNode(name, {16, 16})));
+  }
+  auto placement = [](const char* id, const char* node, int gpu, int64_t memory) {
+    Placement p;
+    p.request_id = id;
+    p.node = node;
+    p.gpus = {gpu};
+    p.memory_per_gpu = memory;
+    return p;
+  };
+  ASSERT_OK(c.Commit(placement("on-n2", "n2", 0, 5)));
+  ASSERT_OK(c.Commit(placement("on-n3", "n3", 1, 7)));
+  ASSERT_OK(c.Commit(placement("on-n1", "n1", 0, 3)));
+  ASSERT_OK(c.Release("on-n1"));
+  ASSERT_OK(c.RemoveNode("n1"));
+  ASSERT_OK(c.RemoveNode("n0"));
+  EXPECT_OK(c.CheckInvariants());
+  ASSERT_OK(c.Release("on-n3"));
+  ASSERT_OK_AND_ASSIGN(NodeStatus n3, c.GetNode("n3"));
+  EXPECT_EQ(n3.gpus[1].memory_used, 0);
+  ASSERT_OK_AND_ASSIGN(NodeStatus n2, c.GetNode("n2"));
+  EXPECT_EQ(n2.gpus[0].memory_used, 5);
+  ASSERT_OK(c.Release("on-n2"));
+  EXPECT_EQ(c.TotalUsage().gpu_memory_used, 0);
+  EXPECT_OK(c.CheckInvariants());
+}
+
 }  // namespace
 }  // namespace gpushare

@@ -1,13 +1,15 @@
 // The cluster's placement store (src/internal/placement_store.h) against a
 // std::map model: random inserts, finds and erases (slots freed and reused),
-// copies and assignments that must be independent afterwards, and ids the
-// short-string buffer does not hold or that contain NUL bytes.
+// node positions renumbered as nodes leave, copies and assignments that must
+// be independent afterwards, and ids the short-string buffer does not hold or
+// that contain NUL bytes.
 
 #include "src/internal/placement_store.h"
 
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,12 +18,16 @@
 namespace gpushare::internal {
 namespace {
 
-using Model = std::map<std::string, Placement>;
+// id -> the placement and its node position.
+using Model = std::map<std::string, std::pair<Placement, uint32_t>>;
+
+constexpr uint32_t kNodes = 17;
+uint32_t NodeOf(int n) { return static_cast<uint32_t>(n) % kNodes; }
 
 Placement Make(std::string id, int n) {
   Placement p;
   p.request_id = std::move(id);
-  p.node = absl::StrCat("node-", n % 17);
+  p.node = absl::StrCat("node-", NodeOf(n));
   p.gpus.assign(1 + n % 4, 0);
   for (size_t i = 0; i < p.gpus.size(); ++i) p.gpus[i] = static_cast<int>(i);
   p.memory_per_gpu = n % 9;
@@ -29,18 +35,38 @@ Placement Make(std::string id, int n) {
   return p;
 }
 
-// Every id of `model` is found with its placement, and nothing else is.
+// Stores placement `n` under `id` in both.
+void Insert(PlacementStore& store, Model& model, const std::string& id, int n) {
+  Placement p = Make(id, n);
+  const Placement& stored =
+      n % 2 == 0 ? store.Insert(p, NodeOf(n)) : store.Insert(Placement(p), NodeOf(n));
+  ASSERT_EQ(stored, p);
+  model.emplace(id, std::make_pair(p, NodeOf(n)));
+}
+
+void Erase(PlacementStore& store, Model& model, const std::string& id) {
+  const Placement* q = store.Find(id);
+  ASSERT_NE(q, nullptr) << id;
+  EXPECT_EQ(store.Erase(*q), id);
+  model.erase(id);
+  EXPECT_EQ(store.Find(id), nullptr);
+}
+
+// Every id of `model` is found with its placement and node, and nothing else
+// is.
 void ExpectSame(const PlacementStore& store, const Model& model) {
   ASSERT_EQ(store.size(), model.size());
-  for (const auto& [id, p] : model) {
+  for (const auto& [id, want] : model) {
     const Placement* q = store.Find(id);
     ASSERT_NE(q, nullptr) << id;
-    EXPECT_EQ(*q, p) << id;
+    EXPECT_EQ(*q, want.first) << id;
+    EXPECT_EQ(store.NodeOf(*q), want.second) << id;
     EXPECT_TRUE(store.contains(id));
   }
   Model seen;
   store.ForEach([&](const Placement& p) {
-    EXPECT_TRUE(seen.emplace(p.request_id, p).second) << "visited twice: " << p.request_id;
+    EXPECT_TRUE(seen.emplace(p.request_id, std::make_pair(p, store.NodeOf(p))).second)
+        << "visited twice: " << p.request_id;
   });
   EXPECT_EQ(seen, model);
 }
@@ -67,16 +93,9 @@ TEST(PlacementStoreTest, MatchesAMapOverRandomOperations) {
     const bool present = model.count(id) > 0;
     ASSERT_EQ(store.contains(id), present) << id;
     if (!present) {
-      Placement p = Make(id, step);
-      const Placement& stored = (rng() % 2 == 0) ? store.Insert(p) : store.Insert(Placement(p));
-      ASSERT_EQ(stored, p);
-      model.emplace(id, p);
+      Insert(store, model, id, step);
     } else if (rng() % 3 != 0) {
-      const Placement* q = store.Find(id);
-      ASSERT_NE(q, nullptr);
-      EXPECT_EQ(store.Erase(*q), id);
-      model.erase(id);
-      EXPECT_EQ(store.Find(id), nullptr);
+      Erase(store, model, id);
     }
     if (step % 2500 == 0) {
       store.Reserve(rng() % 100);
@@ -88,14 +107,15 @@ TEST(PlacementStoreTest, MatchesAMapOverRandomOperations) {
 
 TEST(PlacementStoreTest, AFreedSlotIsFilledNext) {
   PlacementStore store;
-  store.Insert(Make("a", 1));
-  store.Insert(Make("b", 2));
-  store.Insert(Make("c", 3));
+  store.Insert(Make("a", 1), 1);
+  store.Insert(Make("b", 2), 2);
+  store.Insert(Make("c", 3), 3);
   const Placement* b = store.Find("b");
   store.Erase(*b);
   // Filling the freed slot appends nothing, so `b` still points into the
   // slots: at the new placement.
-  EXPECT_EQ(&store.Insert(Make("d", 4)), b);
+  EXPECT_EQ(&store.Insert(Make("d", 4), 4), b);
+  EXPECT_EQ(store.NodeOf(*b), 4u);
   EXPECT_EQ(store.Find("b"), nullptr);
   EXPECT_EQ(store.Find("d"), b);
   EXPECT_EQ(store.Find("a")->cpu, 1);
@@ -105,33 +125,20 @@ TEST(PlacementStoreTest, AFreedSlotIsFilledNext) {
 TEST(PlacementStoreTest, CopiesAreIndependent) {
   PlacementStore store;
   Model model;
-  for (int k = 0; k < 300; ++k) {
-    store.Insert(Make(Id(k), k));
-    model.emplace(Id(k), Make(Id(k), k));
-  }
-  for (int k = 0; k < 300; k += 4) {
-    store.Erase(*store.Find(Id(k)));
-    model.erase(Id(k));
-  }
+  for (int k = 0; k < 300; ++k) Insert(store, model, Id(k), k);
+  for (int k = 0; k < 300; k += 4) Erase(store, model, Id(k));
   PlacementStore copy(store);
   Model copy_model = model;
   PlacementStore assigned;
-  assigned.Insert(Make("gone", 0));
+  assigned.Insert(Make("gone", 0), 0);
   assigned = store;
   Model assigned_model = model;
 
   // Change each afterwards: the others do not see it, and each one's lookups
   // read its own slots (a copied index that read the source's would fail).
-  for (int k = 1; k < 300; k += 4) {
-    store.Erase(*store.Find(Id(k)));
-    model.erase(Id(k));
-  }
-  for (int k = 300; k < 400; ++k) {
-    copy.Insert(Make(Id(k), k));
-    copy_model.emplace(Id(k), Make(Id(k), k));
-  }
-  assigned.Erase(*assigned.Find(Id(2)));
-  assigned_model.erase(Id(2));
+  for (int k = 1; k < 300; k += 4) Erase(store, model, Id(k));
+  for (int k = 300; k < 400; ++k) Insert(copy, copy_model, Id(k), k);
+  Erase(assigned, assigned_model, Id(2));
   assigned = assigned;  // Self-assignment changes nothing.
 
   ExpectSame(store, model);
@@ -140,11 +147,26 @@ TEST(PlacementStoreTest, CopiesAreIndependent) {
   EXPECT_EQ(assigned.Find("gone"), nullptr);
 }
 
+TEST(PlacementStoreTest, NodePositionsAboveARemovedNodeMoveDown) {
+  PlacementStore store;
+  Model model;
+  for (int k = 0; k < 200; ++k) Insert(store, model, Id(k), k);
+  // Node 5 leaves: it must hold nothing, as Cluster::RemoveNode() ensures.
+  for (int k = 0; k < 200; ++k) {
+    if (NodeOf(k) == 5) Erase(store, model, Id(k));
+  }
+  store.NodeRemoved(5);
+  for (auto& [id, want] : model) {
+    if (want.second > 5) --want.second;
+  }
+  ExpectSame(store, model);
+}
+
 TEST(PlacementStoreTest, IdsDifferingOnlyAfterANulAreDistinct) {
   PlacementStore store;
-  store.Insert(Make(std::string("x\0a", 3), 1));
-  store.Insert(Make(std::string("x\0b", 3), 2));
-  store.Insert(Make("x", 3));
+  store.Insert(Make(std::string("x\0a", 3), 1), 0);
+  store.Insert(Make(std::string("x\0b", 3), 2), 0);
+  store.Insert(Make("x", 3), 0);
   EXPECT_EQ(store.size(), 3u);
   EXPECT_EQ(store.Find(std::string("x\0a", 3))->cpu, 1);
   EXPECT_EQ(store.Find(std::string("x\0b", 3))->cpu, 2);

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/status_macros.h"
 #include "src/internal/node_race.h"
 #include "src/policies/binpack_policy.h"
 #include "src/policies/gpu_order.h"
@@ -272,7 +273,20 @@ void PlacementIndex::Clear() {
   memo_.Clear();
 }
 
+int PlacementIndex::GpuTrees::IdOf(std::string_view model) const {
+  constexpr size_t kCompared = 4;
+  if (names.size() <= kCompared) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == model) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  auto it = ids.find(Sv(model));
+  return it == ids.end() ? -1 : it->second;
+}
+
 PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model) {
+  if (const int id = IdOf(model); id >= 0) return trees[id];
   auto [it, added] = ids.try_emplace(model, static_cast<int>(trees.size()));
   if (added) {
     names.push_back(model);
@@ -384,7 +398,7 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
       if (insert) {
         trees->For(g.model).insert(key);
       } else {
-        trees->trees[trees->ids.at(g.model)].erase(key);
+        if (const int id = trees->IdOf(g.model); id >= 0) trees->trees[id].erase(key);
       }
     };
     if (gpus == nullptr) {

@@ -58,6 +58,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -234,7 +235,11 @@ class PlacementIndex {
     absl::flat_hash_map<std::string, int> ids;
     std::vector<std::string> names;  // In order of first appearance.
     std::vector<GpuTree> trees;
+    // The tree of `model`, made on first use.
     GpuTree& For(const std::string& model);
+    // The id of `model`'s tree, or -1. A few models (the usual cluster) are
+    // compared by name, which costs less than hashing it on every update.
+    int IdOf(std::string_view model) const;
   };
 
   const GpuTrees& GpuTreesFor(const ClusterState& state) const;

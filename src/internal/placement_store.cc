@@ -6,10 +6,12 @@ namespace gpushare::internal {
 
 PlacementStore::PlacementStore()
     : slots_(std::make_unique<std::vector<Placement>>()),
+      nodes_(std::make_unique<std::vector<uint32_t>>()),
       index_(0, SlotHash{slots_.get()}, SlotEq{slots_.get()}) {}
 
 PlacementStore::PlacementStore(const PlacementStore& other)
     : slots_(std::make_unique<std::vector<Placement>>(*other.slots_)),
+      nodes_(std::make_unique<std::vector<uint32_t>>(*other.nodes_)),
       free_(other.free_),
       index_(other.index_.size(), SlotHash{slots_.get()}, SlotEq{slots_.get()}) {
   // The other index's functors read the other slots: insert afresh.
@@ -20,6 +22,7 @@ PlacementStore& PlacementStore::operator=(const PlacementStore& other) {
   if (this != &other) {
     PlacementStore copy(other);
     slots_ = std::move(copy.slots_);
+    nodes_ = std::move(copy.nodes_);
     free_ = std::move(copy.free_);
     // The moved set keeps functors that point at the moved vector, now ours.
     index_ = std::move(copy.index_);
@@ -35,28 +38,38 @@ const Placement* PlacementStore::Find(std::string_view id) const {
 }
 
 template <typename P>
-Placement& PlacementStore::InsertImpl(P&& placement) {
+Placement& PlacementStore::InsertImpl(P&& placement, uint32_t node) {
   uint32_t slot;
   if (!free_.empty()) {
     slot = free_.back();
     free_.pop_back();
     (*slots_)[slot] = std::forward<P>(placement);
+    (*nodes_)[slot] = node;
   } else {
     slot = static_cast<uint32_t>(slots_->size());
     slots_->push_back(std::forward<P>(placement));
+    nodes_->push_back(node);
   }
   // The id is in its slot before the index hashes it.
   index_.insert(slot);
   return (*slots_)[slot];
 }
 
-Placement& PlacementStore::Insert(const Placement& placement) { return InsertImpl(placement); }
-Placement& PlacementStore::Insert(Placement&& placement) {
-  return InsertImpl(std::move(placement));
+Placement& PlacementStore::Insert(const Placement& placement, uint32_t node) {
+  return InsertImpl(placement, node);
+}
+Placement& PlacementStore::Insert(Placement&& placement, uint32_t node) {
+  return InsertImpl(std::move(placement), node);
+}
+
+void PlacementStore::NodeRemoved(uint32_t node) {
+  for (uint32_t slot : index_) {
+    if ((*nodes_)[slot] > node) --(*nodes_)[slot];
+  }
 }
 
 std::string PlacementStore::Erase(const Placement& stored) {
-  const uint32_t slot = static_cast<uint32_t>(&stored - slots_->data());
+  const uint32_t slot = SlotOf(stored);
   index_.erase(slot);  // Reads the id: before it is moved out.
   Placement& p = (*slots_)[slot];
   std::string id = std::move(p.request_id);
@@ -68,6 +81,7 @@ std::string PlacementStore::Erase(const Placement& stored) {
 void PlacementStore::Reserve(size_t n) {
   const size_t new_slots = n > free_.size() ? n - free_.size() : 0;
   slots_->reserve(slots_->size() + new_slots);
+  nodes_->reserve(slots_->size() + new_slots);
   index_.reserve(index_.size() + n);
 }
 

@@ -41,10 +41,16 @@ class PlacementStore {
   // The stored placement of `id`, or nullptr. Valid until the next Insert()
   // or Erase().
   const Placement* Find(std::string_view id) const;
-  // Stores `placement`, whose id must not be stored yet, and returns the
-  // stored copy.
-  Placement& Insert(const Placement& placement);
-  Placement& Insert(Placement&& placement);
+  // Stores `placement`, whose id must not be stored yet, on the node at
+  // position `node` of the cluster's node list, and returns the stored copy.
+  Placement& Insert(const Placement& placement, uint32_t node);
+  Placement& Insert(Placement&& placement, uint32_t node);
+  // The node position `stored` (a placement this store returned) was
+  // inserted with, as renumbered by NodeRemoved().
+  uint32_t NodeOf(const Placement& stored) const { return (*nodes_)[SlotOf(stored)]; }
+  // The node at position `node` left the node list (holding no placement):
+  // the positions above it move down by one.
+  void NodeRemoved(uint32_t node);
   // Removes `stored` (a placement this store returned) and gives back its id.
   std::string Erase(const Placement& stored);
   // Makes room for `n` more placements.
@@ -78,11 +84,15 @@ class PlacementStore {
   using Index = absl::flat_hash_set<uint32_t, SlotHash, SlotEq>;
 
   template <typename P>
-  Placement& InsertImpl(P&& placement);
+  Placement& InsertImpl(P&& placement, uint32_t node);
+  uint32_t SlotOf(const Placement& stored) const {
+    return static_cast<uint32_t>(&stored - slots_->data());
+  }
 
   // On the heap so that its address, which the index's functors hold, stays
   // fixed for the store's life.
   std::unique_ptr<std::vector<Placement>> slots_;
+  std::unique_ptr<std::vector<uint32_t>> nodes_;  // Parallel to *slots_.
   std::vector<uint32_t> free_;  // Slots not in use, most recently freed last.
   Index index_;
 };
