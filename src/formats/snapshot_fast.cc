@@ -160,6 +160,7 @@ absl::StatusOr<Cluster> SnapshotFromJsonFast(std::string_view text) {
     GPUSHARE_FAST(fhas[6] && FastBool(f[6], &sharing));
     node.gpu_sharing = sharing;
     GPUSHARE_FAST(fhas[7] && f[7].type() == Kind::ARRAY);
+    node.gpus.reserve(ArrayOf(f[7]).size());
     int index = 0;
     for (sj::element gj : ArrayOf(f[7])) {
       GPUSHARE_FAST(gj.type() == Kind::OBJECT);
