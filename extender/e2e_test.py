@@ -443,6 +443,56 @@ class TargetWorkloadTest(unittest.TestCase):
             stop_server(proc)
 
 
+class FlagSyntaxTest(unittest.TestCase):
+    """--flag=value is --flag value (deploy/ writes its flags so)."""
+
+    def setUp(self):
+        self.binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not self.binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_equals_form_is_the_same_flag(self):
+        port_file = os.path.join(self.tmp.name, "port")
+        proc = subprocess.Popen(
+            [self.binary, "--nodes=" + os.path.join(SAMPLES, "nodes.json"),
+             "--pods=" + os.path.join(SAMPLES, "pods.json"), "--address=127.0.0.1",
+             "--port=0", "--port-file=" + port_file, "--policy=spread",
+             "--max-body-bytes=1Mi"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 15
+            while not os.path.exists(port_file):
+                self.assertIsNone(proc.poll(), proc.stderr.read() if proc.poll() else "")
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            with open(port_file) as f:
+                c = Client("http://127.0.0.1:%d" % int(f.read()))
+            # spread, not the default binpack: of two equal T4 nodes with a pod
+            # on one, the other.
+            names = ["sd-cluster-04", "sd-cluster-05"]
+            first, _ = schedule(c, make_pod("f1", 2), names)
+            second, _ = schedule(c, make_pod("f2", 2), names)
+            self.assertEqual({first, second}, set(names))
+            c.close()
+        finally:
+            stop_server(proc)
+
+    def test_bad_values_and_unknown_flags_are_named(self):
+        def refused(*args):
+            proc = subprocess.run([self.binary, *args], capture_output=True, timeout=30)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            return proc.stderr.decode().splitlines()[0]
+        self.assertIn("unknown or incomplete flag --bogus=1", refused("--bogus=1"))
+        self.assertIn("--max-body-bytes takes a byte count like 1048576 or 192Mi, not lots",
+                      refused("--max-body-bytes=lots"))
+        self.assertIn("--leader-elect takes true or false", refused("--leader-elect=maybe"))
+        self.assertIn("--port must be in 0..65535", refused("--port=70000"))
+
+
 class FakeApiServer:
     """The few Kubernetes API calls the extender makes, over loopback HTTP/1.1,
     answered as the real API server answers them.

@@ -82,6 +82,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -143,7 +144,7 @@ bool ReadFile(const std::string& path, std::string* out) {
 }
 
 void Help(std::ostream& out) {
-  out << "usage: gpushare-extender [flags]\n"
+  out << "usage: gpushare-extender [flags]   (--flag value or --flag=value)\n"
          "The Kubernetes API (default): found as client-go finds it.\n"
          "  --kubeconfig FILE        kubeconfig to use (default: $KUBECONFIG, first file;\n"
          "                           else the in-cluster service account)\n"
@@ -274,8 +275,22 @@ int main(int argc, char** argv) {
   Flags flags;
   bool lease_namespace_given = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    std::string arg = argv[i];
+    // "--flag=value" is "--flag value", as Kubernetes components accept it
+    // (and as deploy/ writes them).
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    bool inline_taken = false;
+    auto value = [&]() -> const char* {
+      if (inline_value.has_value()) {
+        inline_taken = true;
+        return inline_value->c_str();
+      }
+      return i + 1 < argc ? argv[++i] : nullptr;
+    };
     const char* v = nullptr;
     std::string error;
     if (arg == "--help" || arg == "-h") {
@@ -344,7 +359,10 @@ int main(int argc, char** argv) {
     } else if (arg == "--leader-elect-retry-period-ms" && (v = value())) {
       flags.lease.retry_period = std::chrono::milliseconds(std::atoll(v));
     } else {
-      return Usage("unknown or incomplete flag " + arg);
+      return Usage("unknown or incomplete flag " + std::string(argv[i]));
+    }
+    if (inline_value.has_value() && !inline_taken) {
+      return Usage(arg + " takes no value, got " + std::string(argv[i]));
     }
   }
   const bool files = !flags.nodes.empty() || !flags.pods.empty();
