@@ -346,7 +346,7 @@ EXTENDER_RBAC = [
                  "name": "gpushare-e2e-extender"},
      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                    "name": "gpushare-extender"}]},
-    # Leader election (the rules of deploy/rbac.yaml's Role).
+    # Leader election (the rules of deploy/base/rbac.yaml's Role).
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
      "metadata": {"name": "gpushare-e2e-leader-election", "namespace": "kube-system"},
      "rules": [
@@ -564,8 +564,9 @@ class ControlPlane:
 
     # -- the extender ---------------------------------------------------------
 
-    def start_extender(self, restart=False):
-        """Starts gpushare-extender against the API server; returns its URL prefix."""
+    def start_extender(self, restart=False, policy="binpack", extra_args=()):
+        """Starts gpushare-extender against the API server; returns its URL prefix.
+        `extra_args` are appended to its command line."""
         name = "gpushare-extender"
         if restart and name in self.procs:
             self.procs[name].stop()
@@ -576,8 +577,8 @@ class ControlPlane:
         # configuration names it.
         port = self.extender_port or 0
         argv = [self.extender_bin, "--kubeconfig", self.extender_kubeconfig,
-                "--address", "127.0.0.1", "--policy", "binpack",
-                "--access-log", os.path.join(self.logs, "extender-access.log")]
+                "--address", "127.0.0.1", "--policy", policy,
+                "--access-log", os.path.join(self.logs, "extender-access.log"), *extra_args]
         if self.extender_tls:
             argv += ["--tls-cert-file", self.extender_serving[0],
                      "--tls-private-key-file", self.extender_serving[1]]

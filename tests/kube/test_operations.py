@@ -2,8 +2,10 @@
 election (the leader SIGKILLed during a burst), /metrics parsed with
 prometheus_client's reference parser, the deploy/ manifests applied with
 server-side validation and their RBAC checked with `kubectl auth can-i`, and
-the kubectl plugin's table for scenario S1, and the read-only planner
-(POST /gpushare-scheduler/plan).
+the kubectl plugin's table for scenario S1, the read-only planner
+(POST /gpushare-scheduler/plan), and the deploy/fgdpack overlay: rendered by
+kubectl, validated by the API server, and its target workload served by the
+extender to a real kube-scheduler.
 
 Every assertion on placements reads the API objects (spec.nodeName, the bind
 annotations, events); the metrics are compared with them.
@@ -26,6 +28,7 @@ from test_scenarios import (assert_no_oversubscription, failed_scheduling_messag
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy")
+DEPLOY_FGDPACK = os.path.join(DEPLOY, "fgdpack")
 LEASE_SECONDS = 15      # The extender's default lease duration.
 RETRY_SECONDS = 2       # Its default retry period.
 
@@ -254,6 +257,70 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         assert wrong == []
     finally:
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
+
+
+def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
+    """deploy/fgdpack: the API server's view of the rendered objects (server-side
+    dry run), then the ConfigMap's target workload given to a real extender
+    with the overlay's flags, which kube-scheduler then calls."""
+    r = kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", DEPLOY_FGDPACK,
+                "-o", "json")
+    objects = json.loads(r.stdout)
+    objects = objects.get("items", [objects])
+    by_kind = collections.defaultdict(list)
+    for o in objects:
+        by_kind[o["kind"]].append(o)
+    (dep,) = by_kind["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--policy=fgdpack" in args and "--policy=binpack" not in args
+    flag = "--target-workload=/etc/gpushare/target-workload.json"
+    assert flag in args
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "target-workload", "mountPath": "/etc/gpushare", "readOnly": True}]
+    (volume,) = pod["volumes"]
+    cm_name = volume["configMap"]["name"]
+    assert cm_name.startswith("gpushare-target-workload-")  # The content hash.
+    (cm,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == cm_name]
+    assert cm["metadata"]["namespace"] == "kube-system"
+    target = cm["data"]["target-workload.json"]
+    with open(os.path.join(DEPLOY_FGDPACK, "target-workload.json")) as f:
+        assert json.loads(target) == json.load(f)
+    # The base's other objects come along unchanged.
+    assert {"ServiceAccount", "Service", "ClusterRole", "Role"} <= set(by_kind)
+
+    # The extender with the Deployment's own arguments, as the kubelet would
+    # run them (the pod's name and IP substituted, the ConfigMap's file
+    # written), but on the harness's address and port.
+    path = tmp_path / "target-workload.json"
+    path.write_text(target)
+    env = {"$(POD_NAME)": "gpushare-extender-e2e", "$(POD_IP)": "127.0.0.1"}
+    run_args = []
+    for a in args:
+        for k, v in env.items():
+            a = a.replace(k, v)
+        if a.startswith(("--address=", "--port=")):
+            continue
+        run_args.append(a.replace("/etc/gpushare/target-workload.json", str(path)))
+    assert "--target-workload=" + str(path) in run_args
+    # First with an empty target: the flag is read, and the process refuses to start.
+    bad = tmp_path / "empty-target.json"
+    bad.write_text('{"resource": "memory", "tasks": []}')
+    with pytest.raises(HarnessError, match="exited with 2"):
+        cluster.start_extender(extra_args=[a.replace(str(path), str(bad)) for a in run_args])
+    cluster.start_extender(extra_args=run_args)
+    cluster.start_scheduler(with_extender=True)
+    api = cluster.api
+    api.create_node("t4-a", gpus=2, gpu_memory=16)
+    api.create_node("t4-b", gpus=2, gpu_memory=16)
+    sizes = [8, 4, 8, 2, 16, 4, 2, 8]
+    for i, units in enumerate(sizes):
+        api.create_pod(f"fgdpack-{i}", gpu_memory=units)
+    for i in range(len(sizes)):
+        api.wait_bound(f"fgdpack-{i}")
+    used = used_per_gpu(api)
+    assert sum(sum(g.values()) for g in used.values()) == sum(sizes)
+    assert_no_oversubscription(api)
 
 
 # ---- kubectl inspect gpushare ----------------------------------------------------
