@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpushare/fragmentation.h"
 #include "src/policies/bestfit_policy.h"
 #include "src/policies/binpack_policy.h"
 #include "src/policies/dotprod_policy.h"
@@ -69,7 +70,14 @@ std::vector<std::string> PolicyNames() {
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
                                                    const PolicyOptions& options) {
   for (const Entry& e : Registry()) {
-    if (name == e.name) return e.make(options);
+    if (name != e.name) continue;
+    if (options.fgd_target != nullptr) {
+      if (absl::Status bad = ValidateTargetWorkload(*options.fgd_target); !bad.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy '", e.name, "': target workload: ", bad.message()));
+      }
+    }
+    return e.make(options);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown policy '", internal::Echo(name), "'; known policies: ",

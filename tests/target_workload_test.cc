@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
@@ -20,6 +21,7 @@
 namespace gpushare {
 namespace {
 
+using ::gpushare::testing::StatusIs;
 using ::testing::HasSubstr;
 
 void ExpectSameTarget(const TargetWorkload& a, const TargetWorkload& b) {
@@ -81,6 +83,42 @@ TEST(TargetWorkloadJsonTest, RefusesBadInputNamingTheValue) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(t.status().message()), HasSubstr(message));
   }
+}
+
+TEST(TargetWorkloadValidationTest, NamesTheBadValueAndMakePolicyRefusesIt) {
+  TargetWorkload good;
+  good.tasks = {TargetTask{1000, 8, 1, {}, 0.5}};
+  EXPECT_OK(ValidateTargetWorkload(good));
+  struct Case {
+    TargetTask task;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{0, 4, 1, {}, -1}, "tasks[1].weight: -1 is not a positive number"},
+      {{0, 4, 1, {}, std::nan("")}, "tasks[1].weight: nan is not a positive number"},
+      {{0, 4, 0, {}, 1}, "tasks[1]: gpu_share 4 with gpu_count 0"},
+      {{-1, 0, 0, {}, 1}, "tasks[1].cpu: -1 is outside 0..4294967296"},
+      {{0, kMaxQuantity + 1, 1, {}, 1}, "tasks[1].gpu_share: 4294967297 is outside"},
+      {{0, 4, kMaxGpusPerNode + 1, {}, 1}, "tasks[1].gpu_count: "},
+  };
+  for (const Case& c : cases) {
+    TargetWorkload bad = good;
+    bad.tasks.push_back(c.task);
+    EXPECT_THAT(ValidateTargetWorkload(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, c.message));
+    PolicyOptions options;
+    options.fgd_target = std::make_shared<TargetWorkload>(bad);
+    for (const char* name : {"fgd", "fgdpack", "binpack"}) {
+      EXPECT_THAT(MakePolicy(name, options),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           absl::StrCat("policy '", name, "': target workload: ", c.message)));
+    }
+  }
+  EXPECT_THAT(ValidateTargetWorkload(TargetWorkload{}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "tasks: the list is empty"));
+  PolicyOptions options;
+  options.fgd_target = std::make_shared<TargetWorkload>(good);
+  EXPECT_OK(MakePolicy("fgdpack", options).status());
 }
 
 TEST(SharedPackingTest, SolvesEachTargetOnceAndEqualsTheSolve) {

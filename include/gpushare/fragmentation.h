@@ -116,6 +116,14 @@ std::string TargetWorkloadToJson(const TargetWorkload& target);
 // number".
 absl::StatusOr<TargetWorkload> TargetWorkloadFromJson(std::string_view json);
 
+// Checks the values of a target workload built by hand (C++ or Python):
+// at least one task; per task cpu and gpu_share within 0..kMaxQuantity,
+// gpu_count within 0..kMaxGpusPerNode, no GPU share without GPUs, and a
+// positive finite weight. InvalidArgument names the task and the value as
+// the JSON reader does, e.g. "tasks[2].weight: -1 is not a positive number".
+// MakePolicy() checks PolicyOptions::fgd_target with it.
+absl::Status ValidateTargetWorkload(const TargetWorkload& target);
+
 }  // namespace gpushare
 
 #endif  // GPUSHARE_FRAGMENTATION_H_

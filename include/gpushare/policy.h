@@ -98,8 +98,10 @@ class Policy {
 // Options for MakePolicy(); what a given policy ignores is harmless.
 struct PolicyOptions {
   uint64_t seed = 42;  // For "random".
-  // For "fgd": the workload whose fragmentation it descends, e.g. from
-  // TypicalTasks(). Null: one whole-GPU task (only partly used GPUs count).
+  // For "fgd", "fgdcpu" and "fgdpack": the workload whose fragmentation it
+  // descends, e.g. from TypicalTasks(). Null: one whole-GPU task (only partly
+  // used GPUs count). MakePolicy() refuses one that ValidateTargetWorkload()
+  // refuses, for every policy name.
   std::shared_ptr<const TargetWorkload> fgd_target;
 };
 

@@ -76,6 +76,29 @@ absl::Status ReadTask(const json& t, const std::string& where, TargetTask* task)
 
 }  // namespace
 
+absl::Status ValidateTargetWorkload(const TargetWorkload& target) {
+  if (target.tasks.empty()) return Bad("tasks", "the list is empty");
+  for (size_t i = 0; i < target.tasks.size(); ++i) {
+    const TargetTask& t = target.tasks[i];
+    const std::string where = absl::StrCat("tasks[", i, "]");
+    auto range = [&](const char* key, int64_t v, int64_t hi) {
+      return v < 0 || v > hi ? Bad(absl::StrCat(where, ".", key),
+                                   absl::StrCat(v, " is outside 0..", hi))
+                             : absl::OkStatus();
+    };
+    GPUSHARE_RETURN_IF_ERROR(range("cpu", t.cpu, kMaxQuantity));
+    GPUSHARE_RETURN_IF_ERROR(range("gpu_share", t.gpu_share, kMaxQuantity));
+    GPUSHARE_RETURN_IF_ERROR(range("gpu_count", t.gpu_count, kMaxGpusPerNode));
+    if (t.gpu_share > 0 && t.gpu_count == 0) {
+      return Bad(where, absl::StrCat("gpu_share ", t.gpu_share, " with gpu_count 0"));
+    }
+    if (!std::isfinite(t.weight) || t.weight <= 0) {
+      return Bad(where + ".weight", absl::StrCat(t.weight, " is not a positive number"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string TargetWorkloadToJson(const TargetWorkload& target) {
   json tasks = json::array();
   for (const TargetTask& t : target.tasks) {

@@ -222,7 +222,9 @@ void RegisterPolicy(py::module_& m) {
       "against: a list of dicts like gs.typical_tasks() returns, or a workload (openb CSV\n"
       "path or list of gs.Request) whose typical tasks (`coverage`, on `resource`:\n"
       "'compute' or 'memory') are used; None: a single whole-GPU task. Raises\n"
-      "InvalidArgumentError (a ValueError) for an unknown name or a bad target. A policy "
+      "InvalidArgumentError (a ValueError) for an unknown name or a bad target (an unknown\n"
+      "key, a value out of range, a weight that is not positive), naming the task and\n"
+      "value, e.g. 'tasks[2].weight: -1 is not a positive number'. A policy "
       "object keeps its state between calls; use one per thread.");
 }
 

@@ -156,7 +156,19 @@ TargetWorkload TargetArg(py::handle target, FragResource resource, double covera
   TargetWorkload t;
   t.resource = resource;
   for (py::handle item : target) {
+    if (!py::isinstance<py::dict>(item)) {
+      throw py::type_error(absl::StrCat("tasks[", t.tasks.size(), "] is not a dict"));
+    }
     py::dict d = item.cast<py::dict>();
+    for (const auto& [key, value] : d) {
+      const std::string k = py::str(key).cast<std::string>();
+      if (k != "cpu" && k != "gpu_share" && k != "gpu_count" && k != "gpu_models" &&
+          k != "weight") {
+        ThrowIfError(absl::InvalidArgumentError(
+            absl::StrCat("tasks[", t.tasks.size(), "]: unknown key '", k,
+                         "' (known: cpu, gpu_share, gpu_count, gpu_models, weight)")));
+      }
+    }
     TargetTask task;
     task.cpu = d.contains("cpu") ? ReadInt<int64_t>(d["cpu"], "target cpu") : 0;
     task.gpu_share =
@@ -167,6 +179,7 @@ TargetWorkload TargetArg(py::handle target, FragResource resource, double covera
     task.weight = d.contains("weight") ? d["weight"].cast<double>() : 0.0;
     t.tasks.push_back(std::move(task));
   }
+  ThrowIfError(ValidateTargetWorkload(t));
   return t;
 }
 

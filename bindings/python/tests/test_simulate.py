@@ -193,3 +193,20 @@ def test_make_policy_takes_the_target_workload_of_fgdpack() -> None:
     assert pick(gs.make_policy("fgdpack", target=workload, coverage=1.0)) == "idle"
     with pytest.raises(ValueError, match="resource 'disk'"):
         gs.make_policy("fgdpack", target=target, resource="disk")
+
+
+@pytest.mark.parametrize("task, message", [
+    ({"gpu_share": 4, "gpu_count": 1, "weight": -1}, r"tasks\[1\]\.weight: -1 is not a positive"),
+    ({"gpu_share": 4, "gpu_count": 1}, r"tasks\[1\]\.weight: 0 is not a positive"),
+    ({"gpu_share": 4, "gpu_count": 1, "weight": float("nan")}, r"tasks\[1\]\.weight: nan"),
+    ({"gpu_share": 4, "gpu_count": 0, "weight": 1}, r"tasks\[1\]: gpu_share 4 with gpu_count 0"),
+    ({"gpu_share": -4, "gpu_count": 1, "weight": 1}, r"tasks\[1\]\.gpu_share: -4 is outside"),
+    ({"gpu_share": 4, "gpu_count": 99, "weight": 1}, r"tasks\[1\]\.gpu_count: 99 is outside"),
+    ({"gpu_shares": 4, "gpu_count": 1, "weight": 1}, r"tasks\[1\]: unknown key 'gpu_shares'"),
+])
+def test_make_policy_refuses_a_bad_target_naming_the_value(task, message) -> None:
+    good = {"cpu": 1000, "gpu_share": 8, "gpu_count": 1, "weight": 0.5}
+    with pytest.raises(ValueError, match=message):
+        gs.make_policy("fgdpack", target=[good, task], resource="memory")
+    # The same target is fine once the bad task is left out.
+    assert gs.make_policy("fgdpack", target=[good], resource="memory").name() == "fgdpack"
