@@ -384,8 +384,8 @@ class RestartTest(unittest.TestCase):
         self.assertEqual(shape(after), shape(before))
 
 
-class TargetWorkloadTest(unittest.TestCase):
-    """--policy fgdpack --target-workload FILE: refused when bad, served when good."""
+class BinaryTest(unittest.TestCase):
+    """Runs the binary of $GPUSHARE_EXTENDER, with a temporary folder."""
 
     def setUp(self):
         self.binary = os.environ.get("GPUSHARE_EXTENDER")
@@ -395,6 +395,10 @@ class TargetWorkloadTest(unittest.TestCase):
 
     def tearDown(self):
         self.tmp.cleanup()
+
+
+class TargetWorkloadTest(BinaryTest):
+    """--policy fgdpack --target-workload FILE: refused when bad, served when good."""
 
     def write(self, name, doc):
         path = os.path.join(self.tmp.name, name)
@@ -443,34 +447,17 @@ class TargetWorkloadTest(unittest.TestCase):
             stop_server(proc)
 
 
-class FlagSyntaxTest(unittest.TestCase):
+class FlagSyntaxTest(BinaryTest):
     """--flag=value is --flag value (deploy/ writes its flags so)."""
 
-    def setUp(self):
-        self.binary = os.environ.get("GPUSHARE_EXTENDER")
-        if not self.binary:
-            self.skipTest("GPUSHARE_EXTENDER is not set")
-        self.tmp = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
     def test_equals_form_is_the_same_flag(self):
-        port_file = os.path.join(self.tmp.name, "port")
-        proc = subprocess.Popen(
-            [self.binary, "--nodes=" + os.path.join(SAMPLES, "nodes.json"),
-             "--pods=" + os.path.join(SAMPLES, "pods.json"), "--address=127.0.0.1",
-             "--port=0", "--port-file=" + port_file, "--policy=spread",
-             "--max-body-bytes=1Mi"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc, url = start_server(
+            self.binary, None, None, self.tmp.name,
+            extra=["--nodes=" + os.path.join(SAMPLES, "nodes.json"),
+                   "--pods=" + os.path.join(SAMPLES, "pods.json"), "--policy=spread",
+                   "--max-body-bytes=1Mi", "--address=127.0.0.1"])
         try:
-            deadline = time.monotonic() + 15
-            while not os.path.exists(port_file):
-                self.assertIsNone(proc.poll(), proc.stderr.read() if proc.poll() else "")
-                self.assertLess(time.monotonic(), deadline)
-                time.sleep(0.02)
-            with open(port_file) as f:
-                c = Client("http://127.0.0.1:%d" % int(f.read()))
+            c = Client(url)
             # spread, not the default binpack: of two equal T4 nodes with a pod
             # on one, the other.
             names = ["sd-cluster-04", "sd-cluster-05"]
