@@ -18,6 +18,7 @@
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/score_memo.h"
 #include "tests/testing/scanned_policy.h"
 #include "tests/testing/sim_fixtures.h"
 #include "tests/testing/status_matchers.h"
@@ -254,6 +255,59 @@ TEST(ScoreMemoPathTest, ServedPoliciesAreAnsweredByTheMemo) {
     }
   }
   EXPECT_TRUE(state.index.Consistent(state));
+}
+
+// CPU-only requests of spread walk one order of every node from the best;
+// when more than ScoreMemo::kCpuOrderWalk nodes that do not fit come first,
+// the request's own shape answers (binpack's requests always do). Idle small
+// nodes ahead of the one large node that fits (spread), half-used small
+// nodes ahead of it (binpack).
+TEST(ScoreMemoTest, CpuOnlyRequestsPastManyNodesThatDoNotFitAreExact) {
+  const int small = internal::ScoreMemo::kCpuOrderWalk + 30;
+  for (const char* name : {"binpack", "spread"}) {
+    SCOPED_TRACE(name);
+    Cluster memo, scan;
+    ScannedPolicy scanned(Make(name));
+    auto policy = Make(name);
+    for (int i = 0; i <= small; ++i) {
+      Node n;
+      n.name = absl::StrCat("n", i);
+      n.cpu = i == small / 2 ? 64000 : 4000;
+      ASSERT_OK(memo.AddNode(n));
+      ASSERT_OK(scan.AddNode(n));
+    }
+    // binpack: half of every small node used; spread: an eighth of the large
+    // one. Either way the small nodes rank first, and the requests of 8
+    // cores only the large node can take.
+    const bool binpack = std::string(name) == "binpack";
+    for (int i = 0; i <= small; ++i) {
+      if (binpack == (i == small / 2)) continue;
+      Placement p;
+      p.request_id = absl::StrCat("bg", i);
+      p.node = absl::StrCat("n", i);
+      p.cpu = binpack ? 2000 : 8000;
+      ASSERT_OK(memo.Commit(p));
+      ASSERT_OK(scan.Commit(p));
+    }
+    for (int round = 0; round < 6; ++round) {
+      SCOPED_TRACE(round);
+      Request r;
+      r.id = absl::StrCat("big", round);
+      r.cpu = round % 2 == 0 ? 8000 : 1000;  // Then one that fits almost anywhere.
+      absl::StatusOr<Placement> got = memo.Place(r, *policy);
+      absl::StatusOr<Placement> want = scan.Place(r, scanned);
+      ASSERT_EQ(got.ok(), want.ok()) << got.status() << " / " << want.status();
+      if (got.ok()) {
+        EXPECT_EQ(got->node, want->node);
+      }
+    }
+    // Larger than any node: no node fits, and the errors agree.
+    Request huge;
+    huge.id = "huge";
+    huge.cpu = 100000;
+    EXPECT_EQ(memo.Plan(huge, *policy).status(), scan.Plan(huge, scanned).status());
+    EXPECT_OK(memo.CheckInvariants());
+  }
 }
 
 // More (node, shape) verdicts than the memo keeps (about 3,800 shapes of
