@@ -30,7 +30,10 @@ using ::gpushare::testing::ScannedPolicy;
 
 class Ops {
  public:
-  explicit Ops(uint64_t seed) : rng_(seed) {}
+  // `few_capacities`: node CPU capacities of four kinds (one untracked), and
+  // more CPU-only requests, for the shared CPU-only orders of binpack.
+  explicit Ops(uint64_t seed, bool few_capacities = false)
+      : rng_(seed), few_capacities_(few_capacities) {}
 
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
@@ -45,7 +48,12 @@ class Ops {
     for (int i = 0; i < gpus; ++i) node.gpus.push_back(Gpu{16, model, "", !Chance(0.05)});
     node.labels["gpushare"] = Chance(0.9) ? "true" : "false";
     node.labels["pool"] = Chance(0.5) ? "a" : "b";
-    if (Chance(0.8)) node.cpu = Uniform(8, 64) * 1000;
+    if (few_capacities_) {
+      static const int64_t kCpus[] = {0, 8000, 16000, 32000};
+      node.cpu = kCpus[Uniform(0, 3)];
+    } else if (Chance(0.8)) {
+      node.cpu = Uniform(8, 64) * 1000;
+    }
     if (Chance(0.3)) node.host_memory = Uniform(8, 256) * 1024;
     node.schedulable = !Chance(0.05);
     return node;
@@ -55,7 +63,7 @@ class Ops {
   Request MakeRequest(int n) {
     Request r;
     r.id = "req-" + std::to_string(n);
-    const int kind = Uniform(0, 9);
+    const int kind = few_capacities_ && Chance(0.5) ? 9 : Uniform(0, 9);
     if (kind <= 5) {
       r.gpu_count = Chance(0.8) ? 1 : 2;
       r.compute = Uniform(1, 10) * 100;
@@ -72,6 +80,7 @@ class Ops {
 
  private:
   std::mt19937_64 rng_;
+  bool few_capacities_;
 };
 
 std::unique_ptr<Policy> Make(const std::string& name) {
@@ -89,9 +98,8 @@ std::unique_ptr<Policy> Make(const std::string& name) {
 
 class ScoreMemoTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
-  const std::string name = GetParam();
-  Ops ops(std::hash<std::string>()(name));
+// Drives a memo cluster and a scanning cluster in lock step (see the top).
+void LockStep(const std::string& name, Ops ops) {
   ClusterOptions options;
   options.tie_break_seed = 5;  // Tie keys from names: a fixed random order.
   Cluster memo(options), scan(options);
@@ -193,6 +201,19 @@ TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
   ASSERT_OK(memo.CheckInvariants());
   EXPECT_GT(placed_count, total / 10);
   EXPECT_GT(exhausted, 10);
+}
+
+TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
+  LockStep(GetParam(), Ops(std::hash<std::string>()(GetParam())));
+}
+
+// binpack's CPU-only order is one tree per node CPU capacity, used while
+// there are few capacities (the random nodes above have dozens).
+TEST(ScoreMemoTest, CpuOnlyOrdersMatchTheScanWithFewCapacities) {
+  for (const char* name : {"binpack", "spread"}) {
+    SCOPED_TRACE(name);
+    LockStep(name, Ops(std::hash<std::string>()(name) + 7, /*few_capacities=*/true));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelPolicies, ScoreMemoTest,

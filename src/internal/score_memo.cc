@@ -5,16 +5,19 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <typeinfo>
 #include <utility>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/node_race.h"
 #include "src/internal/placement_index.h"
+#include "src/policies/gpu_order.h"
 #include "src/topology/node_gpus.h"
 
 namespace gpushare::internal {
@@ -171,14 +174,24 @@ struct ScoreMemo::Memo {
   absl::flat_hash_map<std::string, uint32_t> group_ids;
   std::vector<Group> groups;
   std::vector<uint32_t> free_groups;
-  // spread, CPU-only requests: their score is the node's own (its CPU and
-  // host-memory use, whatever the request), so one order of every node, kept
-  // up to date from the change log, serves all such requests; a request walks
-  // it from the front to the first node that fits.
+  // binpack and spread, CPU-only requests: their score is the node's own
+  // (its CPU and host-memory use, whatever the request), so one order of the
+  // nodes, kept up to date from the change log, serves all such requests; a
+  // request walks it from the front to the first node that fits. spread
+  // ranks the least-used nodes first, and those nearly always fit: one tree.
+  // binpack ranks the fullest first, which mostly do not: one tree per node
+  // CPU capacity, where the nodes with enough free CPU for a request are
+  // those whose score (the CPU ratio) is at most (capacity - request) /
+  // capacity, a suffix of the tree that one lower_bound finds.
   struct CpuOrder {
-    std::vector<Score> scores;     // By slot: the policy keys.
-    std::vector<uint64_t> stamps;  // The node's change stamp they were made at; 0: never.
-    absl::btree_set<FullKey, KeyLess> tree;
+    std::vector<Score> scores;      // By slot: the policy keys.
+    std::vector<uint64_t> stamps;   // The node's change stamp they were made at; 0: never.
+    std::vector<int64_t> capacity;  // By slot: the key of its tree.
+    absl::btree_map<int64_t, absl::btree_set<FullKey, KeyLess>> trees;
+    bool by_capacity = false;  // binpack; spread keeps every node under key 0.
+    // binpack: false once a score was not the CPU ratio the suffix rests on
+    // (the request's own shape answers from then on).
+    bool ratio_holds = true;
     uint64_t cursor = 0;
     bool fresh = true;
   };
@@ -331,24 +344,39 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
                                                       NodeChoice* best_choice) const {
   Data& d = *data_;
   const uint32_t n = static_cast<uint32_t>(state.nodes.size());
-  if (memo->cpu_order == nullptr) memo->cpu_order = std::make_unique<Memo::CpuOrder>();
+  if (memo->cpu_order == nullptr) {
+    memo->cpu_order = std::make_unique<Memo::CpuOrder>();
+    memo->cpu_order->by_capacity = ClassifyPolicy(policy) == IndexedPolicy::kBinpack;
+  }
   Memo::CpuOrder& o = *memo->cpu_order;
+  if (!o.ratio_holds) return CpuOrderAnswer::kTooFar;
   if (o.scores.size() < n) {
     d.entries += static_cast<int64_t>(n - o.scores.size());
     o.scores.resize(n);
     o.stamps.resize(n, 0);
+    o.capacity.resize(n, 0);
   }
   const std::vector<int> no_gpus;
   auto refresh = [&](uint32_t slot) {
     if (o.stamps[slot] == d.stamps[slot]) return;
     const bool held = o.stamps[slot] != 0;
     o.stamps[slot] = d.stamps[slot];
-    const Score keys = PolicyKeys(policy.Evaluate(demand, state.nodes[slot], no_gpus, cluster).score);
-    if (held && keys == o.scores[slot]) return;
+    const NodeStatus& node = state.nodes[slot];
+    const Score keys = PolicyKeys(policy.Evaluate(demand, node, no_gpus, cluster).score);
+    const int64_t capacity = o.by_capacity ? node.cpu : 0;
+    if (o.by_capacity && keys.primary != policies::Ratio(node.cpu_used, node.cpu)) {
+      o.ratio_holds = false;
+    }
+    if (held && keys == o.scores[slot] && capacity == o.capacity[slot]) return;
     const uint64_t tie = state.tie_keys[slot];
-    if (held) o.tree.erase(FullKey{o.scores[slot], tie, slot});
+    if (held) {
+      auto tree = o.trees.find(o.capacity[slot]);
+      tree->second.erase(FullKey{o.scores[slot], tie, slot});
+      if (tree->second.empty()) o.trees.erase(tree);
+    }
     o.scores[slot] = keys;
-    o.tree.insert(FullKey{keys, tie, slot});
+    o.capacity[slot] = capacity;
+    o.trees[capacity].insert(FullKey{keys, tie, slot});
   };
   if (o.fresh || o.cursor < d.log_base) {
     for (uint32_t slot = 0; slot < n; ++slot) refresh(slot);
@@ -360,20 +388,37 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
   }
   o.cursor = d.log_base + d.log.size();
   o.fresh = false;
+  if (!o.ratio_holds || o.trees.size() > kMaxCpuOrderTrees) return CpuOrderAnswer::kTooFar;
   // The first node that fits in the scan's ranking wins (CPU-only requests
-  // get no topology key, so NodeRace's window is that one node).
+  // get no topology key, so NodeRace's window is that one node): the best of
+  // each tree's first.
+  const KeyLess less;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   std::vector<int> fitting;
+  const FullKey* best = nullptr;
   int walked = 0;
-  for (const FullKey& k : o.tree) {
-    if (NodeFits(state.nodes[k.slot], demand, request, &fitting)) {
-      *best_slot = static_cast<int>(k.slot);
-      best_choice->score = k.score;
-      best_choice->gpus.clear();
-      return CpuOrderAnswer::kFound;
+  for (const auto& [capacity, tree] : o.trees) {
+    auto it = tree.begin();
+    if (capacity > 0 && demand.cpu > 0) {
+      if (demand.cpu > capacity) continue;  // No node of this capacity has that much.
+      // A node has demand.cpu free iff its CPU ratio is at most this.
+      const double most = policies::Ratio(capacity - demand.cpu, capacity);
+      it = tree.lower_bound(FullKey{Score{most, kInf, kInf, 0}, ~uint64_t{0}, 0});
     }
-    if (++walked >= kCpuOrderWalk) return CpuOrderAnswer::kTooFar;
+    for (; it != tree.end(); ++it) {
+      if (best != nullptr && !less(*it, *best)) break;  // Cannot win any more.
+      if (NodeFits(state.nodes[it->slot], demand, request, &fitting)) {
+        best = &*it;
+        break;
+      }
+      if (++walked >= kCpuOrderWalk) return CpuOrderAnswer::kTooFar;
+    }
   }
-  return CpuOrderAnswer::kNoneFits;
+  if (best == nullptr) return CpuOrderAnswer::kNoneFits;
+  *best_slot = static_cast<int>(best->slot);
+  best_choice->score = best->score;
+  best_choice->gpus.clear();
+  return CpuOrderAnswer::kFound;
 }
 
 bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Request& request,
@@ -414,12 +459,8 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   }
   memo->last_use = now;
 
-  // spread only: it ranks the least-used nodes first, and those nearly always
-  // fit a CPU-only request; binpack ranks the fullest first, which mostly do
-  // not (on the openb tasks 79% of its CPU-only requests walked past
-  // kCpuOrderWalk nodes, spread's none).
-  if (ClassifyPolicy(policy) == IndexedPolicy::kSpread &&
-      demand.kind == Demand::Kind::kCpuOnly && TopologyKeyCap(demand, request) == 0) {
+  if (kernel == nullptr && demand.kind == Demand::Kind::kCpuOnly &&
+      TopologyKeyCap(demand, request) == 0) {
     switch (PlanFromCpuOrder(state, cluster, request, demand, policy, memo, best_slot,
                              best_choice)) {
       case CpuOrderAnswer::kFound:
@@ -670,15 +711,19 @@ bool ScoreMemo::Consistent() const {
       }
     }
     if (const Memo::CpuOrder* o = m->cpu_order.get()) {
-      size_t scored = 0;
+      size_t scored = 0, keys = 0;
       for (uint64_t stamp : o->stamps) scored += stamp != 0;
-      if (scored != o->tree.size()) return false;
-      for (const FullKey& k : o->tree) {
-        if (k.slot >= o->stamps.size() || o->stamps[k.slot] == 0 ||
-            !(o->scores[k.slot] == k.score)) {
-          return false;
+      for (const auto& [capacity, tree] : o->trees) {
+        if (tree.empty()) return false;
+        keys += tree.size();
+        for (const FullKey& k : tree) {
+          if (k.slot >= o->stamps.size() || o->stamps[k.slot] == 0 ||
+              !(o->scores[k.slot] == k.score) || o->capacity[k.slot] != capacity) {
+            return false;
+          }
         }
       }
+      if (scored != keys) return false;
     }
   }
   return true;

@@ -22,12 +22,15 @@
 // models allow) is derived once per change of the node and shared by every
 // shape that re-scores it.
 //
-// spread's CPU-only requests share one order instead: their score is the
-// node's own (its CPU and host-memory use), the same for every such request,
-// so one tree of every node, kept up to date from the same change log,
-// serves them all, and a request walks it from the front to the first node
-// that fits (past at most kCpuOrderWalk that do not; then its own shape
-// answers). A change then costs one re-score, not one per CPU-only shape.
+// binpack's and spread's CPU-only requests share one order instead: their
+// score is the node's own (its CPU and host-memory use), the same for every
+// such request, so the nodes ordered once, kept up to date from the same
+// change log, serve them all. A request walks the order from the front to
+// the first node that fits (past at most kCpuOrderWalk that do not; then its
+// own shape answers). For binpack, which ranks the fullest nodes first, the
+// order is one tree per node CPU capacity, and a request starts each at the
+// first node with enough free CPU. A change then costs one re-score, not one
+// per CPU-only shape.
 //
 // A shape is everything of a request that feasibility and score depend on:
 // the Demand, the GPU models and the node selector. The memory is bounded:
@@ -91,17 +94,20 @@ class ScoreMemo {
   // At most this many policy keys, and (node, shape) verdicts in all.
   static constexpr int kMaxPolicies = 8;
   static constexpr int64_t kMaxEntries = int64_t{1} << 22;
-  // A CPU-only request of spread walks the shared order of nodes past at most
-  // this many that do not fit; then its own shape answers.
+  // A CPU-only request of binpack or spread walks the shared order of nodes
+  // past at most this many that do not fit; then its own shape answers, as
+  // it does for binpack when the nodes have more than kMaxCpuOrderTrees
+  // distinct CPU capacities.
   static constexpr int kCpuOrderWalk = 64;
+  static constexpr size_t kMaxCpuOrderTrees = 16;
 
  private:
   struct Memo;
   struct Data;
   enum class CpuOrderAnswer { kFound, kNoneFits, kTooFar };
   void CopyFrom(const ScoreMemo& other);
-  // Plan() for a CPU-only request of spread from the shared order of nodes
-  // (Memo::CpuOrder). Called with mu_ held.
+  // Plan() for a CPU-only request of binpack or spread from the shared order
+  // of nodes (Memo::CpuOrder). Called with mu_ held.
   CpuOrderAnswer PlanFromCpuOrder(const ClusterState& state, const Cluster& cluster,
                                   const Request& request, const Demand& demand, Policy& policy,
                                   Memo* memo, int* best_slot, NodeChoice* best_choice) const;
