@@ -280,9 +280,9 @@ TEST(ScoreMemoPathTest, ServedPoliciesAreAnsweredByTheMemo) {
 
 // CPU-only requests of spread walk one order of every node from the best;
 // when more than ScoreMemo::kCpuOrderWalk nodes that do not fit come first,
-// the request's own shape answers (binpack's requests always do). Idle small
-// nodes ahead of the one large node that fits (spread), half-used small
-// nodes ahead of it (binpack).
+// the request's own shape answers: idle small nodes ahead of the one large
+// node that fits. binpack's order per CPU capacity skips the half-used small
+// nodes without walking them.
 TEST(ScoreMemoTest, CpuOnlyRequestsPastManyNodesThatDoNotFitAreExact) {
   const int small = internal::ScoreMemo::kCpuOrderWalk + 30;
   for (const char* name : {"binpack", "spread"}) {
