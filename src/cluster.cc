@@ -354,6 +354,16 @@ absl::Status CommitTo(ClusterState& state, P&& placement) {
   return CommitAt(state, it->second, std::forward<P>(placement));
 }
 
+// Undoes `stored` (a placement of the store) on its node and removes it;
+// returns its id. Release(), and PlaceReplicas()' rollback.
+std::string ReleaseStored(ClusterState& state, const Placement& stored) {
+  const uint32_t slot = state.placements.NodeOf(stored);
+  state.index.Unlink(state, slot, &stored.gpus);
+  UndoOnNode(state.nodes[slot], stored);
+  state.index.Link(state, slot, &stored.gpus);
+  return state.placements.Erase(stored);
+}
+
 }  // namespace
 
 absl::Status ClusterAccess::CommitMoved(Cluster& cluster, Placement&& placement) {
@@ -418,11 +428,7 @@ absl::Status Cluster::Release(std::string_view id) {
     }
     return absl::NotFoundError(absl::StrCat("unknown request '", internal::Echo(id), "'"));
   }
-  const uint32_t slot = state_->placements.NodeOf(*p);
-  state_->index.Unlink(*state_, slot, &p->gpus);
-  internal::UndoOnNode(state_->nodes[slot], *p);
-  state_->index.Link(*state_, slot, &p->gpus);
-  state_->RememberRelease(state_->placements.Erase(*p));
+  state_->RememberRelease(internal::ReleaseStored(*state_, *p));
   return absl::OkStatus();
 }
 
@@ -467,34 +473,28 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
   // Versions are restored on rollback so that a failed call changes nothing.
   std::vector<std::pair<uint32_t, uint64_t>> versions;
   std::vector<Placement> placed;
+  auto roll_back = [&](const absl::Status& why) {
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+      internal::ReleaseStored(*state_, *state_->placements.Find(it->request_id));
+    }
+    for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+      state_->nodes[it->first].version = it->second;
+    }
+    return absl::Status(why.code(), absl::StrCat("placed ", placed.size(), " of ", count,
+                                                 " replicas, then: ", why.message()));
+  };
   for (const Request& copy : copies) {
-    absl::StatusOr<Placement> p = Plan(copy, policy);
+    uint32_t index;
+    absl::StatusOr<Placement> p = internal::PlanIn(*this, *state_, copy, policy, &index);
     if (!p.ok()) {
       if (mode == ReplicaMode::kAsManyAsFit &&
           p.status().code() == absl::StatusCode::kResourceExhausted) {
         break;
       }
-      for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-        const Placement& stored = *state_->placements.Find(it->request_id);
-        const uint32_t slot = state_->placements.NodeOf(stored);
-        state_->index.Unlink(*state_, slot, &it->gpus);
-        internal::UndoOnNode(state_->nodes[slot], *it);
-        state_->index.Link(*state_, slot, &it->gpus);
-        state_->placements.Erase(stored);
-      }
-      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
-        state_->nodes[it->first].version = it->second;
-      }
-      return absl::Status(p.status().code(),
-                          absl::StrCat("placed ", placed.size(), " of ", count,
-                                       " replicas, then: ", p.status().message()));
+      return roll_back(p.status());
     }
-    const uint32_t index = state_->node_index.at(p->node);
     versions.emplace_back(index, state_->nodes[index].version);
-    state_->index.Unlink(*state_, index, &p->gpus);
-    internal::ApplyToNode(state_->nodes[index], *p);
-    state_->index.Link(*state_, index, &p->gpus);
-    state_->placements.Insert(*p, index);
+    if (absl::Status s = internal::CommitAt(*state_, index, *p); !s.ok()) return roll_back(s);
     policy.OnCommitted(*p);
     placed.push_back(*std::move(p));
   }
