@@ -103,6 +103,9 @@ std::string ShapeKey(const Request& request, const Demand& demand,
 
 }  // namespace
 
+// How many change-log entries ahead a shape's walk fetches verdicts.
+constexpr size_t kPrefetchAhead = 8;
+
 struct ScoreMemo::Memo {
   // The verdicts of one shape.
   struct Shape {
@@ -642,8 +645,21 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   if (shape.fresh || shape.cursor < d.log_base) {
     for (uint32_t slot = 0; slot < n && ok; ++slot) ok = refresh(slot);
   } else {
-    for (uint64_t i = shape.cursor; i < d.log_base + d.log.size() && ok; ++i) {
-      const uint32_t slot = d.log[i - d.log_base];
+    // A shape that was not asked for a while meets many changes, each in a
+    // slot whose verdict is likely out of cache: fetch those a few entries
+    // ahead, so that the misses overlap.
+    const uint32_t* log = d.log.data() + (shape.cursor - d.log_base);
+    const size_t count = d.log_base + d.log.size() - shape.cursor;
+    Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
+    for (size_t i = 0; i < count && ok; ++i) {
+      if (i + kPrefetchAhead < count) {
+        const uint32_t ahead = log[i + kPrefetchAhead];
+        if (ahead < n) {
+          __builtin_prefetch(&shape.verdicts[ahead]);
+          if (group != nullptr && group->shapes > 1) __builtin_prefetch(&group->verdicts[ahead]);
+        }
+      }
+      const uint32_t slot = log[i];
       if (slot < n) ok = refresh(slot);  // Not kSuperseded.
     }
   }
