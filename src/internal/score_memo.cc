@@ -276,6 +276,35 @@ struct ScoreMemo::Data {
     for (const auto& m : other.memos) memos.push_back(std::make_unique<Memo>(*m));
   }
 
+  // Calls refresh(slot) for every slot below n that changed since *cursor
+  // (every slot when *fresh, or when the log no longer reaches back to
+  // *cursor), and moves *cursor to the end of the log; stops, leaving the
+  // cursor, at the first refresh() that returns false, and returns false.
+  // A walk of the log calls ahead(slot) kPrefetchAhead entries before
+  // refresh(slot): a reader that was not asked for a while meets many
+  // changes, each in a slot whose entry is likely out of cache, and fetching
+  // them ahead overlaps the misses.
+  template <typename Refresh, typename Ahead>
+  bool WalkChanges(uint64_t* cursor, bool* fresh, uint32_t n, Refresh&& refresh, Ahead&& ahead) {
+    if (*fresh || *cursor < log_base) {
+      for (uint32_t slot = 0; slot < n; ++slot) {
+        if (!refresh(slot)) return false;
+      }
+    } else {
+      const uint32_t* entries = log.data() + (*cursor - log_base);
+      const size_t count = log_base + log.size() - *cursor;
+      for (size_t i = 0; i < count; ++i) {
+        if (i + kPrefetchAhead < count && entries[i + kPrefetchAhead] < n) {
+          ahead(entries[i + kPrefetchAhead]);
+        }
+        if (entries[i] < n && !refresh(entries[i])) return false;  // Not kSuperseded.
+      }
+    }
+    *cursor = log_base + log.size();
+    *fresh = false;
+    return true;
+  }
+
   // Drops the least recently used shape; false when there is none.
   bool DropOldestShape() {
     Memo* owner = nullptr;
@@ -381,16 +410,10 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
     o.capacity[slot] = capacity;
     o.trees[capacity].insert(FullKey{keys, tie, slot});
   };
-  if (o.fresh || o.cursor < d.log_base) {
-    for (uint32_t slot = 0; slot < n; ++slot) refresh(slot);
-  } else {
-    for (uint64_t i = o.cursor; i < d.log_base + d.log.size(); ++i) {
-      const uint32_t slot = d.log[i - d.log_base];
-      if (slot < n) refresh(slot);  // Not kSuperseded.
-    }
-  }
-  o.cursor = d.log_base + d.log.size();
-  o.fresh = false;
+  d.WalkChanges(&o.cursor, &o.fresh, n, [&](uint32_t slot) {
+    refresh(slot);
+    return true;
+  }, [&](uint32_t slot) { __builtin_prefetch(&o.stamps[slot]); });
   if (!o.ratio_holds || o.trees.size() > kMaxCpuOrderTrees) return CpuOrderAnswer::kTooFar;
   // The first node that fits in the scan's ranking wins (CPU-only requests
   // get no topology key, so NodeRace's window is that one node): the best of
@@ -641,34 +664,15 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
     return true;
   };
-  bool ok = true;
-  if (shape.fresh || shape.cursor < d.log_base) {
-    for (uint32_t slot = 0; slot < n && ok; ++slot) ok = refresh(slot);
-  } else {
-    // A shape that was not asked for a while meets many changes, each in a
-    // slot whose verdict is likely out of cache: fetch those a few entries
-    // ahead, so that the misses overlap.
-    const uint32_t* log = d.log.data() + (shape.cursor - d.log_base);
-    const size_t count = d.log_base + d.log.size() - shape.cursor;
-    Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
-    for (size_t i = 0; i < count && ok; ++i) {
-      if (i + kPrefetchAhead < count) {
-        const uint32_t ahead = log[i + kPrefetchAhead];
-        if (ahead < n) {
-          __builtin_prefetch(&shape.verdicts[ahead]);
-          if (group != nullptr && group->shapes > 1) __builtin_prefetch(&group->verdicts[ahead]);
-        }
-      }
-      const uint32_t slot = log[i];
-      if (slot < n) ok = refresh(slot);  // Not kSuperseded.
-    }
-  }
+  Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
+  const bool ok = d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, [&](uint32_t slot) {
+    __builtin_prefetch(&shape.verdicts[slot]);
+    if (group != nullptr && group->shapes > 1) __builtin_prefetch(&group->verdicts[slot]);
+  });
   if (!ok) {
     d.entries -= memo->EraseShape(it);
     return false;
   }
-  shape.cursor = d.log_base + d.log.size();
-  shape.fresh = false;
   if (shape.tree.empty() && shape.full_tree.empty()) {
     if (none_feasible != nullptr) *none_feasible = true;
     return false;
