@@ -255,12 +255,14 @@ struct ScoreMemo::Memo {
 
 struct ScoreMemo::Data {
   std::vector<uint64_t> stamps;  // Per slot; bumped by every Touch().
-  // Slots touched since the log was last emptied: entry i is change number
-  // log_base + i. Kept only while some memo exists, and emptied when it
-  // outgrows twice the node count (shapes behind it then compare stamps).
-  // A slot's earlier entries are overwritten with kSuperseded when it is
-  // logged again: a shape that would meet them meets the latest one too,
-  // so a walk visits each changed slot once.
+  // Slots touched, in order: entry i is change number log_base + i. Kept
+  // only while some memo exists. A slot's earlier entries are overwritten
+  // with kSuperseded when it is logged again: a shape that would meet them
+  // meets the latest one too, so a walk visits each changed slot once. When
+  // the log outgrows twice the node count, CompactLog() drops those entries
+  // (at least half of them) and moves every reader's cursor along, so that a
+  // shape that was not asked for a while still walks only what changed; a
+  // full scan of every stamp would read all of its verdicts.
   std::vector<uint32_t> log;
   uint64_t log_base = 0;
   std::vector<uint64_t> logged;  // Per slot: 1 + the change number of its latest entry; 0: none.
@@ -280,12 +282,14 @@ struct ScoreMemo::Data {
   // (every slot when *fresh, or when the log no longer reaches back to
   // *cursor), and moves *cursor to the end of the log; stops, leaving the
   // cursor, at the first refresh() that returns false, and returns false.
-  // A walk of the log calls ahead(slot) kPrefetchAhead entries before
-  // refresh(slot): a reader that was not asked for a while meets many
-  // changes, each in a slot whose entry is likely out of cache, and fetching
-  // them ahead overlaps the misses.
-  template <typename Refresh, typename Ahead>
-  bool WalkChanges(uint64_t* cursor, bool* fresh, uint32_t n, Refresh&& refresh, Ahead&& ahead) {
+  // A walk of the log fetches element slot of each of `arrays`
+  // kPrefetchAhead entries before refresh(slot): a reader that was not asked
+  // for a while meets many changes, each in a slot whose entry is likely out
+  // of cache, and fetching them ahead overlaps the misses. (Arrays, not a
+  // callback: GCC at -O2 drops a call whose only effect is a prefetch.)
+  template <typename Refresh, typename... Arrays>
+  bool WalkChanges(uint64_t* cursor, bool* fresh, uint32_t n, Refresh&& refresh,
+                   const Arrays*... arrays) {
     if (*fresh || *cursor < log_base) {
       for (uint32_t slot = 0; slot < n; ++slot) {
         if (!refresh(slot)) return false;
@@ -295,7 +299,7 @@ struct ScoreMemo::Data {
       const size_t count = log_base + log.size() - *cursor;
       for (size_t i = 0; i < count; ++i) {
         if (i + kPrefetchAhead < count && entries[i + kPrefetchAhead] < n) {
-          ahead(entries[i + kPrefetchAhead]);
+          (__builtin_prefetch(arrays + entries[i + kPrefetchAhead]), ...);
         }
         if (entries[i] < n && !refresh(entries[i])) return false;  // Not kSuperseded.
       }
@@ -303,6 +307,33 @@ struct ScoreMemo::Data {
     *cursor = log_base + log.size();
     *fresh = false;
     return true;
+  }
+
+  // Keeps only the log's latest entry of each slot, renumbered from past the
+  // last change number (so that numbers only grow), and moves every cursor
+  // that reaches into the log to the same place among the entries kept.
+  void CompactLog() {
+    const uint64_t old_base = log_base;
+    const size_t old_size = log.size();
+    std::vector<uint32_t> kept_before(old_size + 1);
+    size_t kept = 0;
+    for (size_t i = 0; i < old_size; ++i) {
+      kept_before[i] = static_cast<uint32_t>(kept);
+      if (log[i] != kSuperseded) log[kept++] = log[i];
+    }
+    kept_before[old_size] = static_cast<uint32_t>(kept);
+    log.resize(kept);
+    log_base = old_base + old_size;
+    for (size_t j = 0; j < kept; ++j) logged[log[j]] = log_base + j + 1;
+    auto move = [&](uint64_t* cursor, bool fresh) {
+      // A cursor behind the log stays behind it (its reader compares every
+      // stamp); one in it keeps the changes it has not met.
+      if (!fresh && *cursor >= old_base) *cursor = log_base + kept_before[*cursor - old_base];
+    };
+    for (const auto& m : memos) {
+      for (auto& [key, shape] : m->shapes) move(&shape->cursor, shape->fresh);
+      if (m->cpu_order != nullptr) move(&m->cpu_order->cursor, m->cpu_order->fresh);
+    }
   }
 
   // Drops the least recently used shape; false when there is none.
@@ -354,10 +385,7 @@ void ScoreMemo::Touch(uint32_t slot) {
   if (d.logged[slot] > d.log_base) d.log[d.logged[slot] - 1 - d.log_base] = Data::kSuperseded;
   d.log.push_back(slot);
   d.logged[slot] = d.log_base + d.log.size();
-  if (d.log.size() > std::max<size_t>(2 * d.stamps.size(), 4096)) {
-    d.log_base += d.log.size();
-    d.log.clear();
-  }
+  if (d.log.size() > std::max<size_t>(2 * d.stamps.size(), 4096)) d.CompactLog();
 }
 
 void ScoreMemo::Clear() { data_ = std::make_unique<Data>(); }
@@ -410,10 +438,13 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
     o.capacity[slot] = capacity;
     o.trees[capacity].insert(FullKey{keys, tie, slot});
   };
-  d.WalkChanges(&o.cursor, &o.fresh, n, [&](uint32_t slot) {
-    refresh(slot);
-    return true;
-  }, [&](uint32_t slot) { __builtin_prefetch(&o.stamps[slot]); });
+  d.WalkChanges(
+      &o.cursor, &o.fresh, n,
+      [&](uint32_t slot) {
+        refresh(slot);
+        return true;
+      },
+      o.stamps.data());
   if (!o.ratio_holds || o.trees.size() > kMaxCpuOrderTrees) return CpuOrderAnswer::kTooFar;
   // The first node that fits in the scan's ranking wins (CPU-only requests
   // get no topology key, so NodeRace's window is that one node): the best of
@@ -664,11 +695,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
     return true;
   };
-  Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
-  const bool ok = d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, [&](uint32_t slot) {
-    __builtin_prefetch(&shape.verdicts[slot]);
-    if (group != nullptr && group->shapes > 1) __builtin_prefetch(&group->verdicts[slot]);
-  });
+  // The group's evaluations too, when the shape shares them.
+  const Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
+  const std::vector<Verdict>& shared =
+      group != nullptr && group->shapes > 1 ? group->verdicts : shape.verdicts;
+  const bool ok = d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, shape.verdicts.data(),
+                                shared.data());
   if (!ok) {
     d.entries -= memo->EraseShape(it);
     return false;
