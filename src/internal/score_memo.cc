@@ -105,6 +105,8 @@ std::string ShapeKey(const Request& request, const Demand& demand,
 
 // How many change-log entries ahead a shape's walk fetches verdicts.
 constexpr size_t kPrefetchAhead = 8;
+// Stale keys a shape's tree may hold beyond as many as it has feasible ones.
+constexpr size_t kStaleSlack = 64;
 
 struct ScoreMemo::Memo {
   // The verdicts of one shape.
@@ -139,8 +141,27 @@ struct ScoreMemo::Memo {
       if (keyed) s.topology = topology[slot];
       return s;
     }
+    // The feasible verdicts' keys, in the scan's ranking, and stale keys
+    // among them: a verdict that changes leaves its old key in place (it is
+    // dropped when met at the front, or by SweepIfStale()), which spares a
+    // tree descent per change. Held() tells them apart. After each Plan(),
+    // at most 2 * feasible + kStaleSlack keys.
     absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies.
     absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
+    size_t feasible = 0;                          // Feasible verdicts.
+    bool Held(const PrimaryKey& k) const {
+      return verdicts[k.slot].feasible && verdicts[k.slot].score == k.score;
+    }
+    bool Held(const FullKey& k) const {
+      return verdicts[k.slot].feasible && PolicyScoreAt(k.slot) == k.score;
+    }
+    // Drops the stale keys once they outnumber the feasible ones (each
+    // change leaves at most one, so this is O(1) a change, amortised).
+    template <typename Tree>
+    void SweepIfStale(Tree& t) {
+      if (t.size() <= 2 * feasible + kStaleSlack) return;
+      for (auto k = t.begin(); k != t.end();) k = Held(*k) ? std::next(k) : t.erase(k);
+    }
     uint64_t cursor = 0;  // Position in the change log it has applied.
     bool fresh = true;    // Nothing applied yet: compare every stamp.
     uint64_t last_use = 0;
@@ -573,13 +594,6 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   // Re-scores the nodes that changed since the shape's last Plan().
   std::vector<int> fitting;
   NodeChoice choice;
-  auto erase = [&](uint64_t tie, uint32_t slot) {
-    if (kernel != nullptr) {
-      shape.tree.erase(PrimaryKey{shape.verdicts[slot].score, tie, slot});
-    } else {
-      shape.full_tree.erase(FullKey{shape.PolicyScoreAt(slot), tie, slot});
-    }
-  };
   // A kernel policy's evaluation of the node in `slot` at change stamp
   // `stamp`, with the node's facts kept per slot.
   auto Evaluate = [&](uint32_t slot, uint64_t stamp, size_t types, const NodeStatus& node,
@@ -612,7 +626,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
     if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      if (v.feasible) erase(tie, slot);
+      shape.feasible -= v.feasible;  // Its key, if any, is stale now.
       v.feasible = false;
       return true;
     }
@@ -684,7 +698,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     // numbers): the node then keeps its place in the tree.
     const Score keys = PolicyKeys(score);
     if (v.feasible && shape.PolicyScoreAt(slot) == keys) return true;
-    if (v.feasible) erase(tie, slot);
+    shape.feasible += !v.feasible;  // The old key, if any, is stale now.
     v.score = keys.primary;
     v.feasible = true;
     if (kernel != nullptr) {
@@ -705,7 +719,9 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     d.entries -= memo->EraseShape(it);
     return false;
   }
-  if (shape.tree.empty() && shape.full_tree.empty()) {
+  if (shape.feasible == 0) {
+    shape.tree.clear();  // Every key left is stale.
+    shape.full_tree.clear();
     if (none_feasible != nullptr) *none_feasible = true;
     return false;
   }
@@ -713,10 +729,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   // The first nodes of the best policy score, in the tie-break order, race
   // on the topology key (NodeRace, as the scan does).
   NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
-  auto enter = [&](const auto& tree) {
+  auto enter = [&](auto& tree) {
+    shape.SweepIfStale(tree);
+    while (!shape.Held(*tree.begin())) tree.erase(tree.begin());  // One is held.
     const auto top = tree.begin()->score;
     int entered = 0;
     for (auto k = tree.begin(); k != tree.end() && k->score == top; ++k) {
+      if (!shape.Held(*k)) continue;
       NodeChoice entry;
       entry.score = shape.ScoreAt(k->slot);
       race.Offer(k->slot, std::move(entry));
@@ -750,17 +769,19 @@ bool ScoreMemo::Consistent() const {
       size_t feasible = 0;
       for (const Verdict& v : shape->verdicts) feasible += v.feasible;
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
-      if (feasible != shape->tree.size() + shape->full_tree.size()) return false;
-      auto held = [shape](uint32_t slot, const Score& score) {
-        return slot < shape->verdicts.size() && shape->verdicts[slot].feasible &&
-               shape->PolicyScoreAt(slot) == score;
-      };
+      if (feasible != shape->feasible) return false;
+      // Every feasible verdict's key is in the tree (stale keys may be too).
+      size_t held = 0;
       for (const PrimaryKey& k : shape->tree) {
-        if (!held(k.slot, Score{k.score, 0, 0})) return false;
+        if (k.slot >= shape->verdicts.size()) return false;
+        held += shape->Held(k);
       }
       for (const FullKey& k : shape->full_tree) {
-        if (!held(k.slot, k.score)) return false;
+        if (k.slot >= shape->verdicts.size()) return false;
+        held += shape->Held(k);
       }
+      if (held != feasible) return false;
+      if (shape->tree.size() + shape->full_tree.size() > 2 * feasible + kStaleSlack) return false;
     }
     if (const Memo::CpuOrder* o = m->cpu_order.get()) {
       size_t scored = 0, keys = 0;

@@ -11,7 +11,10 @@
 // Plan() meets, the memo keeps every node's verdict — infeasible, or its
 // score and chosen GPUs — and the feasible nodes in a tree ordered as the
 // generic scan ranks them (score desc, tie key desc, slot asc), so the
-// first entry is the scan's winner, ties included. Changes are recorded by
+// first entry that still matches its node's verdict is the scan's winner,
+// ties included (a changed verdict leaves its old key behind, to be dropped
+// when met at the front or swept once such keys outnumber the feasible
+// ones: a change then costs one tree descent, not two). Changes are recorded by
 // Touch() (called by PlacementIndex::Link() for every change to a node) and
 // applied lazily: a shape re-scores, on its next Plan(), only the nodes that
 // changed since its last one. Each verdict comes from the scan's feasibility
@@ -87,8 +90,8 @@ class ScoreMemo {
             const Demand& demand, Policy& policy, int* best_slot, NodeChoice* best_choice,
             bool* none_feasible) const;
 
-  // Structural self-check (for CheckInvariants()): every tree holds exactly
-  // the feasible verdicts of its shape.
+  // Structural self-check (for CheckInvariants()): every tree holds the key
+  // of each feasible verdict of its shape, and boundedly many stale keys.
   bool Consistent() const;
 
   // At most this many policy keys, and (node, shape) verdicts in all.
