@@ -8,6 +8,8 @@
 // the scan serves. Identical answers at every step.
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
+#include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/score_memo.h"
 #include "tests/testing/scanned_policy.h"
@@ -489,6 +492,61 @@ TEST(ScoreMemoTest, RareShapesStayExactAcrossLogCompactions) {
     ASSERT_OK(memo.CheckInvariants());
     EXPECT_GT(rare_asked, 35);
   }
+}
+
+// A kernel policy whose score is NaN on some nodes: NaN has no place in the
+// memo's ordered trees, so the memo declines such a shape and the scan
+// answers, whatever it makes of NaN. Both clusters agree at every step.
+class NanOnSomeNodesPolicy final : public fgd::KernelPolicy {
+ public:
+  std::string Name() const override { return "nan-on-some-nodes"; }
+  double Score(const fgd::KTask& task, const fgd::KNode& node, const int* fitting,
+               int num_fitting, int* gpus) override {
+    fgd::LeastIdleGpus(task, node, fitting, num_fitting, gpus);
+    const int64_t idle = fgd::IdleCompute(node);
+    if (idle % 3000 == 0) {
+      ++nans;
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    return static_cast<double>(idle % 7000);
+  }
+  int nans = 0;  // NaN scores returned.
+};
+
+TEST(ScoreMemoTest, NanScoresAreLeftToTheScan) {
+  Ops ops(11);
+  Cluster memo, scan;
+  NanOnSomeNodesPolicy policy;
+  ScannedPolicy scanned(std::make_unique<NanOnSomeNodesPolicy>());
+  for (int i = 0; i < 40; ++i) {
+    Node node = ops.MakeNode(i);
+    node.labels["gpushare"] = "true";
+    ASSERT_OK(memo.AddNode(node));
+    ASSERT_OK(scan.AddNode(node));
+  }
+  std::vector<std::string> placed;
+  for (int step = 0; step < 3000; ++step) {
+    SCOPED_TRACE(step);
+    if (!placed.empty() && ops.Chance(0.45)) {
+      const int k = ops.Uniform(0, static_cast<int>(placed.size()) - 1);
+      ASSERT_OK(memo.Release(placed[k]));
+      ASSERT_OK(scan.Release(placed[k]));
+      placed[k] = placed.back();
+      placed.pop_back();
+      continue;
+    }
+    Request r;
+    r.id = absl::StrCat("r", step);
+    r.compute = 100 * ops.Uniform(1, 5);
+    absl::StatusOr<Placement> got = memo.Place(r, policy);
+    absl::StatusOr<Placement> want = scan.Place(r, scanned);
+    ASSERT_EQ(got.status(), want.status());
+    if (!got.ok()) continue;
+    ASSERT_EQ(*got, *want);
+    placed.push_back(r.id);
+  }
+  ASSERT_OK(memo.CheckInvariants());
+  EXPECT_GT(policy.nans, 100);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -25,12 +26,23 @@ namespace {
 
 // One node's verdict for one shape: the primary part of its score (the
 // others, when the policy sets them, and the topology key, when the shape
-// gets one, are kept beside: Shape::rest, Shape::topology).
+// gets one, are kept beside: Shape::rest, Shape::topology), NaN when the
+// node is infeasible (or not scored yet). 16 bytes: at openb x8 a hundred
+// shapes' verdicts then nearly fit in a 32 MB cache. A shape needs no stamp
+// per verdict: its walk of the change log meets exactly the nodes changed
+// since its last one (and a full walk re-scores every node).
 struct Verdict {
+  double score = std::numeric_limits<double>::quiet_NaN();
+  uint64_t gpus = 0;  // Bit mask of the chosen GPUs.
+  bool feasible() const { return !std::isnan(score); }
+};
+
+// A kernel policy's evaluation of a node, shared by a group of shapes, and
+// the node's change stamp it was made at (0: never).
+struct Evaluation {
   double score = 0;
-  uint64_t stamp = 0;  // The node's change stamp it was made at; 0: never.
-  uint64_t gpus = 0;   // Bit mask of the chosen GPUs.
-  bool feasible = false;
+  uint64_t stamp = 0;
+  uint64_t gpus = 0;  // Bit mask of the chosen GPUs.
 };
 
 // A tree entry, on the policy's keys (PolicyKeys(); the topology key decides
@@ -150,10 +162,10 @@ struct ScoreMemo::Memo {
     absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
     size_t feasible = 0;                          // Feasible verdicts.
     bool Held(const PrimaryKey& k) const {
-      return verdicts[k.slot].feasible && verdicts[k.slot].score == k.score;
+      return verdicts[k.slot].score == k.score;  // False when NaN: infeasible.
     }
     bool Held(const FullKey& k) const {
-      return verdicts[k.slot].feasible && PolicyScoreAt(k.slot) == k.score;
+      return verdicts[k.slot].feasible() && PolicyScoreAt(k.slot) == k.score;
     }
     // Drops the stale keys once they outnumber the feasible ones (each
     // change leaves at most one, so this is O(1) a change, amortised).
@@ -191,8 +203,8 @@ struct ScoreMemo::Memo {
   // evaluation of the node at a change stamp, so that the shapes of a group
   // evaluate a changed node once.
   struct Group {
-    std::vector<Verdict> verdicts;  // By slot.
-    int shapes = 0;                 // Shapes in it; 0: free for reuse.
+    std::vector<Evaluation> verdicts;  // By slot.
+    int shapes = 0;                    // Shapes in it; 0: free for reuse.
     std::string key;
   };
   absl::flat_hash_map<std::string, uint32_t> group_ids;
@@ -586,7 +598,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     if (shape.keyed) shape.topology.resize(n);
   }
   if (kernel != nullptr && memo->groups[shape.group].verdicts.size() < n) {
-    std::vector<Verdict>& group = memo->groups[shape.group].verdicts;
+    std::vector<Evaluation>& group = memo->groups[shape.group].verdicts;
     d.entries += static_cast<int64_t>(n - group.size());
     group.resize(n);
   }
@@ -621,13 +633,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   };
   auto refresh = [&](uint32_t slot) {
     Verdict& v = shape.verdicts[slot];
-    if (v.stamp == d.stamps[slot]) return true;
+    const uint64_t stamp = d.stamps[slot];
     const uint64_t tie = state.tie_keys[slot];
-    v.stamp = d.stamps[slot];
     const NodeStatus& node = state.nodes[slot];
     if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      shape.feasible -= v.feasible;  // Its key, if any, is stale now.
-      v.feasible = false;
+      shape.feasible -= v.feasible();  // Its key, if any, is stale now.
+      v = Verdict{};
       return true;
     }
     // Kernel policies write their choice into `chosen` without allocating.
@@ -647,20 +658,20 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       // reads nor writes the group's evaluations (a shape that joins later
       // finds them stale by their stamps).
       Memo::Group& group = memo->groups[shape.group];
-      Verdict* shared = group.shapes > 1 ? &group.verdicts[slot] : nullptr;
-      if (shared != nullptr && shared->stamp == v.stamp) {
+      Evaluation* shared = group.shapes > 1 ? &group.verdicts[slot] : nullptr;
+      if (shared != nullptr && shared->stamp == stamp) {
         score.primary = shared->score;
         int c = 0;
         for (uint64_t m = shared->gpus; m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
         count = c;
       } else {
-        score.primary = Evaluate(slot, v.stamp, types, node, chosen.data());
+        score.primary = Evaluate(slot, stamp, types, node, chosen.data());
         if (shared != nullptr) {
           uint64_t mask = 0;
           for (int i = 0; i < count; ++i) {
             if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
           }
-          *shared = Verdict{score.primary, v.stamp, mask, true};
+          *shared = Evaluation{score.primary, stamp, mask};
         }
       }
     } else {
@@ -690,17 +701,20 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     } else {
       score.topology = count > 0 ? TopologyKeyCap(shape.demand, shape.request) : 0;
     }
+    // A NaN score would break the trees' order: the scan answers instead.
+    const Score keys = PolicyKeys(score);
+    if (std::isnan(keys.primary) || std::isnan(keys.secondary) || std::isnan(keys.tertiary)) {
+      return false;
+    }
     uint64_t mask = 0;
     for (int i = 0; i < count; ++i) mask |= uint64_t{1} << gpus[i];
     v.gpus = mask;
     if (shape.keyed) shape.topology[slot] = score.topology;
     // Policy scores are often unchanged (the built-in ones are whole
     // numbers): the node then keeps its place in the tree.
-    const Score keys = PolicyKeys(score);
-    if (v.feasible && shape.PolicyScoreAt(slot) == keys) return true;
-    shape.feasible += !v.feasible;  // The old key, if any, is stale now.
+    if (v.feasible() && shape.PolicyScoreAt(slot) == keys) return true;
+    shape.feasible += !v.feasible();  // The old key, if any, is stale now.
     v.score = keys.primary;
-    v.feasible = true;
     if (kernel != nullptr) {
       shape.tree.insert(PrimaryKey{keys.primary, tie, slot});
     } else {
@@ -711,10 +725,11 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   };
   // The group's evaluations too, when the shape shares them.
   const Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
-  const std::vector<Verdict>& shared =
-      group != nullptr && group->shapes > 1 ? group->verdicts : shape.verdicts;
-  const bool ok = d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, shape.verdicts.data(),
-                                shared.data());
+  const bool ok = group != nullptr && group->shapes > 1
+                      ? d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
+                                      shape.verdicts.data(), group->verdicts.data())
+                      : d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
+                                      shape.verdicts.data());
   if (!ok) {
     d.entries -= memo->EraseShape(it);
     return false;
@@ -767,7 +782,7 @@ bool ScoreMemo::Consistent() const {
     for (const auto& entry : m->shapes) {
       const Memo::Shape* shape = entry.second.get();
       size_t feasible = 0;
-      for (const Verdict& v : shape->verdicts) feasible += v.feasible;
+      for (const Verdict& v : shape->verdicts) feasible += v.feasible();
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->feasible) return false;
       // Every feasible verdict's key is in the tree (stale keys may be too).
