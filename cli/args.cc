@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <algorithm>
+#include <iostream>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -11,6 +12,40 @@
 #include "src/internal/text.h"
 
 namespace gpushare::cli {
+
+bool SplitFlagValues(const char* command, const std::vector<std::string>& switches, int* argc,
+                     char*** argv, SplitArgs* out) {
+  auto is_switch = [&](const std::string& name) {
+    return std::find(switches.begin(), switches.end(), name) != switches.end();
+  };
+  std::vector<std::string>& args = out->args;
+  args.clear();
+  for (int i = 0; i < *argc; ++i) {
+    const std::string arg = (*argv)[i];
+    const size_t eq = arg.find('=');
+    if (i == 0 || arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      args.push_back(arg);
+      // A flag that takes a value: the next argument is that value, whole.
+      if (i > 0 && arg.rfind("--", 0) == 0 && !is_switch(arg) && i + 1 < *argc) {
+        args.push_back((*argv)[++i]);
+      }
+      continue;
+    }
+    const std::string name = arg.substr(0, eq);
+    if (is_switch(name)) {
+      std::cerr << "gpushare " << command << ": " << name << " takes no value, got '"
+                << internal::Echo(arg) << "'\n";
+      return false;
+    }
+    args.push_back(name);
+    args.push_back(arg.substr(eq + 1));
+  }
+  out->argv.clear();
+  for (std::string& a : args) out->argv.push_back(a.data());
+  *argc = static_cast<int>(out->argv.size());
+  *argv = out->argv.data();
+  return true;
+}
 
 std::string ParseSeeds(const std::string& text, std::vector<uint64_t>* seeds) {
   const std::string shown = absl::StrCat("--seeds '", internal::Echo(text), "'");

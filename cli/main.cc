@@ -7,6 +7,8 @@
 //   gpushare sweep --nodes FILE [--policies ...] [--seeds ...] [--out FILE]
 //                  TASKS.csv...
 //   gpushare typical-tasks (--tasks FILE.csv | --pods FILE.json) [--coverage 0.95]
+//
+// Flags take their value as "--flag VALUE" or "--flag=VALUE".
 
 #include <cstring>
 #include <iostream>
@@ -25,7 +27,8 @@ int main(int argc, char** argv) {
                  "  sweep      the experiment over traces x policies x seeds, as CSV\n"
                  "             (gpushare sweep --help)\n"
                  "  typical-tasks  the target workload of a trace or pod list, as JSON\n"
-                 "             (gpushare typical-tasks --help)\n";
+                 "             (gpushare typical-tasks --help)\n"
+                 "\nflags take their value as --flag VALUE or --flag=VALUE\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];

@@ -53,6 +53,8 @@ std::string TraceLabel(const std::string& path) {
 }  // namespace
 
 int RunSweep(int argc, char** argv) {
+  SplitArgs split;
+  if (!SplitFlagValues("sweep", {"--help", "--progress", "--no-progress"}, &argc, &argv, &split)) return 2;
   std::string nodes_path, out_path;
   std::vector<std::string> task_paths;
   std::string policies = kPaperPolicies;

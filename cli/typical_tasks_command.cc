@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "gpushare/gpushare.h"
 
 namespace gpushare::cli {
@@ -34,6 +35,8 @@ int Fail(const std::string& why) {
 }  // namespace
 
 int RunTypicalTasks(int argc, char** argv) {
+  SplitArgs split;
+  if (!SplitFlagValues("typical-tasks", {"--help"}, &argc, &argv, &split)) return 2;
   std::string tasks_path, pods_path, out_path;
   double coverage = 0.95;
   for (int i = 1; i < argc; ++i) {

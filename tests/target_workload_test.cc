@@ -216,5 +216,48 @@ TEST(TypicalTasksCommandTest, WritesTheTypicalTasksOfATraceOrAPodList) {
   EXPECT_THAT(out, HasSubstr("coverage"));
 }
 
+// Every command takes "--flag=value" as well as "--flag value", as
+// gpushare-extender does; a switch given a value is refused, naming it.
+TEST(CommandLineTest, FlagsTakeTheirValueAfterAnEqualsSignToo) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream tasks(dir + "/eq_tasks.csv");
+    tasks << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+             "t0,4000,1024,1,500,\nt1,4000,1024,1,500,\nt2,8000,1024,2,1000,V100M16\n";
+  }
+  const std::string tasks = dir + "/eq_tasks.csv";
+  auto [code, spaced] =
+      testing::RunCommand(std::string(kCli) + " typical-tasks --tasks " + tasks + " --coverage 0.5");
+  ASSERT_EQ(code, 0) << spaced;
+  std::string joined;
+  std::tie(code, joined) =
+      testing::RunCommand(std::string(kCli) + " typical-tasks --tasks=" + tasks + " --coverage=0.5");
+  ASSERT_EQ(code, 0) << joined;
+  EXPECT_EQ(joined, spaced);
+  // --coverage=0.5 keeps one of the two shapes: the value was read.
+  ASSERT_OK_AND_ASSIGN(TargetWorkload got, TargetWorkloadFromJson(joined));
+  EXPECT_EQ(got.tasks.size(), 1u);
+  // A value may contain '=' itself (here a file name), in either form.
+  std::tie(code, joined) = testing::RunCommand(std::string(kCli) + " typical-tasks --tasks=" +
+                                               dir + "/a=b.csv 2>&1");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(joined, HasSubstr("a=b.csv"));
+
+  for (const char* bad : {"simulate --markdown=yes", "simulate --replay=1",
+                          "sweep --progress=true", "typical-tasks --help=x"}) {
+    SCOPED_TRACE(bad);
+    std::string out;
+    std::tie(code, out) = testing::RunCommand(std::string(kCli) + " " + bad + " 2>&1");
+    EXPECT_EQ(code, 2);
+    EXPECT_THAT(out, HasSubstr("takes no value"));
+    EXPECT_THAT(out, HasSubstr(std::string(bad).substr(std::string(bad).find(' ') + 1)));
+  }
+  std::string out;
+  std::tie(code, out) = testing::RunCommand(std::string(kCli) + " simulate --nodes=" + dir +
+                                            "/no-nodes.csv --tasks=" + tasks + " 2>&1");
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("no-nodes.csv"));
+}
+
 }  // namespace
 }  // namespace gpushare
