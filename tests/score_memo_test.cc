@@ -99,6 +99,64 @@ std::unique_ptr<Policy> Make(const std::string& name) {
   return *std::move(policy);
 }
 
+// A cluster served by the memo and its twin served by the scan, driven
+// alike. Wrap calls in ASSERT_NO_FATAL_FAILURE.
+class Twins {
+ public:
+  // `policy` for the memo's cluster, `scanned` (the same policy) for the
+  // scan's; both outlive the twins.
+  Twins(Policy* policy, Policy* scanned) : policy_(policy), scanned_(scanned) {}
+
+  void AddNode(const Node& node) {
+    ASSERT_OK(memo.AddNode(node));
+    ASSERT_OK(scan.AddNode(node));
+  }
+  // Places `r` in both: the same answer, or the same failure. Records the
+  // id in `placed` when it was placed.
+  void Place(const Request& r, std::vector<std::string>* placed) {
+    absl::StatusOr<Placement> got = memo.Place(r, *policy_);
+    absl::StatusOr<Placement> want = scan.Place(r, *scanned_);
+    ASSERT_EQ(got.status(), want.status());
+    if (!got.ok()) return;
+    ASSERT_EQ(*got, *want);
+    placed->push_back(r.id);
+  }
+  // Releases placed[k] from both and forgets it.
+  void Release(std::vector<std::string>* placed, size_t k) {
+    ASSERT_OK(memo.Release((*placed)[k]));
+    ASSERT_OK(scan.Release((*placed)[k]));
+    (*placed)[k] = placed->back();
+    placed->pop_back();
+  }
+  void ReleaseAny(Ops& ops, std::vector<std::string>* placed) {
+    Release(placed, ops.Uniform(0, static_cast<int>(placed->size()) - 1));
+  }
+  // `steps` times: releases one of `placed` (with probability 0.45 when
+  // there is one), or places make(step) and calls on_placed(request) when
+  // it was placed.
+  template <typename Make, typename OnPlaced>
+  void Churn(Ops& ops, int steps, std::vector<std::string>* placed, Make make,
+             OnPlaced on_placed) {
+    for (int step = 0; step < steps; ++step) {
+      SCOPED_TRACE(step);
+      if (!placed->empty() && ops.Chance(0.45)) {
+        ASSERT_NO_FATAL_FAILURE(ReleaseAny(ops, placed));
+        continue;
+      }
+      const Request r = make(step);
+      const size_t before = placed->size();
+      ASSERT_NO_FATAL_FAILURE(Place(r, placed));
+      if (placed->size() > before) on_placed(r);
+    }
+  }
+
+  Cluster memo, scan;
+
+ private:
+  Policy* policy_;
+  Policy* scanned_;
+};
+
 class ScoreMemoTest : public ::testing::TestWithParam<std::string> {};
 
 // Drives a memo cluster and a scanning cluster in lock step (see the top).
@@ -346,29 +404,19 @@ TEST(ScoreMemoTest, ShapesDifferingOnlyInFeasibilityShareEvaluationsExactly) {
   for (const char* name : {"fgd", "fgdcpu", "fgdpack", "bestfit", "gpuclustering"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 1);
-    Cluster memo, scan;
     ScannedPolicy scanned(Make(name));
     auto policy = Make(name);
+    Twins twins(policy.get(), &scanned);
     for (int i = 0; i < 40; ++i) {
       Node node = ops.MakeNode(i);
       node.labels["gpushare"] = "true";
       node.host_memory = ops.Uniform(1, 8) * 16384;
-      ASSERT_OK(memo.AddNode(node));
-      ASSERT_OK(scan.AddNode(node));
+      ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
     }
     std::vector<std::string> placed;
     const int total = testing::Quick() ? 3000 : 12000;
     int shared_placed = 0;
-    for (int step = 0; step < total; ++step) {
-      SCOPED_TRACE(step);
-      if (!placed.empty() && ops.Chance(0.45)) {
-        const int k = ops.Uniform(0, static_cast<int>(placed.size()) - 1);
-        ASSERT_OK(memo.Release(placed[k]));
-        ASSERT_OK(scan.Release(placed[k]));
-        placed[k] = placed.back();
-        placed.pop_back();
-        continue;
-      }
+    auto make = [&](int step) {
       Request r;
       r.id = absl::StrCat("r", step);
       const int base = ops.Uniform(0, 3);
@@ -378,15 +426,12 @@ TEST(ScoreMemoTest, ShapesDifferingOnlyInFeasibilityShareEvaluationsExactly) {
       if (base == 3) r.whole_gpus = 2;
       r.host_memory = ops.Uniform(0, 9) * 12288;
       if (ops.Chance(0.3)) r.node_selector = {{"pool", ops.Chance(0.5) ? "a" : "b"}};
-      absl::StatusOr<Placement> got = memo.Place(r, *policy);
-      absl::StatusOr<Placement> want = scan.Place(r, scanned);
-      ASSERT_EQ(got.status(), want.status());
-      if (!got.ok()) continue;
-      ASSERT_EQ(*got, *want);
-      placed.push_back(r.id);
-      shared_placed += base < 2;
-    }
-    ASSERT_OK(memo.CheckInvariants());
+      return r;
+    };
+    ASSERT_NO_FATAL_FAILURE(twins.Churn(ops, total, &placed, make, [&](const Request& r) {
+      shared_placed += r.whole_gpus == 0;
+    }));
+    ASSERT_OK(twins.memo.CheckInvariants());
     EXPECT_GT(shared_placed, total / 10);
   }
 }
@@ -435,26 +480,17 @@ TEST(ScoreMemoTest, RareShapesStayExactAcrossLogCompactions) {
   for (const char* name : {"bestfit", "fgd", "binpack", "spread"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 3);
-    Cluster memo, scan;
     ScannedPolicy scanned(Make(name));
     auto policy = Make(name);
+    Twins twins(policy.get(), &scanned);
     for (int i = 0; i < 30; ++i) {
       Node node;
       node.name = "n" + std::to_string(i);
       node.gpus.assign(4, Gpu{16, i % 2 == 0 ? "T4" : "A10", "", true});
       node.cpu = (8 + i % 3 * 8) * 1000;
       node.labels["gpushare"] = "true";
-      ASSERT_OK(memo.AddNode(node));
-      ASSERT_OK(scan.AddNode(node));
+      ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
     }
-    auto place = [&](const Request& r, std::vector<std::string>* placed) {
-      absl::StatusOr<Placement> got = memo.Place(r, *policy);
-      absl::StatusOr<Placement> want = scan.Place(r, scanned);
-      ASSERT_EQ(got.status(), want.status());
-      if (!got.ok()) return;
-      ASSERT_EQ(*got, *want);
-      placed->push_back(r.id);
-    };
     std::vector<std::string> churn, rare;
     const int total = testing::Quick() ? 12000 : 30000;
     int rare_asked = 0;
@@ -468,28 +504,22 @@ TEST(ScoreMemoTest, RareShapesStayExactAcrossLogCompactions) {
         if (kind == 0) r.compute = 100 * ops.Uniform(1, 9);
         if (kind == 1) r.whole_gpus = 1, r.gpu_models = {"A10"};
         r.cpu = 1000 * ops.Uniform(1, 3);
-        ASSERT_NO_FATAL_FAILURE(place(r, &rare));
+        ASSERT_NO_FATAL_FAILURE(twins.Place(r, &rare));
         ++rare_asked;
         continue;
       }
       if (!churn.empty() && (churn.size() > 40 || ops.Chance(0.5))) {
-        const int k = ops.Uniform(0, static_cast<int>(churn.size()) - 1);
-        ASSERT_OK(memo.Release(churn[k]));
-        ASSERT_OK(scan.Release(churn[k]));
-        churn[k] = churn.back();
-        churn.pop_back();
+        ASSERT_NO_FATAL_FAILURE(twins.ReleaseAny(ops, &churn));
         continue;
       }
       r.compute = 200;
       r.cpu = 1000 * ops.Uniform(1, 4);
-      ASSERT_NO_FATAL_FAILURE(place(r, &churn));
+      ASSERT_NO_FATAL_FAILURE(twins.Place(r, &churn));
       if (rare.size() > 20) {  // Keep room for the rare shapes.
-        ASSERT_OK(memo.Release(rare.front()));
-        ASSERT_OK(scan.Release(rare.front()));
-        rare.erase(rare.begin());
+        ASSERT_NO_FATAL_FAILURE(twins.Release(&rare, 0));
       }
     }
-    ASSERT_OK(memo.CheckInvariants());
+    ASSERT_OK(twins.memo.CheckInvariants());
     EXPECT_GT(rare_asked, 35);
   }
 }
@@ -515,37 +545,23 @@ class NanOnSomeNodesPolicy final : public fgd::KernelPolicy {
 
 TEST(ScoreMemoTest, NanScoresAreLeftToTheScan) {
   Ops ops(11);
-  Cluster memo, scan;
   NanOnSomeNodesPolicy policy;
   ScannedPolicy scanned(std::make_unique<NanOnSomeNodesPolicy>());
+  Twins twins(&policy, &scanned);
   for (int i = 0; i < 40; ++i) {
     Node node = ops.MakeNode(i);
     node.labels["gpushare"] = "true";
-    ASSERT_OK(memo.AddNode(node));
-    ASSERT_OK(scan.AddNode(node));
+    ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
   }
   std::vector<std::string> placed;
-  for (int step = 0; step < 3000; ++step) {
-    SCOPED_TRACE(step);
-    if (!placed.empty() && ops.Chance(0.45)) {
-      const int k = ops.Uniform(0, static_cast<int>(placed.size()) - 1);
-      ASSERT_OK(memo.Release(placed[k]));
-      ASSERT_OK(scan.Release(placed[k]));
-      placed[k] = placed.back();
-      placed.pop_back();
-      continue;
-    }
+  auto make = [&](int step) {
     Request r;
     r.id = absl::StrCat("r", step);
     r.compute = 100 * ops.Uniform(1, 5);
-    absl::StatusOr<Placement> got = memo.Place(r, policy);
-    absl::StatusOr<Placement> want = scan.Place(r, scanned);
-    ASSERT_EQ(got.status(), want.status());
-    if (!got.ok()) continue;
-    ASSERT_EQ(*got, *want);
-    placed.push_back(r.id);
-  }
-  ASSERT_OK(memo.CheckInvariants());
+    return r;
+  };
+  ASSERT_NO_FATAL_FAILURE(twins.Churn(ops, 3000, &placed, make, [](const Request&) {}));
+  ASSERT_OK(twins.memo.CheckInvariants());
   EXPECT_GT(policy.nans, 100);
 }
 
