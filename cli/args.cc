@@ -22,13 +22,15 @@ bool SplitFlagValues(const char* command, const std::vector<std::string>& switch
   args.clear();
   for (int i = 0; i < *argc; ++i) {
     const std::string arg = (*argv)[i];
+    if (i == 0 || arg.rfind("--", 0) != 0) {  // The command, or not a flag.
+      args.push_back(arg);
+      continue;
+    }
     const size_t eq = arg.find('=');
-    if (i == 0 || arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+    if (eq == std::string::npos) {
       args.push_back(arg);
       // A flag that takes a value: the next argument is that value, whole.
-      if (i > 0 && arg.rfind("--", 0) == 0 && !is_switch(arg) && i + 1 < *argc) {
-        args.push_back((*argv)[++i]);
-      }
+      if (!is_switch(arg) && i + 1 < *argc) args.push_back((*argv)[++i]);
       continue;
     }
     const std::string name = arg.substr(0, eq);

@@ -123,7 +123,9 @@ std::string ConnectivityRow(absl::string_view policy, const std::vector<Simulati
 
 int RunSimulate(int argc, char** argv) {
   SplitArgs split;
-  if (!SplitFlagValues("simulate", {"--help", "--markdown", "--replay"}, &argc, &argv, &split)) return 2;
+  if (!SplitFlagValues("simulate", {"--help", "--markdown", "--replay"}, &argc, &argv, &split)) {
+    return 2;
+  }
   std::string nodes_path, tasks_path, curve_path;
   std::string policies = kPaperPolicies;
   std::vector<uint64_t> seeds;

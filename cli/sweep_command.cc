@@ -54,7 +54,9 @@ std::string TraceLabel(const std::string& path) {
 
 int RunSweep(int argc, char** argv) {
   SplitArgs split;
-  if (!SplitFlagValues("sweep", {"--help", "--progress", "--no-progress"}, &argc, &argv, &split)) return 2;
+  if (!SplitFlagValues("sweep", {"--help", "--progress", "--no-progress"}, &argc, &argv, &split)) {
+    return 2;
+  }
   std::string nodes_path, out_path;
   std::vector<std::string> task_paths;
   std::string policies = kPaperPolicies;

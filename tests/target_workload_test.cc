@@ -226,12 +226,11 @@ TEST(CommandLineTest, FlagsTakeTheirValueAfterAnEqualsSignToo) {
              "t0,4000,1024,1,500,\nt1,4000,1024,1,500,\nt2,8000,1024,2,1000,V100M16\n";
   }
   const std::string tasks = dir + "/eq_tasks.csv";
-  auto [code, spaced] =
-      testing::RunCommand(std::string(kCli) + " typical-tasks --tasks " + tasks + " --coverage 0.5");
+  const std::string command = std::string(kCli) + " typical-tasks";
+  auto [code, spaced] = testing::RunCommand(command + " --tasks " + tasks + " --coverage 0.5");
   ASSERT_EQ(code, 0) << spaced;
   std::string joined;
-  std::tie(code, joined) =
-      testing::RunCommand(std::string(kCli) + " typical-tasks --tasks=" + tasks + " --coverage=0.5");
+  std::tie(code, joined) = testing::RunCommand(command + " --tasks=" + tasks + " --coverage=0.5");
   ASSERT_EQ(code, 0) << joined;
   EXPECT_EQ(joined, spaced);
   // --coverage=0.5 keeps one of the two shapes: the value was read.

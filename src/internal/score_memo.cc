@@ -175,7 +175,7 @@ struct ScoreMemo::Memo {
       for (auto k = t.begin(); k != t.end();) k = Held(*k) ? std::next(k) : t.erase(k);
     }
     uint64_t cursor = 0;  // Position in the change log it has applied.
-    bool fresh = true;    // Nothing applied yet: compare every stamp.
+    bool fresh = true;    // Nothing applied yet: re-score every node.
     uint64_t last_use = 0;
   };
 
@@ -359,8 +359,8 @@ struct ScoreMemo::Data {
     log_base = old_base + old_size;
     for (size_t j = 0; j < kept; ++j) logged[log[j]] = log_base + j + 1;
     auto move = [&](uint64_t* cursor, bool fresh) {
-      // A cursor behind the log stays behind it (its reader compares every
-      // stamp); one in it keeps the changes it has not met.
+      // A cursor behind the log stays behind it (its reader walks every
+      // node); one in it keeps the changes it has not met.
       if (!fresh && *cursor >= old_base) *cursor = log_base + kept_before[*cursor - old_base];
     };
     for (const auto& m : memos) {
@@ -413,7 +413,7 @@ void ScoreMemo::Touch(uint32_t slot) {
   Data& d = *data_;
   if (slot >= d.stamps.size()) d.stamps.resize(slot + 1, 0);
   ++d.stamps[slot];
-  if (d.memos.empty()) return;  // Shapes made later compare every stamp.
+  if (d.memos.empty()) return;  // Shapes made later walk every node.
   if (slot >= d.logged.size()) d.logged.resize(slot + 1, 0);
   if (d.logged[slot] > d.log_base) d.log[d.logged[slot] - 1 - d.log_base] = Data::kSuperseded;
   d.log.push_back(slot);
