@@ -149,7 +149,9 @@ class Search {
         request_(request),
         demand_(demand),
         policy_(policy),
-        race_(state.tie_keys, TopologyKeyCap(demand, request)) {}
+        race_(state.tie_keys, TopologyKeyCap(demand, request)) {
+    fitting_.reserve(kMaxGpusPerNode);  // One allocation, not one per doubling.
+  }
 
   // Evaluates node `slot`; false if it cannot host the demand.
   bool Consider(uint32_t slot) {
