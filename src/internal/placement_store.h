@@ -5,9 +5,13 @@
 // list and is the next one filled, so a place that follows a release writes
 // into memory still in cache, and copy-assignment into the slot keeps the
 // capacity of its strings and GPU list (no allocation). The id -> slot
-// lookup is a hash set of 4-byte slot numbers whose hash and equality read
-// the id stored in the slot: the table is about a tenth of the size of a map
-// keyed by std::string holding whole placements, and each id is stored once.
+// lookup is a hash set of 4-byte slot numbers whose equality reads the id
+// stored in the slot: the table is about a tenth of the size of a map keyed
+// by std::string holding whole placements, and each id is stored once. Each
+// slot keeps its id's hash beside its node position, so that erasing,
+// growing and copying the table hash no string again, and two slot numbers
+// are equal only when they are the same slot (the index never holds two
+// slots with one id).
 //
 //   PlacementStore store;
 //   if (!store.contains(p.request_id)) store.Insert(p);
@@ -47,7 +51,7 @@ class PlacementStore {
   Placement& Insert(Placement&& placement, uint32_t node);
   // The node position `stored` (a placement this store returned) was
   // inserted with, as renumbered by NodeRemoved().
-  uint32_t NodeOf(const Placement& stored) const { return (*nodes_)[SlotOf(stored)]; }
+  uint32_t NodeOf(const Placement& stored) const { return (*meta_)[SlotOf(stored)].node; }
   // The node at position `node` left the node list (holding no placement):
   // the positions above it move down by one.
   void NodeRemoved(uint32_t node);
@@ -63,23 +67,28 @@ class PlacementStore {
   }
 
  private:
+  // What a slot keeps beside its placement.
+  struct SlotMeta {
+    size_t hash = 0;    // Of the id (HashOf()), while the slot is in use.
+    uint32_t node = 0;  // Position in the cluster's node list.
+  };
+  static size_t HashOf(std::string_view id) { return absl::Hash<std::string_view>{}(id); }
   // Hash and equality of slot numbers by the id in the slot; transparent, so
   // that lookups take the id itself.
   struct SlotHash {
     using is_transparent = void;
-    const std::vector<Placement>* slots;
-    size_t operator()(uint32_t slot) const { return (*this)((*slots)[slot].request_id); }
-    size_t operator()(std::string_view id) const { return absl::Hash<std::string_view>{}(id); }
+    const std::vector<SlotMeta>* meta;
+    size_t operator()(uint32_t slot) const { return (*meta)[slot].hash; }
+    size_t operator()(std::string_view id) const { return HashOf(id); }
   };
   struct SlotEq {
     using is_transparent = void;
     const std::vector<Placement>* slots;
-    std::string_view Id(uint32_t slot) const { return (*slots)[slot].request_id; }
-    std::string_view Id(std::string_view id) const { return id; }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return Id(a) == Id(b);
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t slot, std::string_view id) const {
+      return (*slots)[slot].request_id == id;
     }
+    bool operator()(std::string_view id, uint32_t slot) const { return (*this)(slot, id); }
   };
   using Index = absl::flat_hash_set<uint32_t, SlotHash, SlotEq>;
 
@@ -92,7 +101,7 @@ class PlacementStore {
   // On the heap so that its address, which the index's functors hold, stays
   // fixed for the store's life.
   std::unique_ptr<std::vector<Placement>> slots_;
-  std::unique_ptr<std::vector<uint32_t>> nodes_;  // Parallel to *slots_.
+  std::unique_ptr<std::vector<SlotMeta>> meta_;  // Parallel to *slots_.
   std::vector<uint32_t> free_;  // Slots not in use, most recently freed last.
   Index index_;
 };
