@@ -17,7 +17,6 @@ namespace gpushare::policies {
 inline std::vector<int> ChooseGpus(const NodeStatus& node,
                                    const std::vector<int>& fitting, int count,
                                    bool tightest) {
-  std::vector<int> order = fitting;
   auto before = [&](int a, int b) {
     const GpuStatus& x = node.gpus[a];
     const GpuStatus& y = node.gpus[b];
@@ -31,6 +30,10 @@ inline std::vector<int> ChooseGpus(const NodeStatus& node,
     }
     return a < b;
   };
+  if (count == 1 && !fitting.empty()) {  // The common request: no copy to sort.
+    return {*std::min_element(fitting.begin(), fitting.end(), before)};
+  }
+  std::vector<int> order = fitting;
   std::partial_sort(order.begin(), order.begin() + count, order.end(), before);
   order.resize(count);
   std::sort(order.begin(), order.end());
