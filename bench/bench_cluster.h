@@ -67,8 +67,10 @@ void ApplyBackground(int nodes, CommitFn commit) {
   }
 }
 
-inline Cluster BackgroundCluster(int nodes, bool minority = false) {
-  Cluster cluster;
+inline Cluster BackgroundCluster(int nodes, bool minority = false, uint64_t tie_break_seed = 0) {
+  ClusterOptions options;
+  options.tie_break_seed = tie_break_seed;
+  Cluster cluster(options);
   for (int i = 0; i < nodes; ++i) (void)cluster.AddNode(BenchNode(i, minority));
   ApplyBackground(nodes, [&](const Placement& p) { (void)cluster.Commit(p); });
   return cluster;

@@ -45,6 +45,8 @@ struct Workload {
   int64_t lo = 1, hi = 8;  // Memory units per GPU (shared), drawn uniformly.
   bool minority = false;  // Minority cluster; the request names its model or label.
   bool by_selector = false;  // With `minority`: node selector instead of model.
+  bool add_node = false;  // A new node joins before each request.
+  uint64_t tie_break_seed = 0;
 };
 
 // One steady-state cluster per benchmark, kept between its repetitions (the
@@ -55,6 +57,7 @@ struct Fixture {
   Cluster cluster;
   Window window{kInFlight};
   int64_t next = 0;
+  int next_node = 0;
 };
 
 Fixture& GetFixture(const std::string& key, int nodes, const Workload& w) {
@@ -63,7 +66,8 @@ Fixture& GetFixture(const std::string& key, int nodes, const Workload& w) {
     fixture.reset();
     fixture = std::make_unique<Fixture>();
     fixture->key = key;
-    fixture->cluster = BackgroundCluster(nodes, w.minority);
+    fixture->cluster = BackgroundCluster(nodes, w.minority, w.tie_break_seed);
+    fixture->next_node = nodes;
     if (w.minority) fixture->window = Window(kMinorityInFlight);
   }
   return *fixture;
@@ -76,6 +80,10 @@ void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, const
   if (w.minority && w.by_selector) r.node_selector = {{kMinorityLabel, kMinorityValue}};
   if (w.minority && !w.by_selector) r.gpu_models = {kMinorityModel};
   for (auto _ : state) {
+    if (w.add_node && !fx.cluster.AddNode(BenchNode(fx.next_node++, w.minority)).ok()) {
+      state.SkipWithError("adding a node failed");
+      break;
+    }
     r.id = absl::StrCat("p", fx.next++);
     if (w.kind == Workload::Kind::kShared) {
       r.gpu_count = w.gpus;
@@ -148,17 +156,18 @@ void ReferencePlaceRelease(benchmark::State& state, const std::string& name,
 }
 
 // Registers BM_<what>/<policy> for both policies; `body` gets the policy name
-// and the benchmark's arguments.
+// and the benchmark's arguments. `iterations`: a fixed count per repetition
+// (0: the library decides).
 template <typename Body>
 void PerPolicy(const std::string& what, const std::vector<std::string>& arg_names,
-               const std::vector<std::vector<int64_t>>& args, Body body) {
+               const std::vector<std::vector<int64_t>>& args, Body body,
+               int64_t iterations = 0) {
   for (const char* policy : kPolicies) {
     const std::string name = absl::StrCat("BM_", what, "/", policy);
-    benchmark::RegisterBenchmark(name.c_str(),
-                                 [=](benchmark::State& state) { body(state, name, policy); })
-        ->ArgNames(arg_names)
-        ->ArgsProduct(args)
-        ->Unit(benchmark::kMicrosecond);
+    auto* b = benchmark::RegisterBenchmark(
+        name.c_str(), [=](benchmark::State& state) { body(state, name, policy); });
+    b->ArgNames(arg_names)->ArgsProduct(args)->Unit(benchmark::kMicrosecond);
+    if (iterations > 0) b->Iterations(iterations);
   }
 }
 
@@ -215,6 +224,19 @@ const bool kRegistered = [] {
               w.by_selector = true;
               PlaceRelease(state, name, policy, false, Nodes(state, 0), w);
             });
+  // A new empty node joins before each single-GPU request: the indexes
+  // take it in (binpack's GPU index gives it a key at its place in the
+  // tie-break order: first with the default tie keys, anywhere with a seed).
+  // 2,000 nodes join per repetition.
+  PerPolicy("AddNodePlaceRelease", {"seed", "nodes"}, {{0, 42}, {10000}},
+            [](benchmark::State& state, const std::string& name, const char* policy) {
+              Workload w;
+              w.add_node = true;
+              w.tie_break_seed = static_cast<uint64_t>(state.range(0));
+              PlaceRelease(state, absl::StrCat(name, "/", w.tie_break_seed), policy, false,
+                           Nodes(state, 1), w);
+            },
+            /*iterations=*/2000);
   return true;
 }();
 

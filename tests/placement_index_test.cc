@@ -193,6 +193,45 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(info.param.policy, "_seed", info.param.tie_break_seed);
     });
 
+// Binpack's GPU index places nodes added after it was built in the
+// tie-break order: first with the default tie keys (the order of arrival),
+// anywhere with a seed. It is built again when no key is free at a node's
+// place (the room at the front runs out here) or a node has more GPUs than
+// any before it.
+TEST_P(PlacementIndexTest, GpuIndexFollowsNodesAddedAfterIt) {
+  const Param param = GetParam();
+  if (std::string(param.policy) != "binpack") GTEST_SKIP() << "the GPU index serves binpack";
+  Generator gen(5 + param.tie_break_seed);
+  ClusterOptions options;
+  options.tie_break_seed = param.tie_break_seed;
+  Cluster cluster(options);
+  for (int i = 0; i < 10; ++i) ASSERT_THAT(cluster.AddNode(gen.MakeNode()), IsOk());
+  auto builtin = MakePolicy("binpack");
+  ASSERT_THAT(builtin, IsOk());
+  ScannedPolicy scanned(*MakePolicy("binpack"));
+  int placed = 0;
+  for (int step = 0; step < 300; ++step) {
+    Node node = gen.MakeNode();
+    if (step == 150) node.gpus.assign(16, Gpu{8, "T4", "", true});
+    ASSERT_THAT(cluster.AddNode(node), IsOk());
+    for (int k = 0; k < 3; ++k) {
+      Request r;
+      r.id = absl::StrCat("s", step, "-", k);
+      r.gpu_memory = gen.Uniform(1, 8);
+      if (k == 2) r.gpu_models = {"V100"};
+      absl::StatusOr<Placement> fast = cluster.Plan(r, **builtin);
+      absl::StatusOr<Placement> slow = cluster.Plan(r, scanned);
+      ASSERT_EQ(fast.status(), slow.status()) << "step " << step;
+      if (!fast.ok()) continue;
+      ASSERT_EQ(*fast, *slow) << "step " << step;
+      ASSERT_THAT(cluster.Commit(*fast), IsOk());
+      ++placed;
+    }
+    ASSERT_THAT(cluster.CheckInvariants(), IsOk()) << "step " << step;
+  }
+  EXPECT_GT(placed, 600);
+}
+
 // The indexes (views included) equal a recomputation from the node states
 // after every operation, and the indexed plan equals the scan, while requests
 // restrict candidates in more ways than there are view slots.

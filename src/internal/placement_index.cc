@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -23,13 +24,12 @@
 namespace gpushare::internal {
 namespace {
 
-using GpuKey = PlacementIndex::GpuKey;
 using SpreadKey = PlacementIndex::SpreadKey;
 using ExclusiveKey = PlacementIndex::ExclusiveKey;
 using PackKey = PlacementIndex::PackKey;
 
-GpuKey MakeGpuKey(const GpuStatus& g, uint64_t tie, uint32_t slot) {
-  return GpuKey::Make(g.memory_free(), g.compute_free(), ~tie, slot, g.index);
+uint64_t ShapeOf(const GpuStatus& g) {
+  return PlacementIndex::GpuShape(g.memory_free(), g.compute_free());
 }
 
 ExclusiveKey MakeExclusiveKey(const NodeStatus& node, uint64_t tie, uint32_t slot) {
@@ -287,12 +287,64 @@ int PlacementIndex::GpuTrees::IdOf(std::string_view model) const {
   return it == ids.end() ? -1 : it->second;
 }
 
-PlacementIndex::GpuTree& PlacementIndex::GpuTrees::For(const std::string& model) {
+namespace {
+
+// The tie-break order: larger tie key first, then lower slot.
+bool TieBefore(const ClusterState& state, uint32_t a, uint32_t b) {
+  const uint64_t x = state.tie_keys[a], y = state.tie_keys[b];
+  return x > y || (x == y && a < b);
+}
+
+}  // namespace
+
+PlacementIndex::GpuTrees::GpuTrees(const ClusterState& state) {
+  const uint32_t n = static_cast<uint32_t>(state.nodes.size());
+  while ((1 << shift) < state.max_gpus_per_node) ++shift;
+  order.resize(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return TieBefore(state, a, b); });
+  // Room for n + 16 more nodes at either end: with the default tie keys
+  // (the order of arrival) every new node comes first. With hashed tie keys
+  // (a seed) new nodes land anywhere, so seven free keys are left between
+  // each two nodes as well.
+  const uint32_t room = n + 16;
+  const uint32_t gap = state.options.tie_break_seed == 0 ? 1 : 8;
+  key.resize(n);
+  slot_of.assign(2 * room + gap * n, kNoSlot);
+  for (uint32_t rank = 0; rank < n; ++rank) {
+    key[order[rank]] = room + gap * rank;
+    slot_of[room + gap * rank] = order[rank];
+  }
+}
+
+bool PlacementIndex::GpuTrees::AddSlot(const ClusterState& state, uint32_t slot) {
+  if (slot != key.size() || state.nodes[slot].gpus.size() > (size_t{1} << shift)) return false;
+  auto at = std::upper_bound(order.begin(), order.end(), slot, [&](uint32_t a, uint32_t b) {
+    return TieBefore(state, a, b);
+  });
+  // Keys between the neighbours' are free (keys follow the order).
+  const int64_t size = static_cast<int64_t>(slot_of.size());
+  const int64_t low = at == order.begin() ? int64_t{-1} : int64_t{key[*(at - 1)]};
+  const int64_t high = at == order.end() ? size : int64_t{key[*at]};
+  if (high - low < 2) return false;
+  // Next to the neighbour at an end, so that arrivals there use the room
+  // one key at a time; halfway between two nodes.
+  const int64_t k = at == order.begin() && high < size ? high - 1
+                    : at == order.end() && low >= 0     ? low + 1
+                                                        : low + (high - low) / 2;
+  key.push_back(static_cast<uint32_t>(k));
+  slot_of[k] = slot;
+  order.insert(at, slot);
+  return true;
+}
+
+GpuBuckets& PlacementIndex::GpuTrees::For(const std::string& model) {
   if (const int id = IdOf(model); id >= 0) return trees[id];
   auto [it, added] = ids.try_emplace(model, static_cast<int>(trees.size()));
   if (added) {
     names.push_back(model);
-    trees.emplace_back();
+    trees.emplace_back(uint64_t{slot_of.size()} << shift);
   }
   return trees[it->second];
 }
@@ -310,7 +362,7 @@ void PlacementIndex::Rebuild(const ClusterState& state) {
 
 void PlacementIndex::ClearTrees() {
   pending_.slot = kNoSlot;
-  if (GpuTrees* g = gpu_.load(std::memory_order_acquire)) *g = GpuTrees();
+  delete gpu_.exchange(nullptr);  // Built again, with new keys, when next needed.
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) t->clear();
   for (auto& slot : spread_) {
     if (SpreadTree* t = slot.load(std::memory_order_acquire)) t->clear();
@@ -378,6 +430,15 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
   }
   if (filter_ == nullptr) memo_.Touch(slot);
   const NodeStatus& node = state.nodes[slot];
+  if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
+    // A new node takes a key, if one is free at its place in the order; a
+    // node with more GPUs than the positions per node, or none free, drops
+    // the index.
+    if (slot < trees->key.size() ? node.gpus.size() > (size_t{1} << trees->shift)
+                                 : !trees->AddSlot(state, slot)) {
+      delete gpu_.exchange(nullptr);
+    }
+  }
   const uint64_t tie = state.tie_keys[slot];
   const bool after_unlink = pending_.slot == slot;
   pending_.slot = kNoSlot;
@@ -396,11 +457,11 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
     auto update = [&](const GpuStatus& g) {
       if (!g.healthy) return;
-      const GpuKey key = MakeGpuKey(g, tie, slot);
+      const uint32_t pos = trees->PositionOf(slot, g.index);
       if (insert) {
-        trees->For(g.model).insert(key);
+        trees->For(g.model).Insert(ShapeOf(g), pos);
       } else {
-        if (const int id = trees->IdOf(g.model); id >= 0) trees->trees[id].erase(key);
+        if (const int id = trees->IdOf(g.model); id >= 0) trees->trees[id].Erase(ShapeOf(g), pos);
       }
     };
     if (gpus == nullptr) {
@@ -438,16 +499,22 @@ const PlacementIndex::GpuTrees& PlacementIndex::GpuTreesFor(const ClusterState& 
   if (const GpuTrees* t = gpu_.load(std::memory_order_acquire)) return *t;
   std::lock_guard<std::mutex> lock(mu_);
   if (const GpuTrees* t = gpu_.load(std::memory_order_acquire)) return *t;
-  auto* trees = new GpuTrees;
+  GpuTrees* trees = MakeGpuTrees(state).release();
+  gpu_.store(trees, std::memory_order_release);
+  return *trees;
+}
+
+std::unique_ptr<PlacementIndex::GpuTrees> PlacementIndex::MakeGpuTrees(
+    const ClusterState& state) const {
+  auto trees = std::make_unique<GpuTrees>(state);
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
     if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
     for (const GpuStatus& g : node.gpus) {
-      if (g.healthy) trees->For(g.model).insert(MakeGpuKey(g, state.tie_keys[i], i));
+      if (g.healthy) trees->For(g.model).Insert(ShapeOf(g), trees->PositionOf(i, g.index));
     }
   }
-  gpu_.store(trees, std::memory_order_release);
-  return *trees;
+  return trees;
 }
 
 const PlacementIndex::ExclusiveTree& PlacementIndex::ExclusiveTreeFor(
@@ -609,22 +676,27 @@ bool PlacementIndex::PlanBinpackShared(const ClusterState& state, const Cluster&
                                        const Request& request, const Demand& demand,
                                        Policy& policy, int* best_slot,
                                        NodeChoice* best_choice) const {
+  // One cursor per model's set, at its next (shape, position) pair; the
+  // walk takes the least of them, which is the order of the binpack scan.
   struct Cursor {
-    GpuTree::const_iterator it, end;
-    const GpuTree* tree;
+    uint64_t shape;
+    uint32_t pos;
+    bool live;
+    const GpuBuckets* set;
   };
   absl::InlinedVector<Cursor, 4> cursors;
   const int64_t m = demand.memory_per_gpu;
   const int64_t c = demand.compute_per_gpu;
-  auto from = [&](int64_t memory, int64_t compute) {
-    return GpuKey::Make(memory, compute, 0, 0, 0);
+  auto seek = [](Cursor& cur, uint64_t shape, uint64_t pos) {
+    cur.live = cur.set->Next(shape, pos, &cur.shape, &cur.pos);
   };
-  auto add = [&](const GpuTree& tree) {
-    cursors.push_back(Cursor{tree.lower_bound(from(m, c)), tree.end(), &tree});
+  auto add = [&](const GpuBuckets& set) {
+    cursors.push_back(Cursor{0, 0, false, &set});
+    seek(cursors.back(), GpuShape(m, c), 0);
   };
   const GpuTrees& trees = GpuTreesFor(state);
   if (request.gpu_models.empty()) {
-    for (const GpuTree& tree : trees.trees) add(tree);
+    for (const GpuBuckets& set : trees.trees) add(set);
   } else {
     for (size_t i = 0; i < request.gpu_models.size(); ++i) {
       const std::string& model = request.gpu_models[i];
@@ -638,20 +710,21 @@ bool PlacementIndex::PlanBinpackShared(const ClusterState& state, const Cluster&
   }
   Search search(state, cluster, request, demand, policy);
   absl::flat_hash_set<uint32_t> seen;
-  const GpuLess less;
   while (true) {
     Cursor* next = nullptr;
     for (Cursor& cur : cursors) {
-      if (cur.it != cur.end && (next == nullptr || less(*cur.it, *next->it))) next = &cur;
+      if (cur.live && (next == nullptr || cur.shape < next->shape ||
+                       (cur.shape == next->shape && cur.pos < next->pos))) {
+        next = &cur;
+      }
     }
     if (next == nullptr) break;
-    const GpuKey& e = *next->it;
-    if (e.free_compute() < c) {
-      next->it = next->tree->lower_bound(from(e.free_memory(), c));
+    if (ShapeCompute(next->shape) < c) {
+      seek(*next, GpuShape(ShapeMemory(next->shape), c), 0);
       continue;
     }
-    const uint32_t slot = e.slot();
-    ++next->it;
+    const uint32_t slot = trees.SlotAt(next->pos);
+    seek(*next, next->shape, uint64_t{next->pos} + 1);
     if (seen.contains(slot)) continue;
     // The first feasible node wins (M = 1: no topology key, a window of one).
     if (search.Consider(slot) && search.settled()) break;
@@ -770,7 +843,6 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
   }
   PlacementIndex fresh;
   if (filter_ != nullptr) fresh.filter_ = std::make_unique<Filter>(*filter_);
-  if (gpu_.load() != nullptr) fresh.gpu_.store(new GpuTrees);
   if (exclusive_.load() != nullptr) fresh.exclusive_.store(new ExclusiveTree);
   for (int m = 0; m < kSpreadSlots; ++m) {
     if (spread_[m].load() != nullptr) fresh.spread_[m].store(new SpreadTree);
@@ -790,15 +862,35 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
     if (!SameTree(*have, *fresh.exclusive_.load(), ExclusiveLess())) return false;
   }
   if (const GpuTrees* have = gpu_.load()) {
-    const GpuTrees* want = fresh.gpu_.load();
-    static const GpuTree* const kEmpty = new GpuTree;
-    auto tree_of = [](const GpuTrees& trees, const std::string& model) {
-      auto it = trees.ids.find(model);
-      return it == trees.ids.end() ? kEmpty : &trees.trees[it->second];
+    const std::unique_ptr<GpuTrees> want = MakeGpuTrees(state);
+    // Every node has a key of its own, the keys follow the tie-break order,
+    // and the sets hold the same GPUs (keys may differ from fresh ones).
+    const size_t keyed = static_cast<size_t>(std::count_if(
+        have->slot_of.begin(), have->slot_of.end(),
+        [](uint32_t s) { return s != GpuTrees::kNoSlot; }));
+    if (have->key.size() != state.nodes.size() || keyed != state.nodes.size() ||
+        have->order != want->order) {
+      return false;
+    }
+    for (size_t r = 0; r < have->order.size(); ++r) {
+      const uint32_t slot = have->order[r];
+      if (have->slot_of[have->key[slot]] != slot) return false;
+      if (r > 0 && have->key[have->order[r - 1]] >= have->key[slot]) return false;
+    }
+    auto pairs = [](const GpuTrees& trees, const std::string& model) {
+      std::vector<std::tuple<uint64_t, uint32_t, uint32_t>> all;
+      if (const int id = trees.IdOf(model); id >= 0) {
+        const uint32_t mask = (uint32_t{1} << trees.shift) - 1;
+        trees.trees[id].ForEach([&](uint64_t shape, uint32_t pos) {
+          all.emplace_back(shape, trees.SlotAt(pos), pos & mask);
+        });
+      }
+      std::sort(all.begin(), all.end());
+      return all;
     };
-    for (const GpuTrees* side : {have, want}) {
+    for (const GpuTrees* side : {have, static_cast<const GpuTrees*>(want.get())}) {
       for (const std::string& model : side->names) {
-        if (!SameTree(*tree_of(*have, model), *tree_of(*want, model), GpuLess())) return false;
+        if (pairs(*have, model) != pairs(*want, model)) return false;
       }
     }
   }

@@ -14,9 +14,10 @@
 //
 // Indexes (slot = position in ClusterState::nodes, tie = the node's tie key):
 //  - per GPU model, the healthy GPUs of schedulable nodes that take shared
-//    work, by (free memory, free compute, tie desc, slot, GPU index):
-//    binpack of single-GPU shared requests walks it from the request's size
-//    upwards;
+//    work, by (free memory, free compute, tie desc, slot, GPU index), held as
+//    bit sets of positions in the tie-break order per (free memory, free
+//    compute) (GpuBuckets, gpu_buckets.h): binpack of single-GPU shared
+//    requests walks it from the request's size upwards;
 //  - per request shape (M >= 2 GPUs of m units; up to kShapeSlots shapes),
 //    schedulable sharing nodes with M healthy GPUs of m free, by (free memory
 //    and free compute of the M tightest such GPUs, tie desc, slot): binpack
@@ -34,7 +35,9 @@
 //    slot): exclusive requests, binpack from the smallest idle count that
 //    suffices, spread from the largest.
 // Each index is built on the first Plan() that needs it and kept exact from
-// then on, so a workload pays upkeep only for the kinds of request it makes.
+// then on, so a workload pays upkeep only for the kinds of request it makes
+// (the GPU index, whose positions follow the tie-break order, is dropped
+// when a node is added or removed, and built again when next needed).
 // Every other policy uses the generic scan, except the fragmentation-aware
 // built-in policies, whose node scores are remembered per request shape in a
 // ScoreMemo (see score_memo.h) kept here as well; so are those of binpack and
@@ -65,6 +68,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "gpushare/policy.h"
 #include "gpushare/types.h"
+#include "src/internal/gpu_buckets.h"
 #include "src/internal/score_memo.h"
 
 namespace gpushare {
@@ -125,23 +129,13 @@ class PlacementIndex {
     }
   };
 
-  // Packed so that comparing three words gives the order (free memory, free
-  // compute, tie desc, slot, GPU index).
-  struct GpuKey {
-    uint64_t shape;    // free memory (units) << 11 | free compute (thousandths).
-    uint64_t inv_tie;  // ~tie key: ascending = larger tie key first.
-    uint64_t where;    // slot << 8 | GPU index.
-
-    static GpuKey Make(int64_t free_memory, int64_t free_compute, uint64_t inv_tie,
-                       uint32_t slot, int gpu) {
-      return GpuKey{static_cast<uint64_t>(free_memory) << 11 |
-                        static_cast<uint64_t>(free_compute),
-                    inv_tie, static_cast<uint64_t>(slot) << 8 | static_cast<uint64_t>(gpu)};
-    }
-    int64_t free_memory() const { return static_cast<int64_t>(shape >> 11); }
-    int64_t free_compute() const { return static_cast<int64_t>(shape & 2047); }
-    uint32_t slot() const { return static_cast<uint32_t>(where >> 8); }
-  };
+  // A GPU's free memory and compute packed so that comparing them compares
+  // (free memory, free compute).
+  static uint64_t GpuShape(int64_t free_memory, int64_t free_compute) {
+    return static_cast<uint64_t>(free_memory) << 11 | static_cast<uint64_t>(free_compute);
+  }
+  static int64_t ShapeMemory(uint64_t shape) { return static_cast<int64_t>(shape >> 11); }
+  static int64_t ShapeCompute(uint64_t shape) { return static_cast<int64_t>(shape & 2047); }
   struct SpreadKey {
     double memory_ratio;   // GPU memory used / GPU memory of the node.
     double compute_ratio;  // GPU compute used / GPU compute of the node.
@@ -170,13 +164,6 @@ class PlacementIndex {
     uint64_t inv_tie;
     uint32_t slot;
     int32_t idle;          // Idle healthy GPUs.
-  };
-  struct GpuLess {
-    bool operator()(const GpuKey& a, const GpuKey& b) const {
-      if (a.shape != b.shape) return a.shape < b.shape;
-      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
-      return a.where < b.where;
-    }
   };
   struct SpreadLess {
     bool operator()(const SpreadKey& a, const SpreadKey& b) const {
@@ -212,7 +199,6 @@ class PlacementIndex {
       return a.slot < b.slot;
     }
   };
-  using GpuTree = absl::btree_set<GpuKey, GpuLess>;
   using SpreadTree = absl::btree_set<SpreadKey, SpreadLess>;
   using PackTree = absl::btree_set<PackKey, PackLess>;
   struct ShapeTree {
@@ -230,19 +216,41 @@ class PlacementIndex {
   // At most this many views (distinct selector and model restrictions).
   static constexpr int kViewSlots = 16;
 
-  // The GPU trees, one per model name.
+  // The GPU index, one ordered set per model name, of (shape, position)
+  // pairs: a GPU's position is its node's key shifted left by `shift`, plus
+  // its index, where node keys increase along the tie-break order (tie key
+  // desc, slot) with room left between them and at both ends. A node added
+  // later takes a free key between its neighbours (AddSlot()); when there is
+  // none, or a node leaves (slots move), the index is dropped and the next
+  // Plan() that needs it builds it again.
   struct GpuTrees {
+    static constexpr uint32_t kNoSlot = ~uint32_t{0};
     absl::flat_hash_map<std::string, int> ids;
     std::vector<std::string> names;  // In order of first appearance.
-    std::vector<GpuTree> trees;
-    // The tree of `model`, made on first use.
-    GpuTree& For(const std::string& model);
-    // The id of `model`'s tree, or -1. A few models (the usual cluster) are
+    std::vector<GpuBuckets> trees;
+    std::vector<uint32_t> key;         // By slot.
+    std::vector<uint32_t> slot_of;     // By key; kNoSlot where free.
+    std::vector<uint32_t> order;       // Slots in the tie-break order.
+    int shift = 0;                     // Positions per node: 1 << shift.
+    // Keys for the nodes of `state`, in its tie-break order.
+    explicit GpuTrees(const ClusterState& state);
+    // Gives the node just added at `slot` (the last) a key; false when no
+    // key is free at its place in the order, or it has too many GPUs.
+    bool AddSlot(const ClusterState& state, uint32_t slot);
+    // The set of `model`, made on first use.
+    GpuBuckets& For(const std::string& model);
+    // The id of `model`'s set, or -1. A few models (the usual cluster) are
     // compared by name, which costs less than hashing it on every update.
     int IdOf(std::string_view model) const;
+    uint32_t PositionOf(uint32_t slot, int gpu) const {
+      return key[slot] << shift | static_cast<uint32_t>(gpu);
+    }
+    uint32_t SlotAt(uint32_t pos) const { return slot_of[pos >> shift]; }
   };
 
   const GpuTrees& GpuTreesFor(const ClusterState& state) const;
+  // The GPU index of the nodes this index admits, as `state` is now.
+  std::unique_ptr<GpuTrees> MakeGpuTrees(const ClusterState& state) const;
   const ExclusiveTree& ExclusiveTreeFor(const ClusterState& state) const;
   const SpreadTree& SpreadTreeFor(const ClusterState& state, int count) const;
   const PackTree& PackTreeFor(const ClusterState& state, int count) const;
