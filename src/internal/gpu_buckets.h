@@ -4,13 +4,13 @@
 //
 // A shape is a GPU's packed free memory and compute; a position is its
 // place in the tie-break order (its node's key, times the positions per
-// node, plus the GPU's index), below a fixed universe. Pairs are kept per shape, in a map of the shapes present
-// (few in a real cluster); each shape holds its positions in a B-tree of
-// 4-byte numbers while it has few, and in a two-level bit set once they
-// are more than a 512th of the universe. A place or release then moves one
-// GPU between two bit sets in a few word operations, where a B-tree of
-// whole keys descends and rebalances; the bit sets cost at most 64 bytes
-// per position they hold.
+// node, plus the GPU's index), below a fixed universe. Pairs are kept per
+// shape, in a map of the shapes present (few in a real cluster); each shape
+// holds its positions in a B-tree of 4-byte numbers while it has few, and
+// in a two-level bit set once they are more than a 512th of the universe.
+// A place or release then moves one GPU between two bit sets in a few word
+// operations, where a B-tree of whole keys descends and rebalances; the bit
+// sets cost at most 64 bytes per position they hold.
 //
 //   GpuBuckets set(/*universe=*/nodes * 8);
 //   set.Insert(shape, position);
@@ -36,7 +36,6 @@ class GpuBuckets {
 
   uint64_t universe() const { return universe_; }
   size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
 
   // Adds / removes the pair; false (and no change) when it is already there /
   // not there. `position` must be below the universe.

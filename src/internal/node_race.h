@@ -35,6 +35,12 @@ inline Score PolicyKeys(Score s) {
   return s;
 }
 
+// Whether slot `a` comes before slot `b` in the tie-break order: larger tie
+// key first, then lower slot.
+inline bool TieBefore(const std::vector<uint64_t>& tie_keys, uint32_t a, uint32_t b) {
+  return tie_keys[a] > tie_keys[b] || (tie_keys[a] == tie_keys[b] && a < b);
+}
+
 class NodeRace {
  public:
   // `tie_keys`: the tie key of every slot; `topology_cap`: TopologyKeyCap().
@@ -42,9 +48,7 @@ class NodeRace {
       : tie_keys_(tie_keys), cap_(topology_cap), limit_(topology_cap > 0 ? kTopologyWindow : 1) {}
 
   // Whether `a` comes before `b` in the tie-break order.
-  bool TieBefore(uint32_t a, uint32_t b) const {
-    return tie_keys_[a] > tie_keys_[b] || (tie_keys_[a] == tie_keys_[b] && a < b);
-  }
+  bool TieBefore(uint32_t a, uint32_t b) const { return internal::TieBefore(tie_keys_, a, b); }
 
   // Enters a feasible node with its verdict.
   void Offer(uint32_t slot, NodeChoice choice) {

@@ -287,23 +287,13 @@ int PlacementIndex::GpuTrees::IdOf(std::string_view model) const {
   return it == ids.end() ? -1 : it->second;
 }
 
-namespace {
-
-// The tie-break order: larger tie key first, then lower slot.
-bool TieBefore(const ClusterState& state, uint32_t a, uint32_t b) {
-  const uint64_t x = state.tie_keys[a], y = state.tie_keys[b];
-  return x > y || (x == y && a < b);
-}
-
-}  // namespace
-
 PlacementIndex::GpuTrees::GpuTrees(const ClusterState& state) {
   const uint32_t n = static_cast<uint32_t>(state.nodes.size());
   while ((1 << shift) < state.max_gpus_per_node) ++shift;
   order.resize(n);
   for (uint32_t i = 0; i < n; ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
-            [&](uint32_t a, uint32_t b) { return TieBefore(state, a, b); });
+            [&](uint32_t a, uint32_t b) { return TieBefore(state.tie_keys, a, b); });
   // Room for n + 16 more nodes at either end: with the default tie keys
   // (the order of arrival) every new node comes first. With hashed tie keys
   // (a seed) new nodes land anywhere, so seven free keys are left between
@@ -321,7 +311,7 @@ PlacementIndex::GpuTrees::GpuTrees(const ClusterState& state) {
 bool PlacementIndex::GpuTrees::AddSlot(const ClusterState& state, uint32_t slot) {
   if (slot != key.size() || state.nodes[slot].gpus.size() > (size_t{1} << shift)) return false;
   auto at = std::upper_bound(order.begin(), order.end(), slot, [&](uint32_t a, uint32_t b) {
-    return TieBefore(state, a, b);
+    return TieBefore(state.tie_keys, a, b);
   });
   // Keys between the neighbours' are free (keys follow the order).
   const int64_t size = static_cast<int64_t>(slot_of.size());
