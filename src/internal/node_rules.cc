@@ -331,8 +331,13 @@ void UndoOnNode(NodeStatus& node, const Placement& p) {
   }
   node.cpu_used -= p.cpu;
   node.host_memory_used -= p.host_memory;
+  // The list is in no fixed order: the last id fills the gap, so a release
+  // moves one string, not every one after it.
   auto it = std::find(node.requests.begin(), node.requests.end(), p.request_id);
-  if (it != node.requests.end()) node.requests.erase(it);
+  if (it != node.requests.end()) {
+    if (it != node.requests.end() - 1) *it = std::move(node.requests.back());
+    node.requests.pop_back();
+  }
   ++node.version;
 }
 
