@@ -19,6 +19,7 @@
 #include "src/internal/cluster_state.h"
 #include "src/internal/placement_index.h"
 #include "tests/testing/scanned_policy.h"
+#include "tests/testing/seeds.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
@@ -36,7 +37,7 @@ class Generator {
   // requests select by rack and model in more combinations than the index
   // keeps views for.
   explicit Generator(uint64_t seed, bool many_restrictions = false)
-      : rng_(std::seed_seq{seed}), many_restrictions_(many_restrictions) {}
+      : rng_(std::seed_seq{testing::TestSeed(seed)}), many_restrictions_(many_restrictions) {}
 
   int Uniform(int lo, int hi) { return absl::Uniform<int>(absl::IntervalClosed, rng_, lo, hi); }
   bool Chance(double p) { return absl::Bernoulli(rng_, p); }

@@ -12,6 +12,7 @@
 #include "gpushare/gpushare.h"
 #include "gtest/gtest.h"
 #include "tests/testing/reference.h"
+#include "tests/testing/seeds.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
@@ -26,7 +27,7 @@ int Operations() {
 
 class RandomOps {
  public:
-  explicit RandomOps(uint64_t seed) : rng_(seed) {}
+  explicit RandomOps(uint64_t seed) : rng_(testing::TestSeed(seed)) {}
 
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fixtures.h"
+#include "tests/testing/seeds.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare {
@@ -214,7 +215,7 @@ TEST(SchedulerStressTest, EightThreadsNeverPromiseOneGpuTwice) {
   std::atomic<int> failures{0};
   std::atomic<int64_t> reserved_ok{0}, conflicts{0};
   auto worker = [&](int t) {
-    std::mt19937 rng(1234 + t);
+    std::mt19937 rng(testing::TestSeed(1234 + t));
     std::vector<std::string> mine;  // Ids this thread placed and may still hold.
     for (int i = 0; i < steps && failures.load() == 0; ++i) {
       const std::string node = "node-" + std::to_string(rng() % 4);
