@@ -8,8 +8,8 @@
 //     GPUSHARE_TEST_SEED=$n ctest --test-dir build -R "$tests" || break
 //   done
 //
-// A failure under a shift names it in the test's output (rerun with the same
-// N to reproduce).
+// A run under a shift says so on stderr (rerun with the same N to
+// reproduce a failure); a value that is not a whole number stops the run.
 
 #ifndef GPUSHARE_TESTS_TESTING_SEEDS_H_
 #define GPUSHARE_TESTS_TESTING_SEEDS_H_
@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
-#include <string>
 
 namespace gpushare::testing {
 
@@ -26,11 +25,13 @@ inline uint64_t SeedShift() {
   static const uint64_t shift = [] {
     const char* text = std::getenv("GPUSHARE_TEST_SEED");
     if (text == nullptr || *text == '\0') return uint64_t{0};
+    // A typo must not quietly rerun the fixed seeds: a soak would pass on
+    // sequences it never drew.
     char* end = nullptr;
     const unsigned long long n = std::strtoull(text, &end, 10);
-    if (*end != '\0') {
-      std::cerr << "GPUSHARE_TEST_SEED='" << text << "' is not a whole number; ignored\n";
-      return uint64_t{0};
+    if (*text < '0' || *text > '9' || *end != '\0') {
+      std::cerr << "GPUSHARE_TEST_SEED='" << text << "' is not a whole number >= 0\n";
+      std::exit(2);
     }
     std::cerr << "random tests: seeds shifted by GPUSHARE_TEST_SEED=" << n << "\n";
     return static_cast<uint64_t>(n);
