@@ -418,8 +418,8 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
     if (view == nullptr) break;
     view->Link(state, slot, gpus);
   }
-  if (filter_ == nullptr) memo_.Touch(slot);
   const NodeStatus& node = state.nodes[slot];
+  if (filter_ == nullptr) memo_.Touch(slot, node);
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
     // A new node takes a key, if one is free at its place in the order; a
     // node with more GPUs than the positions per node, or none free, drops
@@ -825,7 +825,7 @@ bool PlacementIndex::PlanExclusive(const ClusterState& state, const Cluster& clu
 }
 
 bool PlacementIndex::Consistent(const ClusterState& state) const {
-  if (!memo_.Consistent()) return false;
+  if (!memo_.Consistent(state)) return false;
   for (const auto& entry : views_) {
     const PlacementIndex* view = entry.load();
     if (view == nullptr) break;

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/fit_summary.h"
 #include "src/internal/node_race.h"
 #include "src/internal/placement_index.h"
 #include "src/policies/gpu_order.h"
@@ -24,17 +25,18 @@
 namespace gpushare::internal {
 namespace {
 
-// One node's verdict for one shape: the primary part of its score (the
-// others, when the policy sets them, and the topology key, when the shape
-// gets one, are kept beside: Shape::rest, Shape::topology), NaN when the
-// node is infeasible (or not scored yet). 16 bytes: at openb x8 a hundred
+// One node's feasible verdict for one shape: the primary part of its score
+// (the others, when the policy sets them, and the topology key, when the
+// shape gets one, are kept beside: Shape::rest, Shape::topology). Whether the
+// node is feasible at all is the shape's bit (Shape::live): a walk that finds
+// a node infeasible then clears a bit in a small array, and leaves the
+// verdict, likely out of cache, alone. 16 bytes: at openb x8 a hundred
 // shapes' verdicts then nearly fit in a 32 MB cache. A shape needs no stamp
 // per verdict: its walk of the change log meets exactly the nodes changed
 // since its last one (and a full walk re-scores every node).
 struct Verdict {
-  double score = std::numeric_limits<double>::quiet_NaN();
+  double score = 0;
   uint64_t gpus = 0;  // Bit mask of the chosen GPUs.
-  bool feasible() const { return !std::isnan(score); }
 };
 
 // A kernel policy's evaluation of a node, shared by a group of shapes, and
@@ -129,7 +131,13 @@ struct ScoreMemo::Memo {
     // (they differ only in host memory or node selector, which decide
     // feasibility alone) share a group and its evaluations (Memo::groups).
     uint32_t group = 0;
-    std::vector<Verdict> verdicts;  // By slot.
+    std::vector<Verdict> verdicts;  // By slot; meaningful where live.
+    std::vector<uint64_t> live;     // By slot, a bit: the node is feasible.
+    bool Live(uint32_t slot) const { return live[slot >> 6] >> (slot & 63) & 1; }
+    void SetLive(uint32_t slot, bool on) {
+      const uint64_t bit = uint64_t{1} << (slot & 63);
+      live[slot >> 6] = on ? live[slot >> 6] | bit : live[slot >> 6] & ~bit;
+    }
     // Policies other than the kernel ones: each slot's secondary and
     // tertiary score (the kernel ones set only the primary).
     bool full = false;
@@ -162,17 +170,24 @@ struct ScoreMemo::Memo {
     absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
     size_t feasible = 0;                          // Feasible verdicts.
     bool Held(const PrimaryKey& k) const {
-      return verdicts[k.slot].score == k.score;  // False when NaN: infeasible.
+      return Live(k.slot) && verdicts[k.slot].score == k.score;
     }
     bool Held(const FullKey& k) const {
-      return verdicts[k.slot].feasible() && PolicyScoreAt(k.slot) == k.score;
+      return Live(k.slot) && PolicyScoreAt(k.slot) == k.score;
     }
     // Drops the stale keys once they outnumber the feasible ones (each
-    // change leaves at most one, so this is O(1) a change, amortised).
+    // change leaves at most one, so this is O(1) a change, amortised): the
+    // tree is built again from the keys held, in order, which costs a
+    // fraction of erasing the stale ones one by one.
     template <typename Tree>
     void SweepIfStale(Tree& t) {
       if (t.size() <= 2 * feasible + kStaleSlack) return;
-      for (auto k = t.begin(); k != t.end();) k = Held(*k) ? std::next(k) : t.erase(k);
+      std::vector<typename Tree::value_type> held;
+      held.reserve(feasible);
+      for (const auto& k : t) {
+        if (Held(k)) held.push_back(k);
+      }
+      t = Tree(held.begin(), held.end());  // In order: each key goes at the end.
     }
     uint64_t cursor = 0;  // Position in the change log it has applied.
     bool fresh = true;    // Nothing applied yet: re-score every node.
@@ -288,6 +303,8 @@ struct ScoreMemo::Memo {
 
 struct ScoreMemo::Data {
   std::vector<uint64_t> stamps;  // Per slot; bumped by every Touch().
+  // Per slot, while some memo exists (made with the first, kept by Touch()).
+  std::vector<FitSummary> summaries;
   // Slots touched, in order: entry i is change number log_base + i. Kept
   // only while some memo exists. A slot's earlier entries are overwritten
   // with kSuperseded when it is logged again: a shape that would meet them
@@ -306,7 +323,8 @@ struct ScoreMemo::Data {
 
   Data() = default;
   Data(const Data& other)
-      : stamps(other.stamps), log(other.log), log_base(other.log_base), logged(other.logged),
+      : stamps(other.stamps), summaries(other.summaries), log(other.log),
+        log_base(other.log_base), logged(other.logged),
         clock(other.clock), entries(other.entries) {
     for (const auto& m : other.memos) memos.push_back(std::make_unique<Memo>(*m));
   }
@@ -409,11 +427,13 @@ void ScoreMemo::CopyFrom(const ScoreMemo& other) {
   data_ = std::make_unique<Data>(*other.data_);
 }
 
-void ScoreMemo::Touch(uint32_t slot) {
+void ScoreMemo::Touch(uint32_t slot, const NodeStatus& node) {
   Data& d = *data_;
   if (slot >= d.stamps.size()) d.stamps.resize(slot + 1, 0);
   ++d.stamps[slot];
   if (d.memos.empty()) return;  // Shapes made later walk every node.
+  if (slot >= d.summaries.size()) d.summaries.resize(slot + 1);
+  d.summaries[slot] = FitSummary(node);
   if (slot >= d.logged.size()) d.logged.resize(slot + 1, 0);
   if (d.logged[slot] > d.log_base) d.log[d.logged[slot] - 1 - d.log_base] = Data::kSuperseded;
   d.log.push_back(slot);
@@ -522,6 +542,10 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   const uint64_t now = ++d.clock;
   const uint32_t n = static_cast<uint32_t>(state.nodes.size());
   if (d.stamps.size() < n) d.stamps.resize(n, 1);
+  if (d.memos.empty()) d.summaries.clear();  // Touch() kept none.
+  for (uint32_t slot = static_cast<uint32_t>(d.summaries.size()); slot < n; ++slot) {
+    d.summaries.emplace_back(state.nodes[slot]);
+  }
 
   // The memo of this policy (its type and target), made on first use.
   Memo* memo = nullptr;
@@ -594,6 +618,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   if (shape.verdicts.size() < n) {
     d.entries += static_cast<int64_t>(n - shape.verdicts.size());
     shape.verdicts.resize(n);
+    shape.live.resize((n + 63) / 64);
     if (shape.full) shape.rest.resize(n);
     if (shape.keyed) shape.topology.resize(n);
   }
@@ -636,9 +661,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     const uint64_t stamp = d.stamps[slot];
     const uint64_t tie = state.tie_keys[slot];
     const NodeStatus& node = state.nodes[slot];
-    if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      shape.feasible -= v.feasible();  // Its key, if any, is stale now.
-      v = Verdict{};
+    if (d.summaries[slot].Refuses(shape.demand) ||
+        !NodeFits(node, shape.demand, shape.request, &fitting)) {
+      if (shape.Live(slot)) {  // Its key is stale now.
+        shape.SetLive(slot, false);
+        --shape.feasible;
+      }
       return true;
     }
     // Kernel policies write their choice into `chosen` without allocating.
@@ -712,8 +740,10 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     if (shape.keyed) shape.topology[slot] = score.topology;
     // Policy scores are often unchanged (the built-in ones are whole
     // numbers): the node then keeps its place in the tree.
-    if (v.feasible() && shape.PolicyScoreAt(slot) == keys) return true;
-    shape.feasible += !v.feasible();  // The old key, if any, is stale now.
+    const bool live = shape.Live(slot);
+    if (live && shape.PolicyScoreAt(slot) == keys) return true;
+    shape.feasible += !live;  // The old key, if any, is stale now.
+    shape.SetLive(slot, true);
     v.score = keys.primary;
     if (kernel != nullptr) {
       shape.tree.insert(PrimaryKey{keys.primary, tie, slot});
@@ -727,9 +757,9 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   const Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
   const bool ok = group != nullptr && group->shapes > 1
                       ? d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
-                                      shape.verdicts.data(), group->verdicts.data())
+                                      d.summaries.data(), group->verdicts.data())
                       : d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
-                                      shape.verdicts.data());
+                                      d.summaries.data());
   if (!ok) {
     d.entries -= memo->EraseShape(it);
     return false;
@@ -773,8 +803,15 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   return true;
 }
 
-bool ScoreMemo::Consistent() const {
+bool ScoreMemo::Consistent(const ClusterState& state) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!data_->memos.empty()) {
+    // Touch() kept every node's summary since the first memo was made.
+    if (data_->summaries.size() > state.nodes.size()) return false;
+    for (size_t slot = 0; slot < data_->summaries.size(); ++slot) {
+      if (data_->summaries[slot] != FitSummary(state.nodes[slot])) return false;
+    }
+  }
   int64_t entries = 0;
   for (const auto& m : data_->memos) entries += m->Entries();
   if (entries != data_->entries) return false;
@@ -782,7 +819,8 @@ bool ScoreMemo::Consistent() const {
     for (const auto& entry : m->shapes) {
       const Memo::Shape* shape = entry.second.get();
       size_t feasible = 0;
-      for (const Verdict& v : shape->verdicts) feasible += v.feasible();
+      if (shape->live.size() != (shape->verdicts.size() + 63) / 64) return false;
+      for (uint32_t slot = 0; slot < shape->verdicts.size(); ++slot) feasible += shape->Live(slot);
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->feasible) return false;
       // Every feasible verdict's key is in the tree (stale keys may be too).

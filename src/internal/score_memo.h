@@ -17,10 +17,15 @@
 // ones: a change then costs one tree descent, not two). Changes are recorded by
 // Touch() (called by PlacementIndex::Link() for every change to a node) and
 // applied lazily: a shape re-scores, on its next Plan(), only the nodes that
-// changed since its last one. Each verdict comes from the scan's feasibility
-// rules (NodeFits()) and the policy's own Evaluate() — for the kernel
-// policies its non-allocating form, KernelPolicy::EvaluateInto(), which
-// computes the same score — exactly as the scan gets it. What the kernel
+// changed since its last one. Most re-scores are refusals (at openb x8, nine
+// in ten: the node no longer has the CPU, memory or GPUs), so a walk first
+// asks each node's FitSummary, one cache line kept by Touch(), and a shape
+// marks its feasible nodes in a bit set: a refusal then reads neither the
+// node's status nor the shape's verdict. Each verdict comes from the
+// scan's feasibility rules (NodeFits()) and the policy's own Evaluate() —
+// for the kernel policies its non-allocating form,
+// KernelPolicy::EvaluateInto(), which computes the same score — exactly as
+// the scan gets it. What the kernel
 // derives from a node alone (its F_N(T) for fgd, the target types its GPU
 // models allow) is derived once per change of the node and shared by every
 // shape that re-scores it.
@@ -72,8 +77,8 @@ class ScoreMemo {
   ScoreMemo(ScoreMemo&& other) noexcept;
   ScoreMemo& operator=(ScoreMemo&& other) noexcept;
 
-  // Node `slot` changed (or was added as `slot`).
-  void Touch(uint32_t slot);
+  // Node `slot` changed (or was added as `slot`) and is now `node`.
+  void Touch(uint32_t slot, const NodeStatus& node);
   // Forgets everything (node slots have moved).
   void Clear();
 
@@ -91,8 +96,9 @@ class ScoreMemo {
             bool* none_feasible) const;
 
   // Structural self-check (for CheckInvariants()): every tree holds the key
-  // of each feasible verdict of its shape, and boundedly many stale keys.
-  bool Consistent() const;
+  // of each feasible verdict of its shape, and boundedly many stale keys;
+  // each node's fit summary is the one `state` gives.
+  bool Consistent(const ClusterState& state) const;
 
   // At most this many policy keys, and (node, shape) verdicts in all.
   static constexpr int kMaxPolicies = 8;
