@@ -25,10 +25,9 @@
 // scan's feasibility rules (NodeFits()) and the policy's own Evaluate() —
 // for the kernel policies its non-allocating form,
 // KernelPolicy::EvaluateInto(), which computes the same score — exactly as
-// the scan gets it. What the kernel
-// derives from a node alone (its F_N(T) for fgd, the target types its GPU
-// models allow) is derived once per change of the node and shared by every
-// shape that re-scores it.
+// the scan gets it. What the kernel derives from a node alone (its F_N(T)
+// for fgd, the target types its GPU models allow) is derived once per change
+// of the node and shared by every shape that re-scores it.
 //
 // binpack's and spread's CPU-only requests share one order instead: their
 // score is the node's own (its CPU and host-memory use), the same for every
