@@ -30,6 +30,8 @@ import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLES = os.path.join(HERE, "samples")
+# The annotation of the extender's requeue nudge (extender/requeue.h).
+REQUEUE_ANNOTATION = "scheduler.framework.gpushare.requeue-at"
 
 
 class Client:
@@ -744,10 +746,16 @@ class FakeApiServer:
             self.faults.setdefault((verb, name), []).append(kind)
 
     def calls_about(self, name):
-        """(PATCHes, Bindings) the API received for pod `name`."""
+        """(bind PATCHes, Bindings) the API received for pod `name`. A PATCH
+        that sets only the requeue annotation is not a bind's: it is the nudge
+        the extender sends pending pods that fit after GPUs were freed
+        (extender/requeue.h), which may meet a pod made after a release."""
+        def nudge(patch):
+            return set(patch["metadata"]["annotations"]) == {REQUEUE_ANNOTATION}
         with self.lock:
             patches = sum(1 for c in self.calls
-                          if c[0] == "PATCH" and c[1].endswith("/pods/" + name))
+                          if c[0] == "PATCH" and c[1].endswith("/pods/" + name)
+                          and not nudge(c[3]))
             bindings = sum(1 for c in self.calls
                            if c[0] == "POST" and c[1].endswith("/pods/%s/binding" % name))
         return patches, bindings
@@ -902,7 +910,7 @@ class ApiServerTest(unittest.TestCase):
         self.api.delete_pod("holder")
         self.assertTrue(wait_for(lambda: self.api.pod_calls("PATCH", "parked"), timeout=5))
         patch = self.api.pod_calls("PATCH", "parked")[0][3]
-        self.assertIn("scheduler.framework.gpushare.requeue-at", patch["metadata"]["annotations"])
+        self.assertIn(REQUEUE_ANNOTATION, patch["metadata"]["annotations"])
         # And it now fits.
         host, _ = schedule(self.client, parked, ["sd-cluster-04"])
         self.assertEqual(host, "sd-cluster-04")
