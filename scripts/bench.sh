@@ -4,8 +4,8 @@
 # programs are merged into build-bench/results.json (Google Benchmark's JSON
 # format) and a table of medians is printed.
 #
-#   scripts/bench.sh                     # everything, about 12 minutes on 2 cores
-#                                        # (openb_benchmark alone about 7)
+#   scripts/bench.sh                     # everything, about 5 minutes on 2 cores
+#                                        # (openb_benchmark alone about 15 s)
 #   BENCH_FILTER=BM_PlaceRelease scripts/bench.sh
 #   BENCH_REPETITIONS=3 BENCH_MIN_TIME=0.1 scripts/bench.sh
 set -euo pipefail
