@@ -61,7 +61,8 @@ Demand RandomDemand(Draw& d) {
   demand.cpu = d.Coin(30) ? 0 : d.Amount(32);
   demand.host_memory = d.Coin(30) ? 0 : d.Amount(32);
   if (demand.kind != Demand::Kind::kCpuOnly) {
-    demand.gpu_count = static_cast<int>(d.Int(d.Coin(2) ? 0 : 1, 10));  // 0: not validated, still defined.
+    // A count of 0 is refused by validation, but NodeFits() defines it too.
+    demand.gpu_count = static_cast<int>(d.Int(d.Coin(2) ? 0 : 1, 10));
     if (demand.kind == Demand::Kind::kShared) {
       demand.memory_per_gpu = d.Amount(16);
       demand.compute_per_gpu = d.Coin(50) ? 0 : d.Int(0, kGpuCompute);

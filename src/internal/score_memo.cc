@@ -820,7 +820,7 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
       const Memo::Shape* shape = entry.second.get();
       size_t feasible = 0;
       if (shape->live.size() != (shape->verdicts.size() + 63) / 64) return false;
-      for (uint32_t slot = 0; slot < shape->verdicts.size(); ++slot) feasible += shape->Live(slot);
+      for (uint64_t word : shape->live) feasible += __builtin_popcountll(word);
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->feasible) return false;
       // Every feasible verdict's key is in the tree (stale keys may be too).
