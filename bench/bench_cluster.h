@@ -5,18 +5,18 @@
 //   gpushare::Cluster cluster = gpushare::bench::BackgroundCluster(10000);
 //   gpushare::bench::Window window(256);
 //   for (auto _ : state) {
-//     ... place a request ...
-//     if (std::string old = window.Push(id); !old.empty()) (void)cluster.Release(old);
+//     ... place a request with id window.Next() ...
+//     if (const std::string* old = window.Placed()) (void)cluster.Release(*old);
 //   }
 
 #ifndef GPUSHARE_BENCH_BENCH_CLUSTER_H_
 #define GPUSHARE_BENCH_BENCH_CLUSTER_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,22 +86,31 @@ inline std::vector<int64_t> Sizes(int64_t lo, int64_t hi, size_t n = 4096) {
 }
 
 // Keeps `window` placed requests in flight: each new placement releases the
-// oldest one, so the cluster stays at the same load.
+// oldest one, so the cluster stays at the same load. The ids are made before
+// timing ("p0", "p1", ... for prefix "p") and come round again after
+// kRounds * window requests, long after their release, so that the timed loop
+// measures the library and not the making of strings.
 class Window {
  public:
-  explicit Window(size_t window) : window_(window) {}
-  // Returns the id to release, or "" while the window is filling.
-  std::string Push(std::string id) {
-    ids_.push_back(std::move(id));
-    if (ids_.size() <= window_) return "";
-    std::string out = std::move(ids_.front());
-    ids_.pop_front();
-    return out;
+  static constexpr size_t kRounds = 16;
+  explicit Window(size_t window, std::string_view prefix = "p")
+      : window_(window), ids_(kRounds * window + 1) {
+    for (size_t i = 0; i < ids_.size(); ++i) ids_[i] = std::string(prefix) + std::to_string(i);
+  }
+  // The id of the next request to place.
+  const std::string& Next() const { return ids_[next_ % ids_.size()]; }
+  // That request was placed: returns the id to release (placed `window`
+  // requests earlier), or nullptr while the window is filling.
+  const std::string* Placed() {
+    ++next_;
+    if (next_ <= window_) return nullptr;
+    return &ids_[(next_ - 1 - window_) % ids_.size()];
   }
 
  private:
   size_t window_;
-  std::deque<std::string> ids_;
+  std::vector<std::string> ids_;
+  uint64_t next_ = 0;  // Requests placed.
 };
 
 }  // namespace gpushare::bench

@@ -56,7 +56,6 @@ struct Fixture {
   std::string key;
   Cluster cluster;
   Window window{kInFlight};
-  int64_t next = 0;
   int next_node = 0;
 };
 
@@ -84,7 +83,7 @@ void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, const
       state.SkipWithError("adding a node failed");
       break;
     }
-    r.id = absl::StrCat("p", fx.next++);
+    r.id = fx.window.Next();
     if (w.kind == Workload::Kind::kShared) {
       r.gpu_count = w.gpus;
       r.gpu_memory = w.gpus * sizes[i++ % sizes.size()];
@@ -96,8 +95,8 @@ void RunPlaceRelease(benchmark::State& state, Policy& policy, Fixture& fx, const
       state.SkipWithError(std::string(p.status().message()).c_str());
       break;
     }
-    std::string old = fx.window.Push(r.id);
-    if (!old.empty() && !fx.cluster.Release(old).ok()) {
+    const std::string* old = fx.window.Placed();
+    if (old != nullptr && !fx.cluster.Release(*old).ok()) {
       state.SkipWithError("release failed");
       break;
     }
@@ -122,7 +121,6 @@ struct ReferenceFixture {
   std::string key;
   testing::ReferenceCluster ref;
   Window window{kInFlight};
-  int64_t next = 0;
 };
 
 void ReferencePlaceRelease(benchmark::State& state, const std::string& name,
@@ -140,7 +138,7 @@ void ReferencePlaceRelease(benchmark::State& state, const std::string& name,
   size_t i = 0;
   Request r;
   for (auto _ : state) {
-    r.id = absl::StrCat("p", fx->next++);
+    r.id = fx->window.Next();
     r.gpu_memory = sizes[i++ % sizes.size()];
     std::optional<Placement> p = fx->ref.Plan(r, policy);
     if (!p.has_value()) {
@@ -148,8 +146,7 @@ void ReferencePlaceRelease(benchmark::State& state, const std::string& name,
       break;
     }
     fx->ref.Commit(*p);
-    std::string old = fx->window.Push(r.id);
-    if (!old.empty()) fx->ref.Release(old);
+    if (const std::string* old = fx->window.Placed()) fx->ref.Release(*old);
   }
   state.SetItemsProcessed(state.iterations());
   state.counters["nodes"] = nodes;

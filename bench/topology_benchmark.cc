@@ -44,8 +44,7 @@ TopologyPtr TopologyOf(int which) {
 struct Fixture {
   std::string key;
   Cluster cluster;
-  Window window{kInFlight};
-  int64_t next = 0;
+  Window window{kInFlight, "t"};
 };
 
 Fixture& GetFixture(int topology) {
@@ -73,7 +72,7 @@ void BM_TopologyPlaceRelease(benchmark::State& state, const std::string& policy_
   std::unique_ptr<Policy> policy = *MakePolicy(policy_name);
   Request r;
   for (auto _ : state) {
-    r.id = absl::StrCat("t", fx.next++);
+    r.id = fx.window.Next();
     if (exclusive) {
       r.whole_gpus = k;
     } else {
@@ -85,7 +84,7 @@ void BM_TopologyPlaceRelease(benchmark::State& state, const std::string& policy_
       state.SkipWithError(std::string(p.status().message()).c_str());
       break;
     }
-    if (std::string old = fx.window.Push(r.id); !old.empty()) (void)fx.cluster.Release(old);
+    if (const std::string* old = fx.window.Placed()) (void)fx.cluster.Release(*old);
   }
   state.SetItemsProcessed(state.iterations());
 }
