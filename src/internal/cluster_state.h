@@ -95,6 +95,10 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
 bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
               std::vector<int>* fitting);
 
+// The node-wide part of NodeFits(): schedulable, node selector, shared work,
+// CPU and host memory. NodeFits() is NodeAdmits() and then the GPUs.
+bool NodeAdmits(const NodeStatus& node, const Demand& demand, const Request& request);
+
 // Applies / undoes a placement on its node. Apply assumes the placement fits.
 void ApplyToNode(NodeStatus& node, const Placement& placement);
 void UndoOnNode(NodeStatus& node, const Placement& placement);

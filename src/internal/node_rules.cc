@@ -177,9 +177,7 @@ NodeStatus StatusOf(N&& node) {
 NodeStatus MakeNodeStatus(const Node& node) { return StatusOf(node); }
 NodeStatus MakeNodeStatus(Node&& node) { return StatusOf(std::move(node)); }
 
-bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
-              std::vector<int>* fitting) {
-  fitting->clear();
+bool NodeAdmits(const NodeStatus& node, const Demand& demand, const Request& request) {
   if (!node.schedulable) return false;
   for (const auto& [key, value] : request.node_selector) {
     auto it = node.labels.find(key);
@@ -187,9 +185,13 @@ bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& reque
   }
   if (demand.kind == Demand::Kind::kShared && !node.gpu_sharing) return false;
   if (node.cpu > 0 && demand.cpu > node.cpu - node.cpu_used) return false;
-  if (node.host_memory > 0 && demand.host_memory > node.host_memory - node.host_memory_used) {
-    return false;
-  }
+  return node.host_memory <= 0 || demand.host_memory <= node.host_memory - node.host_memory_used;
+}
+
+bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
+              std::vector<int>* fitting) {
+  fitting->clear();
+  if (!NodeAdmits(node, demand, request)) return false;
   if (demand.kind == Demand::Kind::kCpuOnly) return true;
   for (const GpuStatus& g : node.gpus) {
     if (!g.healthy || (!request.gpu_models.empty() &&

@@ -163,6 +163,25 @@ class Search {
     return true;
   }
 
+  // Consider() for single-GPU shared binpack, whose GPU index walks the
+  // GPUs in the policy's own order (least free memory, then compute, then
+  // index): the first GPU of a node met, `gpu`, is the one Evaluate() would
+  // choose among the fitting ones, so only the node-wide rules are left to
+  // check. Nodes whose topology may move the choice take Consider().
+  bool ConsiderTightest(uint32_t slot, int gpu) {
+    const NodeStatus& node = state_.nodes[slot];
+    if (node.topology != nullptr && request_.topology.mode != TopologyNeed::Mode::kNone) {
+      return Consider(slot);
+    }
+    if (!NodeAdmits(node, demand_, request_)) return false;
+    NodeChoice choice;
+    choice.gpus = {gpu};
+    choice.score = policies::BinpackSharedScore(node, demand_, choice.gpus);
+    ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
+    race_.Offer(slot, std::move(choice));
+    return true;
+  }
+
   // Whether a node in `slot` whose policy keys are at most `bound` could
   // still win.
   bool CouldWin(const Score& bound, uint32_t slot) const { return race_.CouldWin(bound, slot); }
@@ -714,10 +733,11 @@ bool PlacementIndex::PlanBinpackShared(const ClusterState& state, const Cluster&
       continue;
     }
     const uint32_t slot = trees.SlotAt(next->pos);
+    const int gpu = static_cast<int>(next->pos & ((uint32_t{1} << trees.shift) - 1));
     seek(*next, next->shape, uint64_t{next->pos} + 1);
     if (seen.contains(slot)) continue;
     // The first feasible node wins (M = 1: no topology key, a window of one).
-    if (search.Consider(slot) && search.settled()) break;
+    if (search.ConsiderTightest(slot, gpu) && search.settled()) break;
     seen.insert(slot);
   }
   return search.Finish(best_slot, best_choice);

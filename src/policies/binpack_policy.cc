@@ -16,8 +16,7 @@ class BinpackPolicy final : public Policy {
     switch (demand.kind) {
       case Demand::Kind::kShared: {
         choice.gpus = ChooseGpus(node, fitting, demand.gpu_count, /*tightest=*/true);
-        const LeftAfter left = FreeLeftAfter(node, demand, choice.gpus);
-        choice.score = {-left.memory, -left.compute, 0};
+        choice.score = BinpackSharedScore(node, demand, choice.gpus);
         break;
       }
       case Demand::Kind::kExclusive:

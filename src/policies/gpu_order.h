@@ -55,6 +55,14 @@ inline LeftAfter FreeLeftAfter(const NodeStatus& node, const Demand& demand,
   return left;
 }
 
+// binpack's score of a shared placement on `gpus`: the less free memory,
+// then compute, it leaves on them, the higher.
+inline Score BinpackSharedScore(const NodeStatus& node, const Demand& demand,
+                                const std::vector<int>& gpus) {
+  const LeftAfter left = FreeLeftAfter(node, demand, gpus);
+  return {-left.memory, -left.compute, 0};
+}
+
 inline double Ratio(int64_t used, int64_t total) {
   return total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
 }
