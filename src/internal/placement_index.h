@@ -4,9 +4,13 @@
 //
 // The indexes only choose which nodes to evaluate and in what order, and
 // prove when no unvisited node can beat the best one found; every candidate
-// is still judged by internal::CheckNode() and the policy's own Evaluate(),
-// and compared with the same tie-break rule as the generic scan, so the
-// result is the scan's by construction.
+// is still judged by the scan's rules (NodeFits()) and the policy's own
+// Evaluate(), and compared with the same tie-break rule as the generic scan,
+// so the result is the scan's by construction. One exception: the GPU index
+// walks GPUs in single-GPU binpack's own order (free memory, free compute,
+// index), so the first GPU met on a node is the policy's choice there, and
+// only the node-wide rules (NodeAdmits()) are checked, unless the node's
+// topology may move the choice.
 //
 //   state.index.Unlink(state, slot, &placement.gpus);   // before a change
 //   ApplyToNode(state.nodes[slot], placement);
