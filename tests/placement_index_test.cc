@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "src/internal/cluster_state.h"
 #include "src/internal/placement_index.h"
+#include "tests/testing/fixtures.h"
 #include "tests/testing/scanned_policy.h"
 #include "tests/testing/seeds.h"
 #include "tests/testing/status_matchers.h"
@@ -66,26 +67,10 @@ class Generator {
     if (Chance(0.4)) n.cpu = Uniform(4, 32) * 1000;
     if (Chance(0.4)) n.host_memory = Uniform(8, 64) * 1024;
     n.schedulable = !Chance(0.05);
-    if (topologies_ && !n.gpus.empty() && Chance(0.5)) n.topology = MakeTopology(n.gpus.size());
-    return n;
-  }
-
-  // NVLink pairs, PCIe switches of four and SYS between them; or, one time in
-  // four, NVLink between every two GPUs (a uniform topology).
-  TopologyPtr MakeTopology(size_t gpus) {
-    const bool uniform = Chance(0.25);
-    std::vector<std::vector<Link>> links(gpus, std::vector<Link>(gpus));
-    for (size_t i = 0; i < gpus; ++i) {
-      for (size_t j = 0; j < gpus; ++j) {
-        if (uniform || i / 2 == j / 2) {
-          links[i][j] = Link{LinkKind::kNvLink, 2};
-        } else {
-          links[i][j] = Link{i / 4 == j / 4 ? LinkKind::kPix : LinkKind::kSys, 0};
-        }
-      }
+    if (topologies_ && !n.gpus.empty() && Chance(0.5)) {
+      n.topology = testing::PairedTopology(n.gpus.size(), /*all_nvlink=*/Chance(0.25));
     }
-    absl::StatusOr<TopologyPtr> t = Topology::Make(links);
-    return t.ok() ? *t : nullptr;
+    return n;
   }
 
   Request MakeRequest() {

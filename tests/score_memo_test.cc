@@ -22,6 +22,7 @@
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/score_memo.h"
+#include "tests/testing/fixtures.h"
 #include "tests/testing/scanned_policy.h"
 #include "tests/testing/sim_fixtures.h"
 #include "tests/testing/seeds.h"
@@ -36,8 +37,10 @@ class Ops {
  public:
   // `few_capacities`: node CPU capacities of four kinds (one untracked), and
   // more CPU-only requests, for the shared CPU-only orders of binpack.
-  explicit Ops(uint64_t seed, bool few_capacities = false)
-      : rng_(testing::TestSeed(seed)), few_capacities_(few_capacities) {}
+  // `topologies`: half the nodes with GPUs have a GPU topology, and requests
+  // draw every kind of topology need.
+  explicit Ops(uint64_t seed, bool few_capacities = false, bool topologies = false)
+      : rng_(testing::TestSeed(seed)), few_capacities_(few_capacities), topologies_(topologies) {}
 
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
@@ -60,6 +63,9 @@ class Ops {
     }
     if (Chance(0.3)) node.host_memory = Uniform(8, 256) * 1024;
     node.schedulable = !Chance(0.05);
+    if (topologies_ && gpus > 0 && Chance(0.5)) {
+      node.topology = testing::PairedTopology(gpus, /*all_nvlink=*/Chance(0.25));
+    }
     return node;
   }
 
@@ -79,12 +85,21 @@ class Ops {
     if (Chance(0.1)) r.host_memory = Uniform(1, 4) * 8192;
     if (Chance(0.1)) r.gpu_models = {Chance(0.5) ? "T4" : "A10"};
     if (Chance(0.05)) r.node_selector = {{"pool", "a"}};
+    if (topologies_) {
+      const TopologyNeed::Mode modes[] = {TopologyNeed::Mode::kNone, TopologyNeed::Mode::kPrefer,
+                                          TopologyNeed::Mode::kRequire};
+      r.topology.mode = modes[Uniform(0, 2)];
+      r.topology.min_link = Chance(0.5) ? Link{LinkKind::kNvLink, 1} : Link{LinkKind::kPix, 0};
+      r.topology.objective =
+          Chance(0.5) ? TopologyObjective::kWeakestLink : TopologyObjective::kTotal;
+    }
     return r;
   }
 
  private:
   std::mt19937_64 rng_;
   bool few_capacities_;
+  bool topologies_;
 };
 
 std::unique_ptr<Policy> Make(const std::string& name) {
@@ -268,6 +283,14 @@ void LockStep(const std::string& name, Ops ops) {
 
 TEST_P(ScoreMemoTest, MatchesTheScanOverRandomOperations) {
   LockStep(GetParam(), Ops(std::hash<std::string>()(GetParam())));
+}
+
+// The same on nodes of which half have a GPU topology, with requests that
+// need none, prefer or require it: shapes then carry a topology key, and a
+// node's topology may move the chosen GPUs.
+TEST_P(ScoreMemoTest, MatchesTheScanOnTopologyNodes) {
+  LockStep(GetParam(), Ops(std::hash<std::string>()(GetParam()) + 13, /*few_capacities=*/false,
+                           /*topologies=*/true));
 }
 
 // binpack's CPU-only order is one tree per node CPU capacity, used while

@@ -21,6 +21,24 @@ inline Node SharedNode(const std::string& name, std::vector<int64_t> gpu_memory,
   return node;
 }
 
+// A topology over `gpus` GPUs for randomized tests: NVLink pairs, PCIe
+// switches of four and SYS between them; with `all_nvlink`, NVLink between
+// every two GPUs (a uniform topology).
+inline TopologyPtr PairedTopology(size_t gpus, bool all_nvlink) {
+  std::vector<std::vector<Link>> links(gpus, std::vector<Link>(gpus));
+  for (size_t i = 0; i < gpus; ++i) {
+    for (size_t j = 0; j < gpus; ++j) {
+      if (all_nvlink || i / 2 == j / 2) {
+        links[i][j] = Link{LinkKind::kNvLink, 2};
+      } else {
+        links[i][j] = Link{i / 4 == j / 4 ? LinkKind::kPix : LinkKind::kSys, 0};
+      }
+    }
+  }
+  absl::StatusOr<TopologyPtr> t = Topology::Make(links);
+  return t.ok() ? *t : nullptr;
+}
+
 inline Request Shared(const std::string& id, int64_t memory, int64_t count = 1) {
   Request r;
   r.id = id;
