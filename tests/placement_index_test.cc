@@ -97,12 +97,9 @@ class Generator {
     if (Chance(0.3)) r.cpu = Uniform(0, 8) * 500;
     if (Chance(0.2)) r.host_memory = Uniform(0, 16) * 1024;
     if (topologies_) {
-      const TopologyNeed::Mode modes[] = {TopologyNeed::Mode::kNone, TopologyNeed::Mode::kPrefer,
-                                          TopologyNeed::Mode::kRequire};
-      r.topology.mode = modes[Uniform(0, 2)];
-      r.topology.min_link = Chance(0.5) ? Link{LinkKind::kNvLink, 1} : Link{LinkKind::kPix, 0};
-      r.topology.objective =
-          Chance(0.5) ? TopologyObjective::kWeakestLink : TopologyObjective::kTotal;
+      const int mode = Uniform(0, 2);
+      const bool nvlink = Chance(0.5);
+      r.topology = testing::DrawnTopologyNeed(mode, nvlink, /*weakest_link=*/Chance(0.5));
     }
     return r;
   }

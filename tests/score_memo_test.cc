@@ -86,12 +86,9 @@ class Ops {
     if (Chance(0.1)) r.gpu_models = {Chance(0.5) ? "T4" : "A10"};
     if (Chance(0.05)) r.node_selector = {{"pool", "a"}};
     if (topologies_) {
-      const TopologyNeed::Mode modes[] = {TopologyNeed::Mode::kNone, TopologyNeed::Mode::kPrefer,
-                                          TopologyNeed::Mode::kRequire};
-      r.topology.mode = modes[Uniform(0, 2)];
-      r.topology.min_link = Chance(0.5) ? Link{LinkKind::kNvLink, 1} : Link{LinkKind::kPix, 0};
-      r.topology.objective =
-          Chance(0.5) ? TopologyObjective::kWeakestLink : TopologyObjective::kTotal;
+      const int mode = Uniform(0, 2);
+      const bool nvlink = Chance(0.5);
+      r.topology = testing::DrawnTopologyNeed(mode, nvlink, /*weakest_link=*/Chance(0.5));
     }
     return r;
   }

@@ -39,6 +39,19 @@ inline TopologyPtr PairedTopology(size_t gpus, bool all_nvlink) {
   return t.ok() ? *t : nullptr;
 }
 
+// A topology need for randomized tests, from draws made by the caller (in a
+// fixed order): `mode` 0, 1 or 2 for none, prefer or require; a minimum link
+// of NV1 or else PIX; the weakest-link or else the total objective.
+inline TopologyNeed DrawnTopologyNeed(int mode, bool nvlink, bool weakest_link) {
+  static constexpr TopologyNeed::Mode kModes[] = {
+      TopologyNeed::Mode::kNone, TopologyNeed::Mode::kPrefer, TopologyNeed::Mode::kRequire};
+  TopologyNeed need;
+  need.mode = kModes[mode];
+  need.min_link = nvlink ? Link{LinkKind::kNvLink, 1} : Link{LinkKind::kPix, 0};
+  need.objective = weakest_link ? TopologyObjective::kWeakestLink : TopologyObjective::kTotal;
+  return need;
+}
+
 inline Request Shared(const std::string& id, int64_t memory, int64_t count = 1) {
   Request r;
   r.id = id;
