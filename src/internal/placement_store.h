@@ -31,6 +31,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
 #include "gpushare/types.h"
+#include "src/internal/status_macros.h"
 
 namespace gpushare::internal {
 
@@ -73,11 +74,9 @@ class PlacementStore {
     size_t hash = 0;    // Of the id (HashOf()), while the slot is in use.
     uint32_t node = 0;  // Position in the cluster's node list.
   };
-  // Through absl::string_view: this Abseil hashes std::string_view with
-  // std::hash, which is slower on short ids.
-  static size_t HashOf(std::string_view id) {
-    return absl::Hash<absl::string_view>{}(absl::string_view(id.data(), id.size()));
-  }
+  // Through absl::string_view (Sv()): this Abseil hashes std::string_view
+  // with std::hash, which is slower on short ids.
+  static size_t HashOf(std::string_view id) { return absl::Hash<absl::string_view>{}(Sv(id)); }
   // Hash and equality of slot numbers by the id in the slot; transparent, so
   // that lookups take the id itself.
   struct SlotHash {

@@ -4,8 +4,11 @@
 #ifndef GPUSHARE_INTERNAL_STATUS_MACROS_H_
 #define GPUSHARE_INTERNAL_STATUS_MACROS_H_
 
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #define GPUSHARE_RETURN_IF_ERROR(expr)                 \
   do {                                                 \
@@ -24,14 +27,10 @@
   if (!tmp.ok()) return tmp.status();                  \
   lhs = std::move(*tmp)
 
-#endif  // GPUSHARE_INTERNAL_STATUS_MACROS_H_
-
-#include <string_view>
-
-#include "absl/strings/string_view.h"
-
 namespace gpushare::internal {
 // Debian's Abseil defines its own absl::string_view, which std::string_view
 // does not convert to; public signatures take std::string_view.
 inline absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
 }  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_STATUS_MACROS_H_
