@@ -24,7 +24,6 @@
 namespace gpushare::internal {
 namespace {
 
-using SpreadKey = PlacementIndex::SpreadKey;
 using ExclusiveKey = PlacementIndex::ExclusiveKey;
 using PackKey = PlacementIndex::PackKey;
 
@@ -41,6 +40,7 @@ ExclusiveKey MakeExclusiveKey(const NodeStatus& node, uint64_t tie, uint32_t slo
 struct SpreadBase {
   double memory_ratio = 0;
   double compute_ratio = 0;
+  SpreadOrder::Pool pool;  // The numbers of memory_ratio.
   int healthy = 0;
   // Only the first `healthy` entries (top: healthy + 1) are written: the
   // arrays are left uninitialised, since zeroing them (1.5 KiB) on every
@@ -65,6 +65,7 @@ SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
   }
   // The same arithmetic as the spread policy's score (policies/gpu_order.h).
   b.memory_ratio = policies::Ratio(memory_used, memory);
+  b.pool = {memory, memory_used};
   b.compute_ratio =
       policies::Ratio(compute_used, kGpuCompute * static_cast<int64_t>(node.gpus.size()));
   b.top[0] = 0;
@@ -374,7 +375,7 @@ void PlacementIndex::ClearTrees() {
   delete gpu_.exchange(nullptr);  // Built again, with new keys, when next needed.
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) t->clear();
   for (auto& slot : spread_) {
-    if (SpreadTree* t = slot.load(std::memory_order_acquire)) t->clear();
+    if (SpreadOrder* t = slot.load(std::memory_order_acquire)) t->clear();
   }
   for (auto& slot : pack_) {
     if (PackTree* t = slot.load(std::memory_order_acquire)) t->clear();
@@ -485,12 +486,12 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
       node_trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
   const SpreadBase base = MakeSpreadBase(node, !only_first);
   for (int m = 1; m <= base.healthy; ++m) {
-    if (SpreadTree* t = spread_[m].load(std::memory_order_acquire)) {
+    if (SpreadOrder* t = spread_[m].load(std::memory_order_acquire)) {
       const SpreadKey key = MakeSpreadKey(base, m, tie, slot);
       if (insert) {
-        t->insert(key);
+        t->Insert(key, base.pool);
       } else {
-        t->erase(key);
+        t->Erase(key, base.pool);
       }
     }
     if (PackTree* t = pack_[m].load(std::memory_order_acquire)) {
@@ -542,17 +543,19 @@ const PlacementIndex::ExclusiveTree& PlacementIndex::ExclusiveTreeFor(
   return *tree;
 }
 
-const PlacementIndex::SpreadTree& PlacementIndex::SpreadTreeFor(const ClusterState& state,
-                                                                int count) const {
-  if (const SpreadTree* t = spread_[count].load(std::memory_order_acquire)) return *t;
+const SpreadOrder& PlacementIndex::SpreadOrderFor(const ClusterState& state,
+                                                  int count) const {
+  if (const SpreadOrder* t = spread_[count].load(std::memory_order_acquire)) return *t;
   std::lock_guard<std::mutex> lock(mu_);
-  if (const SpreadTree* t = spread_[count].load(std::memory_order_acquire)) return *t;
-  auto* tree = new SpreadTree;
+  if (const SpreadOrder* t = spread_[count].load(std::memory_order_acquire)) return *t;
+  auto* tree = new SpreadOrder;
   for (uint32_t i = 0; i < state.nodes.size(); ++i) {
     const NodeStatus& node = state.nodes[i];
     if (!node.schedulable || !node.gpu_sharing || !Admits(node)) continue;
     const SpreadBase base = MakeSpreadBase(node, count > 1);
-    if (base.healthy >= count) tree->insert(MakeSpreadKey(base, count, state.tie_keys[i], i));
+    if (base.healthy >= count) {
+      tree->Insert(MakeSpreadKey(base, count, state.tie_keys[i], i), base.pool);
+    }
   }
   spread_[count].store(tree, std::memory_order_release);
   node_trees_.fetch_add(1);
@@ -797,16 +800,16 @@ bool PlacementIndex::PlanSpreadShared(const ClusterState& state, const Cluster& 
                                       const Request& request, const Demand& demand,
                                       Policy& policy, int* best_slot,
                                       NodeChoice* best_choice) const {
-  const SpreadTree& tree = SpreadTreeFor(state, demand.gpu_count);
+  const SpreadOrder& order = SpreadOrderFor(state, demand.gpu_count);
   const int64_t need = demand.gpu_count * demand.memory_per_gpu;
   Search search(state, cluster, request, demand, policy);
-  for (const SpreadKey& k : tree) {
+  order.ForEach([&](const SpreadKey& k) {
     const Score bound{-k.memory_ratio, -k.compute_ratio,
                       static_cast<double>(-k.neg_top - need)};
-    if (!search.CouldWin(bound, k.slot)) break;
-    if (k.kth < demand.memory_per_gpu) continue;  // Fewer than M GPUs with m free.
-    search.Consider(k.slot);
-  }
+    if (!search.CouldWin(bound, k.slot)) return false;
+    if (k.kth >= demand.memory_per_gpu) search.Consider(k.slot);  // Else < M GPUs with m free.
+    return true;
+  });
   return search.Finish(best_slot, best_choice);
 }
 
@@ -855,7 +858,7 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
   if (filter_ != nullptr) fresh.filter_ = std::make_unique<Filter>(*filter_);
   if (exclusive_.load() != nullptr) fresh.exclusive_.store(new ExclusiveTree);
   for (int m = 0; m < kSpreadSlots; ++m) {
-    if (spread_[m].load() != nullptr) fresh.spread_[m].store(new SpreadTree);
+    if (spread_[m].load() != nullptr) fresh.spread_[m].store(new SpreadOrder);
     if (pack_[m].load() != nullptr) fresh.pack_[m].store(new PackTree);
   }
   for (int i = 0; i < kShapeSlots; ++i) {
@@ -905,8 +908,12 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
     }
   }
   for (int m = 0; m < kSpreadSlots; ++m) {
-    const SpreadTree* have = spread_[m].load();
-    if (have != nullptr && !SameTree(*have, *fresh.spread_[m].load(), SpreadLess())) return false;
+    if (const SpreadOrder* have = spread_[m].load()) {
+      if (!have->Consistent() ||
+          !SameTree(have->Keys(), fresh.spread_[m].load()->Keys(), SpreadLess())) {
+        return false;
+      }
+    }
     const PackTree* have_pack = pack_[m].load();
     if (have_pack != nullptr && !SameTree(*have_pack, *fresh.pack_[m].load(), PackLess())) {
       return false;

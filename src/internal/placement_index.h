@@ -34,7 +34,8 @@
 //  - per GPU count M, schedulable sharing nodes with at least M healthy GPUs,
 //    by (GPU memory used / GPU memory, compute used / compute, sum of the M
 //    largest free memories desc, tie desc, slot): spread of shared requests
-//    walks it from the least used node;
+//    walks it from the least used node (a SpreadOrder, spread_order.h: on a
+//    pool of nodes with equal GPU memory, one small tree per amount used);
 //  - schedulable nodes by (idle healthy GPUs, free GPU memory, tie desc,
 //    slot): exclusive requests, binpack from the smallest idle count that
 //    suffices, spread from the largest.
@@ -73,6 +74,7 @@
 #include "gpushare/policy.h"
 #include "gpushare/types.h"
 #include "src/internal/gpu_buckets.h"
+#include "src/internal/spread_order.h"
 #include "src/internal/score_memo.h"
 
 namespace gpushare {
@@ -140,14 +142,6 @@ class PlacementIndex {
   }
   static int64_t ShapeMemory(uint64_t shape) { return static_cast<int64_t>(shape >> 11); }
   static int64_t ShapeCompute(uint64_t shape) { return static_cast<int64_t>(shape & 2047); }
-  struct SpreadKey {
-    double memory_ratio;   // GPU memory used / GPU memory of the node.
-    double compute_ratio;  // GPU compute used / GPU compute of the node.
-    int64_t neg_top;       // -(sum of the M largest free memories), units.
-    uint64_t inv_tie;
-    int64_t kth;           // M-th largest free memory, units (not ordered on).
-    uint32_t slot;
-  };
   struct PackKey {
     int64_t threshold;     // M-th largest free memory of a healthy GPU, units.
     int64_t low_memory;    // Sum of the M smallest healthy free memories.
@@ -168,15 +162,6 @@ class PlacementIndex {
     uint64_t inv_tie;
     uint32_t slot;
     int32_t idle;          // Idle healthy GPUs.
-  };
-  struct SpreadLess {
-    bool operator()(const SpreadKey& a, const SpreadKey& b) const {
-      if (a.memory_ratio != b.memory_ratio) return a.memory_ratio < b.memory_ratio;
-      if (a.compute_ratio != b.compute_ratio) return a.compute_ratio < b.compute_ratio;
-      if (a.neg_top != b.neg_top) return a.neg_top < b.neg_top;
-      if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
-      return a.slot < b.slot;
-    }
   };
   struct PackLess {
     bool operator()(const PackKey& a, const PackKey& b) const {
@@ -203,7 +188,6 @@ class PlacementIndex {
       return a.slot < b.slot;
     }
   };
-  using SpreadTree = absl::btree_set<SpreadKey, SpreadLess>;
   using PackTree = absl::btree_set<PackKey, PackLess>;
   struct ShapeTree {
     int count = 0;           // M.
@@ -256,7 +240,7 @@ class PlacementIndex {
   // The GPU index of the nodes this index admits, as `state` is now.
   std::unique_ptr<GpuTrees> MakeGpuTrees(const ClusterState& state) const;
   const ExclusiveTree& ExclusiveTreeFor(const ClusterState& state) const;
-  const SpreadTree& SpreadTreeFor(const ClusterState& state, int count) const;
+  const SpreadOrder& SpreadOrderFor(const ClusterState& state, int count) const;
   const PackTree& PackTreeFor(const ClusterState& state, int count) const;
   // The tree of shape (count, memory), or null when all slots are taken.
   const ShapeTree* ShapeTreeFor(const ClusterState& state, int count, int64_t memory) const;
@@ -295,7 +279,7 @@ class PlacementIndex {
   // which the Cluster's contract makes exclusive.
   mutable std::atomic<GpuTrees*> gpu_{nullptr};
   mutable std::atomic<ExclusiveTree*> exclusive_{nullptr};
-  mutable std::array<std::atomic<SpreadTree*>, kSpreadSlots> spread_{};  // By GPU count.
+  mutable std::array<std::atomic<SpreadOrder*>, kSpreadSlots> spread_{};  // By GPU count.
   mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
   mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
   mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_ and pack_.

@@ -1,0 +1,183 @@
+// Internal: the order in which single-node spread walks the nodes that have
+// at least M healthy GPUs (placement_index.h). Not part of the public API.
+//
+// A key orders nodes by (GPU memory used / GPU memory of the node, compute
+// used / compute of the node, -(the M largest free memories), tie key desc,
+// slot). While every node in the order has the same GPU memory (a pool of
+// identical nodes, the usual case), the first ratio orders exactly as the
+// memory used does, so the keys are kept in one
+// small B-tree per amount of memory used, found by that amount, with a bit
+// set of the amounts present: a place or release descends a tree of the
+// nodes with its node's memory use, not of the whole cluster. The first
+// node of another kind puts every key into one B-tree, as it is for mixed
+// clusters, until the order is cleared.
+//
+//   SpreadOrder order;
+//   order.Insert(key, SpreadOrder::Pool{memory, memory_used});
+//   order.ForEach([](const SpreadKey& k) { ...; return true; });  // false stops
+
+#ifndef GPUSHARE_INTERNAL_SPREAD_ORDER_H_
+#define GPUSHARE_INTERNAL_SPREAD_ORDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+
+namespace gpushare::internal {
+
+struct SpreadKey {
+  double memory_ratio;   // GPU memory used / GPU memory of the node.
+  double compute_ratio;  // GPU compute used / GPU compute of the node.
+  int64_t neg_top;       // -(sum of the M largest free memories), units.
+  uint64_t inv_tie;
+  int64_t kth;           // M-th largest free memory, units (not ordered on).
+  uint32_t slot;
+};
+
+struct SpreadLess {
+  bool operator()(const SpreadKey& a, const SpreadKey& b) const {
+    if (a.memory_ratio != b.memory_ratio) return a.memory_ratio < b.memory_ratio;
+    if (a.compute_ratio != b.compute_ratio) return a.compute_ratio < b.compute_ratio;
+    if (a.neg_top != b.neg_top) return a.neg_top < b.neg_top;
+    if (a.inv_tie != b.inv_tie) return a.inv_tie < b.inv_tie;
+    return a.slot < b.slot;
+  }
+};
+
+class SpreadOrder {
+ public:
+  using Tree = absl::btree_set<SpreadKey, SpreadLess>;
+
+  // The numbers of the key's memory ratio: its node's GPU memory, and how
+  // much of it is used.
+  struct Pool {
+    int64_t memory = 0;
+    int64_t memory_used = 0;
+  };
+
+  // Amounts of memory per node above this keep the single tree.
+  static constexpr int64_t kMaxBuckets = 4096;
+
+  // Adds / removes `key`, whose node is `pool` (for Erase(): as the node was
+  // when the key was inserted).
+  void Insert(const SpreadKey& key, const Pool& pool) {
+    if (mode_ == Mode::kEmpty) Start(pool);
+    if (mode_ == Mode::kBuckets && !Fits(pool)) ToTree();
+    if (mode_ == Mode::kTree) {
+      size_ += tree_.insert(key).second ? 1 : 0;
+      return;
+    }
+    const size_t b = static_cast<size_t>(pool.memory_used);
+    if (!buckets_[b].insert(key).second) return;
+    ++size_;
+    present_[b / 64] |= uint64_t{1} << (b % 64);
+  }
+  void Erase(const SpreadKey& key, const Pool& pool) {
+    if (mode_ == Mode::kTree) {
+      size_ -= tree_.erase(key);
+      return;
+    }
+    if (mode_ != Mode::kBuckets || !Fits(pool)) return;  // Not here.
+    const size_t b = static_cast<size_t>(pool.memory_used);
+    if (buckets_[b].erase(key) == 0) return;
+    --size_;
+    if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
+  }
+
+  void clear() {
+    mode_ = Mode::kEmpty;
+    size_ = 0;
+    tree_.clear();
+    buckets_.clear();
+    present_.clear();
+  }
+  size_t size() const { return size_; }
+  bool bucketed() const { return mode_ == Mode::kBuckets; }
+
+  // Calls f(key) for the keys in SpreadLess order while it returns true.
+  template <typename F>
+  void ForEach(F&& f) const {
+    if (mode_ == Mode::kTree) {
+      for (const SpreadKey& k : tree_) {
+        if (!f(k)) return;
+      }
+      return;
+    }
+    for (size_t w = 0; w < present_.size(); ++w) {
+      for (uint64_t bits = present_[w]; bits != 0; bits &= bits - 1) {
+        const size_t b = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+        for (const SpreadKey& k : buckets_[b]) {
+          if (!f(k)) return;
+        }
+      }
+    }
+  }
+
+  // The keys in order.
+  std::vector<SpreadKey> Keys() const {
+    std::vector<SpreadKey> keys;
+    keys.reserve(size_);
+    ForEach([&](const SpreadKey& k) {
+      keys.push_back(k);
+      return true;
+    });
+    return keys;
+  }
+
+  // Structural self-check: the bit set marks exactly the non-empty buckets,
+  // the size is the number of keys, and each bucket holds only keys of its
+  // memory ratio.
+  bool Consistent() const {
+    if (mode_ == Mode::kTree) return size_ == tree_.size();
+    if (mode_ == Mode::kEmpty) return size_ == 0;
+    size_t total = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const bool marked = (present_[b / 64] >> (b % 64) & 1) != 0;
+      if (marked == buckets_[b].empty()) return false;
+      for (const SpreadKey& k : buckets_[b]) {
+        if (k.memory_ratio != static_cast<double>(b) / static_cast<double>(memory_)) {
+          return false;
+        }
+      }
+      total += buckets_[b].size();
+    }
+    return total == size_;
+  }
+
+ private:
+  enum class Mode { kEmpty, kBuckets, kTree };
+
+  // Whether a key of `pool` has a bucket.
+  bool Fits(const Pool& pool) const {
+    return pool.memory == memory_ && pool.memory_used >= 0 && pool.memory_used <= memory_;
+  }
+  void Start(const Pool& pool) {
+    if (pool.memory <= 0 || pool.memory > kMaxBuckets) {
+      mode_ = Mode::kTree;
+      return;
+    }
+    mode_ = Mode::kBuckets;
+    memory_ = pool.memory;
+    buckets_.assign(static_cast<size_t>(memory_) + 1, Tree());
+    present_.assign(buckets_.size() / 64 + 1, 0);
+  }
+  void ToTree() {
+    for (const Tree& bucket : buckets_) tree_.insert(bucket.begin(), bucket.end());
+    buckets_.clear();
+    present_.clear();
+    mode_ = Mode::kTree;
+  }
+
+  Mode mode_ = Mode::kEmpty;
+  int64_t memory_ = 0;  // kBuckets: the GPU memory of every node.
+  size_t size_ = 0;
+  Tree tree_;                   // kTree.
+  std::vector<Tree> buckets_;   // kBuckets: by memory used.
+  std::vector<uint64_t> present_;  // kBuckets: bit b: buckets_[b] is not empty.
+};
+
+}  // namespace gpushare::internal
+
+#endif  // GPUSHARE_INTERNAL_SPREAD_ORDER_H_

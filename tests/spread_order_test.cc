@@ -1,0 +1,136 @@
+// SpreadOrder (src/internal/spread_order.h) against a plain ordered set of
+// the same keys, over random inserts and erases, in both of its forms.
+
+#include "src/internal/spread_order.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/seeds.h"
+
+namespace gpushare::internal {
+namespace {
+
+// A key and the pool of its node, as the index inserts them.
+struct Held {
+  SpreadKey key;
+  SpreadOrder::Pool pool;
+};
+
+class Keys {
+ public:
+  explicit Keys(uint64_t seed) : rng_(testing::TestSeed(seed)) {}
+
+  int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+
+  // A key as the index makes it for a node of `memory` units, `used` used.
+  Held Make(uint32_t slot, int64_t memory, int64_t used) {
+    SpreadKey k;
+    k.memory_ratio = static_cast<double>(used) / static_cast<double>(memory);
+    k.compute_ratio = Uniform(0, 2) * 0.25;
+    k.neg_top = -Uniform(0, 4);
+    k.inv_tie = static_cast<uint64_t>(Uniform(0, 3));  // Ties, broken by slot.
+    k.kth = Uniform(0, 16);
+    k.slot = slot;
+    return Held{k, SpreadOrder::Pool{memory, used}};
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+std::vector<SpreadKey> Sorted(const std::map<uint32_t, Held>& held) {
+  std::set<SpreadKey, SpreadLess> keys;
+  for (const auto& [slot, h] : held) keys.insert(h.key);
+  return {keys.begin(), keys.end()};
+}
+
+bool SameKeys(const std::vector<SpreadKey>& a, const std::vector<SpreadKey>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (SpreadLess()(a[i], b[i]) || SpreadLess()(b[i], a[i]) || a[i].kth != b[i].kth) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Random inserts, erases and re-keys of up to 200 nodes; with
+// `odd_memory_at` >= 0, the node inserted at that step has other GPU memory.
+void RandomOperations(uint64_t seed, int64_t memory, int odd_memory_at, bool* ended_bucketed) {
+  Keys gen(seed);
+  SpreadOrder order;
+  std::map<uint32_t, Held> held;
+  for (int step = 0; step < 20000; ++step) {
+    const uint32_t slot = static_cast<uint32_t>(gen.Uniform(0, 199));
+    auto it = held.find(slot);
+    if (it != held.end()) {
+      order.Erase(it->second.key, it->second.pool);
+      held.erase(it);
+    }
+    if (gen.Uniform(0, 2) > 0) {
+      const int64_t m = step == odd_memory_at ? memory + 8 : memory;
+      const Held h = gen.Make(slot, m, gen.Uniform(0, static_cast<int>(m)));
+      order.Insert(h.key, h.pool);
+      held[slot] = h;
+    }
+    ASSERT_EQ(order.size(), held.size()) << "step " << step;
+    if (step % 97 == 0) {
+      ASSERT_TRUE(order.Consistent()) << "step " << step;
+      ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held))) << "step " << step;
+    }
+  }
+  ASSERT_TRUE(order.Consistent());
+  ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held)));
+  // ForEach stops when told to.
+  int seen = 0;
+  order.ForEach([&](const SpreadKey&) { return ++seen < 5; });
+  EXPECT_EQ(seen, std::min<int>(5, static_cast<int>(held.size())));
+  *ended_bucketed = order.bucketed();
+}
+
+TEST(SpreadOrderTest, OnePoolKeepsBucketsInTheOrderOfASet) {
+  bool bucketed = false;
+  RandomOperations(1, 64, -1, &bucketed);
+  EXPECT_TRUE(bucketed);
+}
+
+TEST(SpreadOrderTest, ANodeOfAnotherKindTurnsItIntoOneTree) {
+  bool bucketed = true;
+  RandomOperations(2, 64, 5000, &bucketed);
+  EXPECT_FALSE(bucketed);
+}
+
+TEST(SpreadOrderTest, LargeNodesKeepOneTree) {
+  bool bucketed = true;
+  RandomOperations(3, SpreadOrder::kMaxBuckets + 1, -1, &bucketed);
+  EXPECT_FALSE(bucketed);
+}
+
+TEST(SpreadOrderTest, ClearStartsAfresh) {
+  Keys gen(4);
+  SpreadOrder order;
+  const Held odd = gen.Make(1, 40, 3);
+  order.Insert(gen.Make(0, 32, 5).key, SpreadOrder::Pool{32, 5});
+  order.Insert(odd.key, odd.pool);
+  EXPECT_FALSE(order.bucketed());
+  order.clear();
+  EXPECT_EQ(order.size(), 0u);
+  order.Insert(odd.key, odd.pool);
+  EXPECT_TRUE(order.bucketed());
+  ASSERT_EQ(order.Keys().size(), 1u);
+  EXPECT_EQ(order.Keys()[0].slot, 1u);
+  // Erasing what is not there changes nothing.
+  order.Erase(gen.Make(2, 40, 7).key, SpreadOrder::Pool{40, 7});
+  order.Erase(odd.key, SpreadOrder::Pool{32, 3});
+  EXPECT_EQ(order.size(), 1u);
+  EXPECT_TRUE(order.Consistent());
+}
+
+}  // namespace
+}  // namespace gpushare::internal
