@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "gpushare/types.h"
 #include "gtest/gtest.h"
 #include "tests/testing/seeds.h"
 
@@ -28,16 +29,19 @@ class Keys {
 
   int Uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
 
-  // A key as the index makes it for a node of `memory` units, `used` used.
+  // A key as the index makes it for a node of 4 GPUs and `memory` units,
+  // `used` used.
   Held Make(uint32_t slot, int64_t memory, int64_t used) {
+    const int64_t compute = 4 * kGpuCompute;
+    const int64_t compute_used = Uniform(0, 2) * kGpuCompute;
     SpreadKey k;
     k.memory_ratio = static_cast<double>(used) / static_cast<double>(memory);
-    k.compute_ratio = Uniform(0, 2) * 0.25;
+    k.compute_ratio = static_cast<double>(compute_used) / static_cast<double>(compute);
     k.neg_top = -Uniform(0, 4);
     k.inv_tie = static_cast<uint64_t>(Uniform(0, 3));  // Ties, broken by slot.
     k.kth = Uniform(0, 16);
     k.slot = slot;
-    return Held{k, SpreadOrder::Pool{memory, used}};
+    return Held{k, SpreadOrder::Pool{memory, used, compute, compute_used}};
   }
 
  private:
@@ -115,8 +119,10 @@ TEST(SpreadOrderTest, LargeNodesKeepOneTree) {
 TEST(SpreadOrderTest, ClearStartsAfresh) {
   Keys gen(4);
   SpreadOrder order;
+  const Held first = gen.Make(0, 32, 5);
   const Held odd = gen.Make(1, 40, 3);
-  order.Insert(gen.Make(0, 32, 5).key, SpreadOrder::Pool{32, 5});
+  order.Insert(first.key, first.pool);
+  EXPECT_TRUE(order.bucketed());
   order.Insert(odd.key, odd.pool);
   EXPECT_FALSE(order.bucketed());
   order.clear();
@@ -126,8 +132,9 @@ TEST(SpreadOrderTest, ClearStartsAfresh) {
   ASSERT_EQ(order.Keys().size(), 1u);
   EXPECT_EQ(order.Keys()[0].slot, 1u);
   // Erasing what is not there changes nothing.
-  order.Erase(gen.Make(2, 40, 7).key, SpreadOrder::Pool{40, 7});
-  order.Erase(odd.key, SpreadOrder::Pool{32, 3});
+  const Held absent = gen.Make(2, 40, 7);
+  order.Erase(absent.key, absent.pool);
+  order.Erase(odd.key, first.pool);
   EXPECT_EQ(order.size(), 1u);
   EXPECT_TRUE(order.Consistent());
 }

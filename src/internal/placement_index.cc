@@ -65,9 +65,9 @@ SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
   }
   // The same arithmetic as the spread policy's score (policies/gpu_order.h).
   b.memory_ratio = policies::Ratio(memory_used, memory);
-  b.pool = {memory, memory_used};
-  b.compute_ratio =
-      policies::Ratio(compute_used, kGpuCompute * static_cast<int64_t>(node.gpus.size()));
+  const int64_t compute = kGpuCompute * static_cast<int64_t>(node.gpus.size());
+  b.compute_ratio = policies::Ratio(compute_used, compute);
+  b.pool = {memory, memory_used, compute, compute_used};
   b.top[0] = 0;
   if (!sorted) {
     b.top[1] = largest;

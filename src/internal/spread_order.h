@@ -3,17 +3,17 @@
 //
 // A key orders nodes by (GPU memory used / GPU memory of the node, compute
 // used / compute of the node, -(the M largest free memories), tie key desc,
-// slot). While every node in the order has the same GPU memory (a pool of
-// identical nodes, the usual case), the first ratio orders exactly as the
-// memory used does, so the keys are kept in one
-// small B-tree per amount of memory used, found by that amount, with a bit
-// set of the amounts present: a place or release descends a tree of the
-// nodes with its node's memory use, not of the whole cluster. The first
-// node of another kind puts every key into one B-tree, as it is for mixed
-// clusters, until the order is cleared.
+// slot). While every node in the order has the same GPU memory and compute
+// (a pool of identical nodes, the usual case), the ratios order exactly as
+// the amounts used do, so the keys are kept in one small B-tree per amount
+// of memory used, found by that amount, with a bit set of the amounts
+// present, and within it as 24 bytes of integers: a place or release
+// descends a tree of the nodes with its node's memory use, not of the whole
+// cluster. The first node of another kind puts every key into one B-tree,
+// as it is for mixed clusters, until the order is cleared.
 //
 //   SpreadOrder order;
-//   order.Insert(key, SpreadOrder::Pool{memory, memory_used});
+//   order.Insert(key, SpreadOrder::Pool{memory, memory_used, compute, compute_used});
 //   order.ForEach([](const SpreadKey& k) { ...; return true; });  // false stops
 
 #ifndef GPUSHARE_INTERNAL_SPREAD_ORDER_H_
@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -50,11 +51,13 @@ class SpreadOrder {
  public:
   using Tree = absl::btree_set<SpreadKey, SpreadLess>;
 
-  // The numbers of the key's memory ratio: its node's GPU memory, and how
-  // much of it is used.
+  // The numbers of the key's ratios: its node's GPU memory and compute, and
+  // how much of each is used.
   struct Pool {
     int64_t memory = 0;
     int64_t memory_used = 0;
+    int64_t compute = 0;
+    int64_t compute_used = 0;
   };
 
   // Amounts of memory per node above this keep the single tree.
@@ -64,13 +67,13 @@ class SpreadOrder {
   // when the key was inserted).
   void Insert(const SpreadKey& key, const Pool& pool) {
     if (mode_ == Mode::kEmpty) Start(pool);
-    if (mode_ == Mode::kBuckets && !Fits(pool)) ToTree();
+    if (mode_ == Mode::kBuckets && !Fits(key, pool)) ToTree();
     if (mode_ == Mode::kTree) {
       size_ += tree_.insert(key).second ? 1 : 0;
       return;
     }
     const size_t b = static_cast<size_t>(pool.memory_used);
-    if (!buckets_[b].insert(key).second) return;
+    if (!buckets_[b].insert(EntryOf(key, pool)).second) return;
     ++size_;
     present_[b / 64] |= uint64_t{1} << (b % 64);
   }
@@ -79,9 +82,9 @@ class SpreadOrder {
       size_ -= tree_.erase(key);
       return;
     }
-    if (mode_ != Mode::kBuckets || !Fits(pool)) return;  // Not here.
+    if (mode_ != Mode::kBuckets || !Fits(key, pool)) return;  // Not here.
     const size_t b = static_cast<size_t>(pool.memory_used);
-    if (buckets_[b].erase(key) == 0) return;
+    if (buckets_[b].erase(EntryOf(key, pool)) == 0) return;
     --size_;
     if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
   }
@@ -108,8 +111,9 @@ class SpreadOrder {
     for (size_t w = 0; w < present_.size(); ++w) {
       for (uint64_t bits = present_[w]; bits != 0; bits &= bits - 1) {
         const size_t b = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
-        for (const SpreadKey& k : buckets_[b]) {
-          if (!f(k)) return;
+        const double memory_ratio = Ratio(static_cast<int64_t>(b), memory_);
+        for (const Entry& e : buckets_[b]) {
+          if (!f(KeyOf(e, memory_ratio))) return;
         }
       }
     }
@@ -127,8 +131,7 @@ class SpreadOrder {
   }
 
   // Structural self-check: the bit set marks exactly the non-empty buckets,
-  // the size is the number of keys, and each bucket holds only keys of its
-  // memory ratio.
+  // and the size is the number of keys.
   bool Consistent() const {
     if (mode_ == Mode::kTree) return size_ == tree_.size();
     if (mode_ == Mode::kEmpty) return size_ == 0;
@@ -136,11 +139,6 @@ class SpreadOrder {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const bool marked = (present_[b / 64] >> (b % 64) & 1) != 0;
       if (marked == buckets_[b].empty()) return false;
-      for (const SpreadKey& k : buckets_[b]) {
-        if (k.memory_ratio != static_cast<double>(b) / static_cast<double>(memory_)) {
-          return false;
-        }
-      }
       total += buckets_[b].size();
     }
     return total == size_;
@@ -149,32 +147,72 @@ class SpreadOrder {
  private:
   enum class Mode { kEmpty, kBuckets, kTree };
 
-  // Whether a key of `pool` has a bucket.
-  bool Fits(const Pool& pool) const {
-    return pool.memory == memory_ && pool.memory_used >= 0 && pool.memory_used <= memory_;
+  // A key within its bucket: (compute used, memory - top) in `order`, which
+  // orders as (compute ratio, -top) do in the pool, then the tie key and
+  // slot; the memory ratio is the bucket's.
+  struct Entry {
+    uint64_t order;
+    uint64_t inv_tie;
+    uint32_t slot;
+    int32_t kth;
+  };
+  struct EntryLess {
+    bool operator()(const Entry& a, const Entry& b) const {
+      return std::tie(a.order, a.inv_tie, a.slot) < std::tie(b.order, b.inv_tie, b.slot);
+    }
+  };
+  using Bucket = absl::btree_set<Entry, EntryLess>;
+
+  // The ratio as the index computes it (policies::Ratio()).
+  static double Ratio(int64_t used, int64_t total) {
+    return total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
+  }
+  // Whether `key` of a node of `pool` has a bucket and an entry.
+  bool Fits(const SpreadKey& key, const Pool& pool) const {
+    return pool.memory == memory_ && pool.compute == compute_ && pool.memory_used >= 0 &&
+           pool.memory_used <= memory_ && pool.compute_used >= 0 &&
+           pool.compute_used <= compute_ && key.neg_top <= 0 && -key.neg_top <= memory_ &&
+           key.kth >= 0 && key.kth <= memory_;
+  }
+  Entry EntryOf(const SpreadKey& key, const Pool& pool) const {
+    return Entry{static_cast<uint64_t>(pool.compute_used) << 32 |
+                     static_cast<uint64_t>(memory_ + key.neg_top),
+                 key.inv_tie, key.slot, static_cast<int32_t>(key.kth)};
+  }
+  SpreadKey KeyOf(const Entry& e, double memory_ratio) const {
+    const auto compute_used = static_cast<int64_t>(e.order >> 32);
+    const auto memory_left = static_cast<int64_t>(e.order & 0xffffffff);
+    return SpreadKey{memory_ratio, Ratio(compute_used, compute_), memory_left - memory_,
+                     e.inv_tie, e.kth, e.slot};
   }
   void Start(const Pool& pool) {
-    if (pool.memory <= 0 || pool.memory > kMaxBuckets) {
+    if (pool.memory <= 0 || pool.memory > kMaxBuckets || pool.compute <= 0 ||
+        pool.compute > (int64_t{1} << 31)) {
       mode_ = Mode::kTree;
       return;
     }
     mode_ = Mode::kBuckets;
     memory_ = pool.memory;
-    buckets_.assign(static_cast<size_t>(memory_) + 1, Tree());
+    compute_ = pool.compute;
+    buckets_.assign(static_cast<size_t>(memory_) + 1, Bucket());
     present_.assign(buckets_.size() / 64 + 1, 0);
   }
   void ToTree() {
-    for (const Tree& bucket : buckets_) tree_.insert(bucket.begin(), bucket.end());
+    ForEach([this](const SpreadKey& k) {
+      tree_.insert(k);
+      return true;
+    });
     buckets_.clear();
     present_.clear();
     mode_ = Mode::kTree;
   }
 
   Mode mode_ = Mode::kEmpty;
-  int64_t memory_ = 0;  // kBuckets: the GPU memory of every node.
+  int64_t memory_ = 0;   // kBuckets: the GPU memory of every node, units.
+  int64_t compute_ = 0;  // kBuckets: the GPU compute of every node.
   size_t size_ = 0;
-  Tree tree_;                   // kTree.
-  std::vector<Tree> buckets_;   // kBuckets: by memory used.
+  Tree tree_;                      // kTree.
+  std::vector<Bucket> buckets_;    // kBuckets: by memory used.
   std::vector<uint64_t> present_;  // kBuckets: bit b: buckets_[b] is not empty.
 };
 
