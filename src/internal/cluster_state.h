@@ -4,6 +4,7 @@
 #ifndef GPUSHARE_INTERNAL_CLUSTER_STATE_H_
 #define GPUSHARE_INTERNAL_CLUSTER_STATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -94,6 +95,13 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
 // same answer and `fitting` when it fits.
 bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& request,
               std::vector<int>* fitting);
+
+// Whether the request's GPU models (none: any) include `gpu`'s.
+inline bool ModelAllowed(const Request& request, const GpuStatus& gpu) {
+  return request.gpu_models.empty() ||
+         std::find(request.gpu_models.begin(), request.gpu_models.end(), gpu.model) !=
+             request.gpu_models.end();
+}
 
 // The node-wide part of NodeFits(): schedulable, node selector, shared work,
 // CPU and host memory. NodeFits() is NodeAdmits() and then the GPUs.

@@ -194,11 +194,7 @@ bool NodeFits(const NodeStatus& node, const Demand& demand, const Request& reque
   if (!NodeAdmits(node, demand, request)) return false;
   if (demand.kind == Demand::Kind::kCpuOnly) return true;
   for (const GpuStatus& g : node.gpus) {
-    if (!g.healthy || (!request.gpu_models.empty() &&
-                       std::find(request.gpu_models.begin(), request.gpu_models.end(),
-                                 g.model) == request.gpu_models.end())) {
-      continue;
-    }
+    if (!g.healthy || !ModelAllowed(request, g)) continue;
     const bool fits = demand.kind == Demand::Kind::kExclusive
                           ? g.idle()
                           : g.memory_free() >= demand.memory_per_gpu &&
@@ -237,16 +233,11 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
   if (demand.kind == Demand::Kind::kCpuOnly) return std::nullopt;
   if (node.gpus.empty()) return std::string("node has no GPUs");
 
-  auto model_allowed = [&](const GpuStatus& g) {
-    return request.gpu_models.empty() ||
-           std::find(request.gpu_models.begin(), request.gpu_models.end(), g.model) !=
-               request.gpu_models.end();
-  };
   int eligible = 0;
   int64_t largest_memory = 0, largest_compute = 0;
   bool any_memory_fits = false;
   for (const GpuStatus& g : node.gpus) {
-    if (!model_allowed(g) || !g.healthy) continue;
+    if (!ModelAllowed(request, g) || !g.healthy) continue;
     ++eligible;
     bool fits;
     if (demand.kind == Demand::Kind::kExclusive) {
@@ -267,7 +258,7 @@ std::optional<std::string> CheckNode(const NodeStatus& node, const Demand& deman
 
   if (eligible == 0) {
     bool any_model = false;
-    for (const GpuStatus& g : node.gpus) any_model = any_model || model_allowed(g);
+    for (const GpuStatus& g : node.gpus) any_model = any_model || ModelAllowed(request, g);
     if (!any_model) {
       std::vector<std::string> models;
       for (const GpuStatus& g : node.gpus) {

@@ -183,6 +183,39 @@ class Search {
     return true;
   }
 
+  // Consider() for single-GPU shared spread. The GPU Evaluate() would choose
+  // comes first, among the node's healthy GPUs of an allowed model, in the
+  // policy's order (most free memory, then compute, then lowest index): when
+  // that GPU fits, it is the choice, found in one pass without the list of
+  // fitting GPUs. When it does not, and on nodes whose topology may move the
+  // choice, Consider().
+  bool ConsiderLoosest(uint32_t slot) {
+    const NodeStatus& node = state_.nodes[slot];
+    if (node.topology != nullptr && request_.topology.mode != TopologyNeed::Mode::kNone) {
+      return Consider(slot);
+    }
+    if (!NodeAdmits(node, demand_, request_)) return false;
+    const GpuStatus* loosest = nullptr;
+    for (const GpuStatus& g : node.gpus) {
+      if (!g.healthy || !ModelAllowed(request_, g)) continue;
+      if (loosest == nullptr || g.memory_free() > loosest->memory_free() ||
+          (g.memory_free() == loosest->memory_free() &&
+           g.compute_free() > loosest->compute_free())) {
+        loosest = &g;
+      }
+    }
+    if (loosest == nullptr || loosest->memory_free() < demand_.memory_per_gpu ||
+        loosest->compute_free() < demand_.compute_per_gpu) {
+      return Consider(slot);
+    }
+    NodeChoice choice;
+    choice.gpus = {loosest->index};
+    choice.score = policies::SpreadSharedScore(node, demand_, choice.gpus);
+    ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
+    race_.Offer(slot, std::move(choice));
+    return true;
+  }
+
   // Whether a node in `slot` whose policy keys are at most `bound` could
   // still win.
   bool CouldWin(const Score& bound, uint32_t slot) const { return race_.CouldWin(bound, slot); }
@@ -807,7 +840,12 @@ bool PlacementIndex::PlanSpreadShared(const ClusterState& state, const Cluster& 
     const Score bound{-k.memory_ratio, -k.compute_ratio,
                       static_cast<double>(-k.neg_top - need)};
     if (!search.CouldWin(bound, k.slot)) return false;
-    if (k.kth >= demand.memory_per_gpu) search.Consider(k.slot);  // Else < M GPUs with m free.
+    if (k.kth < demand.memory_per_gpu) return true;  // Fewer than M GPUs with m free.
+    if (demand.gpu_count == 1) {
+      search.ConsiderLoosest(k.slot);
+    } else {
+      search.Consider(k.slot);
+    }
     return true;
   });
   return search.Finish(best_slot, best_choice);

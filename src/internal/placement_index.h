@@ -6,11 +6,14 @@
 // prove when no unvisited node can beat the best one found; every candidate
 // is still judged by the scan's rules (NodeFits()) and the policy's own
 // Evaluate(), and compared with the same tie-break rule as the generic scan,
-// so the result is the scan's by construction. One exception: the GPU index
-// walks GPUs in single-GPU binpack's own order (free memory, free compute,
-// index), so the first GPU met on a node is the policy's choice there, and
-// only the node-wide rules (NodeAdmits()) are checked, unless the node's
-// topology may move the choice.
+// so the result is the scan's by construction. Two exceptions, for
+// single-GPU shared requests on nodes whose topology cannot move the
+// choice: the GPU index walks GPUs in binpack's own order (free memory,
+// free compute, index), so the first GPU met on a node is the policy's
+// choice there; and spread takes the node's loosest healthy GPU of an
+// allowed model when it fits, which is the first fitting one in spread's
+// order. Both check only the node-wide rules (NodeAdmits()) besides, and
+// score with the policy's own helper.
 //
 //   state.index.Unlink(state, slot, &placement.gpus);   // before a change
 //   ApplyToNode(state.nodes[slot], placement);

@@ -83,6 +83,17 @@ inline int64_t ComputeUsed(const NodeStatus& node) {
   return used;
 }
 
+// spread's score of a shared placement on `gpus`: the less of the node's GPU
+// memory, then compute, is in use, the higher; then the more free memory it
+// leaves on `gpus`.
+inline Score SpreadSharedScore(const NodeStatus& node, const Demand& demand,
+                               const std::vector<int>& gpus) {
+  const LeftAfter left = FreeLeftAfter(node, demand, gpus);
+  const int64_t compute_total = kGpuCompute * static_cast<int64_t>(node.gpus.size());
+  return {-Ratio(node.gpu_memory_used(), node.gpu_memory()),
+          -Ratio(ComputeUsed(node), compute_total), left.memory};
+}
+
 }  // namespace gpushare::policies
 
 #endif  // GPUSHARE_POLICIES_GPU_ORDER_H_

@@ -16,11 +16,7 @@ class SpreadPolicy final : public Policy {
     switch (demand.kind) {
       case Demand::Kind::kShared: {
         choice.gpus = ChooseGpus(node, fitting, demand.gpu_count, /*tightest=*/false);
-        const LeftAfter left = FreeLeftAfter(node, demand, choice.gpus);
-        const int64_t compute_total =
-            kGpuCompute * static_cast<int64_t>(node.gpus.size());
-        choice.score = {-Ratio(node.gpu_memory_used(), node.gpu_memory()),
-                        -Ratio(ComputeUsed(node), compute_total), left.memory};
+        choice.score = SpreadSharedScore(node, demand, choice.gpus);
         break;
       }
       case Demand::Kind::kExclusive:
