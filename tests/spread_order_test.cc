@@ -77,7 +77,7 @@ void RandomOperations(uint64_t seed, int64_t memory, int odd_memory_at, bool* en
       order.Erase(it->second.key, it->second.pool);
       held.erase(it);
     }
-    if (gen.Uniform(0, 2) > 0) {
+    if (step == odd_memory_at || gen.Uniform(0, 2) > 0) {
       const int64_t m = step == odd_memory_at ? memory + 8 : memory;
       const Held h = gen.Make(slot, m, gen.Uniform(0, static_cast<int>(m)));
       order.Insert(h.key, h.pool);
