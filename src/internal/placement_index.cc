@@ -40,7 +40,7 @@ ExclusiveKey MakeExclusiveKey(const NodeStatus& node, uint64_t tie, uint32_t slo
 struct SpreadBase {
   double memory_ratio = 0;
   double compute_ratio = 0;
-  SpreadOrder::Pool pool;  // The numbers of memory_ratio.
+  SpreadOrder::Pool pool;  // The numbers of both ratios.
   int healthy = 0;
   // Only the first `healthy` entries (top: healthy + 1) are written: the
   // arrays are left uninitialised, since zeroing them (1.5 KiB) on every

@@ -1,5 +1,6 @@
-// Internal: the order in which single-node spread walks the nodes that have
-// at least M healthy GPUs (placement_index.h). Not part of the public API.
+// Internal: the order in which spread walks, for a shared request of M GPUs,
+// the nodes that have at least M healthy GPUs (placement_index.h). Not part
+// of the public API.
 //
 // A key orders nodes by (GPU memory used / GPU memory of the node, compute
 // used / compute of the node, -(the M largest free memories), tie key desc,
