@@ -175,11 +175,7 @@ class Search {
       return Consider(slot);
     }
     if (!NodeAdmits(node, demand_, request_)) return false;
-    NodeChoice choice;
-    choice.gpus = {gpu};
-    choice.score = policies::BinpackSharedScore(node, demand_, choice.gpus);
-    ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
-    race_.Offer(slot, std::move(choice));
+    Take(slot, node, gpu, policies::BinpackSharedScore);
     return true;
   }
 
@@ -198,9 +194,8 @@ class Search {
     const GpuStatus* loosest = nullptr;
     for (const GpuStatus& g : node.gpus) {
       if (!g.healthy || !ModelAllowed(request_, g)) continue;
-      if (loosest == nullptr || g.memory_free() > loosest->memory_free() ||
-          (g.memory_free() == loosest->memory_free() &&
-           g.compute_free() > loosest->compute_free())) {
+      // Level GPUs: the first met, the lowest index, stays.
+      if (loosest == nullptr || policies::CompareGpus(g, *loosest, /*tightest=*/false) < 0) {
         loosest = &g;
       }
     }
@@ -208,11 +203,7 @@ class Search {
         loosest->compute_free() < demand_.compute_per_gpu) {
       return Consider(slot);
     }
-    NodeChoice choice;
-    choice.gpus = {loosest->index};
-    choice.score = policies::SpreadSharedScore(node, demand_, choice.gpus);
-    ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
-    race_.Offer(slot, std::move(choice));
+    Take(slot, node, loosest->index, policies::SpreadSharedScore);
     return true;
   }
 
@@ -228,6 +219,17 @@ class Search {
   }
 
  private:
+  // Offers GPU `gpu` of the node in `slot` as its choice, scored by `score`
+  // (the policy's own helper), for the shortcuts above.
+  template <typename ScoreFn>
+  void Take(uint32_t slot, const NodeStatus& node, int gpu, ScoreFn score) {
+    NodeChoice choice;
+    choice.gpus = {gpu};
+    choice.score = score(node, demand_, choice.gpus);
+    ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
+    race_.Offer(slot, std::move(choice));
+  }
+
   const ClusterState& state_;
   const Cluster& cluster_;
   const Request& request_;

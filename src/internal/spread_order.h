@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
+#include "src/policies/gpu_order.h"
 
 namespace gpushare::internal {
 
@@ -114,7 +115,7 @@ class SpreadOrder {
     for (size_t w = 0; w < present_.size(); ++w) {
       for (uint64_t bits = present_[w]; bits != 0; bits &= bits - 1) {
         const size_t b = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
-        const double memory_ratio = Ratio(static_cast<int64_t>(b), memory_);
+        const double memory_ratio = policies::Ratio(static_cast<int64_t>(b), memory_);
         for (const Entry& e : buckets_[b]) {
           if (!f(KeyOf(e, memory_ratio))) return;
         }
@@ -166,10 +167,6 @@ class SpreadOrder {
   };
   using Bucket = absl::btree_set<Entry, EntryLess>;
 
-  // The ratio as the index computes it (policies::Ratio()).
-  static double Ratio(int64_t used, int64_t total) {
-    return total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0;
-  }
   // Whether `key` of a node of `pool` has a bucket and an entry.
   bool Fits(const SpreadKey& key, const Pool& pool) const {
     return pool.memory == memory_ && pool.compute == compute_ && pool.memory_used >= 0 &&
@@ -185,7 +182,7 @@ class SpreadOrder {
   SpreadKey KeyOf(const Entry& e, double memory_ratio) const {
     const auto compute_used = static_cast<int64_t>(e.order >> 32);
     const auto memory_left = static_cast<int64_t>(e.order & 0xffffffff);
-    return SpreadKey{memory_ratio, Ratio(compute_used, compute_), memory_left - memory_,
+    return SpreadKey{memory_ratio, policies::Ratio(compute_used, compute_), memory_left - memory_,
                      e.inv_tie, e.kth, e.slot};
   }
   void Start(const Pool& pool) {

@@ -6,29 +6,32 @@
 #include <algorithm>
 #include <vector>
 
+#include "gpushare/policy.h"
 #include "gpushare/types.h"
 
 namespace gpushare::policies {
 
-// The `count` GPUs of `fitting` that come first in the order "least free
-// memory, then least free compute, then lowest index" (tightest = true) or
-// "most free memory, then most free compute, then lowest index"
-// (tightest = false), returned in ascending index order.
+// Negative when GPU `x` comes before GPU `y` in the order "least free
+// memory, then least free compute" (tightest = true) or "most free memory,
+// then most free compute" (tightest = false), positive when after, 0 when
+// they are level (callers then take the lower position on the node).
+inline int CompareGpus(const GpuStatus& x, const GpuStatus& y, bool tightest) {
+  const int sign = tightest ? -1 : 1;  // For x below y.
+  if (x.memory_free() != y.memory_free()) return x.memory_free() < y.memory_free() ? sign : -sign;
+  if (x.compute_free() != y.compute_free()) {
+    return x.compute_free() < y.compute_free() ? sign : -sign;
+  }
+  return 0;
+}
+
+// The `count` GPUs of `fitting` that come first in CompareGpus()'s order,
+// then by lowest index, returned in ascending index order.
 inline std::vector<int> ChooseGpus(const NodeStatus& node,
                                    const std::vector<int>& fitting, int count,
                                    bool tightest) {
   auto before = [&](int a, int b) {
-    const GpuStatus& x = node.gpus[a];
-    const GpuStatus& y = node.gpus[b];
-    if (x.memory_free() != y.memory_free()) {
-      return tightest ? x.memory_free() < y.memory_free()
-                      : x.memory_free() > y.memory_free();
-    }
-    if (x.compute_free() != y.compute_free()) {
-      return tightest ? x.compute_free() < y.compute_free()
-                      : x.compute_free() > y.compute_free();
-    }
-    return a < b;
+    const int c = CompareGpus(node.gpus[a], node.gpus[b], tightest);
+    return c != 0 ? c < 0 : a < b;
   };
   if (count == 1 && !fitting.empty()) {  // The common request: no copy to sort.
     return {*std::min_element(fitting.begin(), fitting.end(), before)};
