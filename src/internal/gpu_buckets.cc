@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "src/internal/btree_erase.h"
+
 namespace gpushare::internal {
 namespace {
 
@@ -51,7 +53,7 @@ bool GpuBuckets::Bucket::Erase(uint32_t position, uint64_t universe) {
   if (dense()) {
     if (position >= words_.size() * 64 || !Has(position)) return false;
     Clear(position);
-  } else if (sparse_.erase(position) == 0) {
+  } else if (EraseUnique(sparse_, position) == 0) {
     return false;
   }
   --size_;

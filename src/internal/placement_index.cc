@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "src/internal/btree_erase.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/status_macros.h"
 #include "src/internal/node_race.h"
@@ -150,13 +151,13 @@ class Search {
         request_(request),
         demand_(demand),
         policy_(policy),
-        race_(state.tie_keys, TopologyKeyCap(demand, request)) {
-    fitting_.reserve(kMaxGpusPerNode);  // One allocation, not one per doubling.
-  }
+        race_(state.tie_keys, TopologyKeyCap(demand, request)) {}
 
   // Evaluates node `slot`; false if it cannot host the demand.
   bool Consider(uint32_t slot) {
     const NodeStatus& node = state_.nodes[slot];
+    // One allocation, not one per doubling, and none for the shortcuts.
+    if (fitting_.capacity() == 0) fitting_.reserve(kMaxGpusPerNode);
     if (!NodeFits(node, demand_, request_, &fitting_)) return false;
     NodeChoice choice = policy_.Evaluate(demand_, node, fitting_, cluster_);
     ApplyTopology(node, demand_, request_, fitting_, &choice);
@@ -291,7 +292,7 @@ PlacementIndex& PlacementIndex::operator=(PlacementIndex&& other) noexcept {
       pack_[m].store(other.pack_[m].exchange(nullptr));
     }
     for (int i = 0; i < kShapeSlots; ++i) shape_[i].store(other.shape_[i].exchange(nullptr));
-    node_trees_.store(other.node_trees_.exchange(0));
+    node_counts_.store(other.node_counts_.exchange(0));
     filter_ = std::move(other.filter_);
     for (int i = 0; i < kViewSlots; ++i) views_[i].store(other.views_[i].exchange(nullptr));
     memo_ = std::move(other.memo_);
@@ -313,7 +314,7 @@ void PlacementIndex::CopyFrom(const PlacementIndex& other) {
     copy(other.pack_[m], pack_[m]);
   }
   for (int i = 0; i < kShapeSlots; ++i) copy(other.shape_[i], shape_[i]);
-  node_trees_.store(other.node_trees_.load());
+  node_counts_.store(other.node_counts_.load());
   filter_ = other.filter_ == nullptr ? nullptr : std::make_unique<Filter>(*other.filter_);
   for (int i = 0; i < kViewSlots; ++i) copy(other.views_[i], views_[i]);
   memo_ = other.memo_;
@@ -325,7 +326,7 @@ void PlacementIndex::Clear() {
   for (auto& slot : spread_) delete slot.exchange(nullptr);
   for (auto& slot : pack_) delete slot.exchange(nullptr);
   for (auto& slot : shape_) delete slot.exchange(nullptr);
-  node_trees_.store(0);
+  node_counts_.store(0);
   for (auto& slot : views_) delete slot.exchange(nullptr);
   memo_.Clear();
 }
@@ -433,7 +434,7 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
   if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
-    t->erase(MakeExclusiveKey(node, tie, slot));
+    EraseUnique(*t, MakeExclusiveKey(node, tie, slot));
   }
   if (!node.gpu_sharing) return;
   UpdateKeys(node, slot, tie, gpus, /*insert=*/false);
@@ -461,7 +462,7 @@ void PlacementIndex::LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t 
     const bool before = after_unlink && pending_.valid[i];
     const ShapeKey& old = pending_.keys[i];
     if (now && before && !less(key, old) && !less(old, key)) continue;
-    if (before) t->keys.erase(old);
+    if (before) EraseUnique(t->keys, old);
     if (now) t->keys.insert(key);
   }
 }
@@ -515,12 +516,13 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
       for (int i : *gpus) update(node.gpus[i]);
     }
   }
-  const int node_trees = node_trees_.load(std::memory_order_acquire);
-  if (node_trees == 0) return;
-  const bool only_first =
-      node_trees == 1 && spread_[1].load(std::memory_order_acquire) != nullptr;
+  uint64_t counts = node_counts_.load(std::memory_order_acquire);
+  if (counts == 0) return;
+  const bool only_first = counts == 1 && pack_[1].load(std::memory_order_acquire) == nullptr;
   const SpreadBase base = MakeSpreadBase(node, !only_first);
-  for (int m = 1; m <= base.healthy; ++m) {
+  if (base.healthy < 64) counts &= (uint64_t{1} << base.healthy) - 1;
+  for (; counts != 0; counts &= counts - 1) {
+    const int m = __builtin_ctzll(counts) + 1;
     if (SpreadOrder* t = spread_[m].load(std::memory_order_acquire)) {
       const SpreadKey key = MakeSpreadKey(base, m, tie, slot);
       if (insert) {
@@ -534,7 +536,7 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
       if (insert) {
         t->insert(key);
       } else {
-        t->erase(key);
+        EraseUnique(*t, key);
       }
     }
   }
@@ -593,7 +595,7 @@ const SpreadOrder& PlacementIndex::SpreadOrderFor(const ClusterState& state,
     }
   }
   spread_[count].store(tree, std::memory_order_release);
-  node_trees_.fetch_add(1);
+  node_counts_.fetch_or(uint64_t{1} << (count - 1));
   return *tree;
 }
 
@@ -610,7 +612,7 @@ const PlacementIndex::PackTree& PlacementIndex::PackTreeFor(const ClusterState& 
     if (base.healthy >= count) tree->insert(MakePackKey(base, count, state.tie_keys[i], i));
   }
   pack_[count].store(tree, std::memory_order_release);
-  node_trees_.fetch_add(1);
+  node_counts_.fetch_or(uint64_t{1} << (count - 1));
   return *tree;
 }
 
@@ -909,7 +911,7 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
       fresh.shape_[i].store(empty);
     }
   }
-  fresh.node_trees_.store(node_trees_.load());
+  fresh.node_counts_.store(node_counts_.load());
   fresh.Rebuild(state);
   if (const ExclusiveTree* have = exclusive_.load()) {
     if (!SameTree(*have, *fresh.exclusive_.load(), ExclusiveLess())) return false;

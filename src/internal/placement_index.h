@@ -202,6 +202,7 @@ class PlacementIndex {
 
  private:
   static constexpr int kSpreadSlots = kMaxGpusPerNode + 1;
+  static_assert(kMaxGpusPerNode <= 64, "node_counts_ has a bit per GPU count");
   // At most this many request shapes get a tree of their own; further
   // multi-GPU binpack shapes walk the PackTree.
   static constexpr int kShapeSlots = 24;
@@ -286,7 +287,9 @@ class PlacementIndex {
   mutable std::array<std::atomic<SpreadOrder*>, kSpreadSlots> spread_{};  // By GPU count.
   mutable std::array<std::atomic<PackTree*>, kSpreadSlots> pack_{};      // By GPU count.
   mutable std::array<std::atomic<ShapeTree*>, kShapeSlots> shape_{};  // Filled in order.
-  mutable std::atomic<int> node_trees_{0};  // Non-null entries of spread_ and pack_.
+  // Bit m - 1: spread_[m] or pack_[m] is not null; a change re-keys only
+  // the counts that have a tree.
+  mutable std::atomic<uint64_t> node_counts_{0};
   // The shape keys of node `slot` as Unlink() found them, for the Link()
   // that follows: a place or release changes one or a few GPUs, and the
   // shape keys that do not involve them stay in their trees untouched.

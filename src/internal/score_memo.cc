@@ -15,6 +15,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "src/fgd/kernel.h"
+#include "src/internal/btree_erase.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/fit_summary.h"
 #include "src/internal/node_race.h"
@@ -484,7 +485,7 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
     const uint64_t tie = state.tie_keys[slot];
     if (held) {
       auto tree = o.trees.find(o.capacity[slot]);
-      tree->second.erase(FullKey{o.scores[slot], tie, slot});
+      EraseUnique(tree->second, FullKey{o.scores[slot], tie, slot});
       if (tree->second.empty()) o.trees.erase(tree);
     }
     o.scores[slot] = keys;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
+#include "src/internal/btree_erase.h"
 #include "src/policies/gpu_order.h"
 
 namespace gpushare::internal {
@@ -83,12 +84,12 @@ class SpreadOrder {
   }
   void Erase(const SpreadKey& key, const Pool& pool) {
     if (mode_ == Mode::kTree) {
-      size_ -= tree_.erase(key);
+      size_ -= EraseUnique(tree_, key);
       return;
     }
     if (mode_ != Mode::kBuckets || !Fits(key, pool)) return;  // Not here.
     const size_t b = static_cast<size_t>(pool.memory_used);
-    if (buckets_[b].erase(EntryOf(key, pool)) == 0) return;
+    if (EraseUnique(buckets_[b], EntryOf(key, pool)) == 0) return;
     --size_;
     if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
   }
