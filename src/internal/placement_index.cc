@@ -43,6 +43,7 @@ struct SpreadBase {
   double compute_ratio = 0;
   SpreadOrder::Pool pool;  // The numbers of both ratios.
   int healthy = 0;
+  int loosest = -1;  // The loosest healthy GPU (policies::CompareGpus(), lowest position).
   // Only the first `healthy` entries (top: healthy + 1) are written: the
   // arrays are left uninitialised, since zeroing them (1.5 KiB) on every
   // place and release cost more than the rest of this function.
@@ -54,15 +55,24 @@ struct SpreadBase {
 // With `sorted` false only top[0..1] are filled (enough for M = 1 spread).
 SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
   SpreadBase b;
-  int64_t memory = 0, memory_used = 0, compute_used = 0, largest = 0;
-  for (const GpuStatus& g : node.gpus) {
+  int64_t memory = 0, memory_used = 0, compute_used = 0;
+  // The loosest GPU so far and its free memory and compute: a GPU replaces
+  // it only when strictly looser, as in policies::CompareGpus().
+  int64_t loosest_free = 0, loosest_compute = 0;
+  for (size_t i = 0; i < node.gpus.size(); ++i) {
+    const GpuStatus& g = node.gpus[i];
     memory += g.memory;
     memory_used += g.memory_used;
     compute_used += g.compute_used;
     if (!g.healthy) continue;
-    largest = std::max(largest, g.memory_free());
-    b.compute[b.healthy] = g.compute_free();
-    b.free[b.healthy++] = g.memory_free();
+    const int64_t free = g.memory_free(), compute_free = g.compute_free();
+    const bool looser = b.loosest < 0 || free > loosest_free ||
+                        (free == loosest_free && compute_free > loosest_compute);
+    b.loosest = looser ? static_cast<int>(i) : b.loosest;
+    loosest_free = looser ? free : loosest_free;
+    loosest_compute = looser ? compute_free : loosest_compute;
+    b.compute[b.healthy] = compute_free;
+    b.free[b.healthy++] = free;
   }
   // The same arithmetic as the spread policy's score (policies/gpu_order.h).
   b.memory_ratio = policies::Ratio(memory_used, memory);
@@ -71,7 +81,7 @@ SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
   b.pool = {memory, memory_used, compute, compute_used};
   b.top[0] = 0;
   if (!sorted) {
-    b.top[1] = largest;
+    b.top[1] = loosest_free;
     return b;
   }
   std::sort(b.free.begin(), b.free.begin() + b.healthy, std::greater<int64_t>());
@@ -82,7 +92,7 @@ SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
 
 SpreadKey MakeSpreadKey(const SpreadBase& b, int count, uint64_t tie, uint32_t slot) {
   return SpreadKey{b.memory_ratio, b.compute_ratio, -b.top[count], ~tie,
-                   count == 1 ? b.top[1] : b.free[count - 1], slot};
+                   count == 1 ? b.top[1] : b.free[count - 1], slot, count == 1 ? b.loosest : -1};
 }
 
 // The healthy GPUs of a node by (free memory, free compute), ascending,
@@ -176,35 +186,39 @@ class Search {
       return Consider(slot);
     }
     if (!NodeAdmits(node, demand_, request_)) return false;
-    Take(slot, node, gpu, policies::BinpackSharedScore);
+    NodeChoice choice;
+    choice.gpus = {gpu};
+    choice.score = policies::BinpackSharedScore(node, demand_, choice.gpus);
+    Take(slot, node, std::move(choice));
     return true;
   }
 
-  // Consider() for single-GPU shared spread. The GPU Evaluate() would choose
-  // comes first, among the node's healthy GPUs of an allowed model, in the
-  // policy's order (most free memory, then compute, then lowest index): when
-  // that GPU fits, it is the choice, found in one pass without the list of
-  // fitting GPUs. When it does not, and on nodes whose topology may move the
-  // choice, Consider().
-  bool ConsiderLoosest(uint32_t slot) {
-    const NodeStatus& node = state_.nodes[slot];
-    if (node.topology != nullptr && request_.topology.mode != TopologyNeed::Mode::kNone) {
-      return Consider(slot);
+  // Consider() for single-GPU shared spread, from the node's key in the
+  // order of M = 1 (`key`). The GPU Evaluate() would choose comes first,
+  // among the node's healthy GPUs of an allowed model, in the policy's order
+  // (most free memory, then compute, then lowest index); the key names the
+  // first of all healthy GPUs, key.gpu. When that GPU is of an allowed model
+  // and fits, it is the choice, and the key's ratios and its free memory are
+  // the policy's score (policies::SpreadSharedScore(): the same Ratio() of
+  // the same sums), so the node's other GPUs are not read. Otherwise, and on
+  // nodes whose topology may move the choice, Consider().
+  bool ConsiderLoosest(const SpreadKey& key) {
+    const NodeStatus& node = state_.nodes[key.slot];
+    if (key.gpu < 0 ||
+        (node.topology != nullptr && request_.topology.mode != TopologyNeed::Mode::kNone)) {
+      return Consider(key.slot);
     }
     if (!NodeAdmits(node, demand_, request_)) return false;
-    const GpuStatus* loosest = nullptr;
-    for (const GpuStatus& g : node.gpus) {
-      if (!g.healthy || !ModelAllowed(request_, g)) continue;
-      // Level GPUs: the first met, the lowest index, stays.
-      if (loosest == nullptr || policies::CompareGpus(g, *loosest, /*tightest=*/false) < 0) {
-        loosest = &g;
-      }
+    const GpuStatus& g = node.gpus[key.gpu];
+    if (!ModelAllowed(request_, g) || g.memory_free() < demand_.memory_per_gpu ||
+        g.compute_free() < demand_.compute_per_gpu) {
+      return Consider(key.slot);
     }
-    if (loosest == nullptr || loosest->memory_free() < demand_.memory_per_gpu ||
-        loosest->compute_free() < demand_.compute_per_gpu) {
-      return Consider(slot);
-    }
-    Take(slot, node, loosest->index, policies::SpreadSharedScore);
+    NodeChoice choice;
+    choice.gpus = {key.gpu};
+    choice.score = {-key.memory_ratio, -key.compute_ratio,
+                    static_cast<double>(g.memory_free() - demand_.memory_per_gpu)};
+    Take(key.slot, node, std::move(choice));
     return true;
   }
 
@@ -220,13 +234,9 @@ class Search {
   }
 
  private:
-  // Offers GPU `gpu` of the node in `slot` as its choice, scored by `score`
-  // (the policy's own helper), for the shortcuts above.
-  template <typename ScoreFn>
-  void Take(uint32_t slot, const NodeStatus& node, int gpu, ScoreFn score) {
-    NodeChoice choice;
-    choice.gpus = {gpu};
-    choice.score = score(node, demand_, choice.gpus);
+  // Offers `choice` (one GPU, scored) of the node in `slot`, for the
+  // shortcuts above.
+  void Take(uint32_t slot, const NodeStatus& node, NodeChoice choice) {
     ApplyTopology(node, demand_, request_, fitting_, &choice);  // Sets the topology key only.
     race_.Offer(slot, std::move(choice));
   }
@@ -431,13 +441,14 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
   const NodeStatus& node = state.nodes[slot];
   pending_.slot = slot;
   pending_.valid.fill(false);
+  pending_spread_.valid = false;
   if (!node.schedulable || !Admits(node)) return;
   const uint64_t tie = state.tie_keys[slot];
   if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
     EraseUnique(*t, MakeExclusiveKey(node, tie, slot));
   }
   if (!node.gpu_sharing) return;
-  UpdateKeys(node, slot, tie, gpus, /*insert=*/false);
+  UpdateKeys(node, slot, tie, gpus, /*insert=*/false, /*after_unlink=*/false);
   // The shape keys are only noted: Link() replaces those that change.
   if (shape_[0].load(std::memory_order_acquire) == nullptr) return;
   const ShapeGpus fit(node);
@@ -495,11 +506,58 @@ void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
     t->insert(MakeExclusiveKey(node, tie, slot));
   }
   if (!node.gpu_sharing) return;
-  UpdateKeys(node, slot, tie, gpus, /*insert=*/true);
+  UpdateKeys(node, slot, tie, gpus, /*insert=*/true, after_unlink);
+}
+
+bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot, uint64_t tie,
+                                          const std::vector<int>& gpus, bool insert,
+                                          bool after_unlink) {
+  SpreadOrder* order = spread_[1].load(std::memory_order_acquire);
+  PendingSpread& p = pending_spread_;
+  if (!insert) {
+    p.valid = false;
+    if (gpus.size() > p.used.size() || !order->Find(slot, &p.key, &p.pool)) return false;
+    for (size_t k = 0; k < gpus.size(); ++k) {
+      const GpuStatus& g = node.gpus[gpus[k]];
+      p.used[k] = {g.memory_used, g.compute_used};
+    }
+    order->Erase(p.key, p.pool);
+    p.valid = true;
+    return true;
+  }
+  if (!after_unlink || !p.valid || p.key.gpu < 0) return false;
+  p.valid = false;
+  // The loosest GPU before was at least as loose as every other; if it is
+  // no tighter now, the loosest is it or one of the changed GPUs (the same
+  // rule as MakeSpreadBase(): more free memory, then compute, then the
+  // lower position).
+  auto looser = [&](int a, int b) {
+    const GpuStatus& x = node.gpus[a];
+    const GpuStatus& y = node.gpus[b];
+    if (x.memory_free() != y.memory_free()) return x.memory_free() > y.memory_free();
+    if (x.compute_free() != y.compute_free()) return x.compute_free() > y.compute_free();
+    return a < b;
+  };
+  SpreadOrder::Pool pool = p.pool;
+  int loosest = p.key.gpu;
+  for (size_t k = 0; k < gpus.size(); ++k) {
+    const GpuStatus& g = node.gpus[gpus[k]];
+    const auto [memory_used, compute_used] = p.used[k];
+    if (g.memory_used > memory_used || g.compute_used > compute_used) return false;  // Tighter.
+    pool.memory_used += g.memory_used - memory_used;
+    pool.compute_used += g.compute_used - compute_used;
+    if (g.healthy && looser(gpus[k], loosest)) loosest = gpus[k];
+  }
+  const int64_t top = node.gpus[loosest].memory_free();
+  order->Insert(SpreadKey{policies::Ratio(pool.memory_used, pool.memory),
+                          policies::Ratio(pool.compute_used, pool.compute), -top, ~tie, top,
+                          slot, loosest},
+                pool);
+  return true;
 }
 
 void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t tie,
-                                const std::vector<int>* gpus, bool insert) {
+                                const std::vector<int>* gpus, bool insert, bool after_unlink) {
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
     auto update = [&](const GpuStatus& g) {
       if (!g.healthy) return;
@@ -519,6 +577,10 @@ void PlacementIndex::UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t 
   uint64_t counts = node_counts_.load(std::memory_order_acquire);
   if (counts == 0) return;
   const bool only_first = counts == 1 && pack_[1].load(std::memory_order_acquire) == nullptr;
+  if (only_first && gpus != nullptr &&
+      UpdateFirstSpreadKey(node, slot, tie, *gpus, insert, after_unlink)) {
+    return;
+  }
   const SpreadBase base = MakeSpreadBase(node, !only_first);
   if (base.healthy < 64) counts &= (uint64_t{1} << base.healthy) - 1;
   for (; counts != 0; counts &= counts - 1) {
@@ -846,7 +908,7 @@ bool PlacementIndex::PlanSpreadShared(const ClusterState& state, const Cluster& 
     if (!search.CouldWin(bound, k.slot)) return false;
     if (k.kth < demand.memory_per_gpu) return true;  // Fewer than M GPUs with m free.
     if (demand.gpu_count == 1) {
-      search.ConsiderLoosest(k.slot);
+      search.ConsiderLoosest(k);
     } else {
       search.Consider(k.slot);
     }
@@ -951,8 +1013,16 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
   }
   for (int m = 0; m < kSpreadSlots; ++m) {
     if (const SpreadOrder* have = spread_[m].load()) {
+      // Whole keys: the fields not ordered on (kth, gpu) are read too.
+      auto whole = [](const SpreadKey& k) {
+        return std::make_tuple(k.memory_ratio, k.compute_ratio, k.neg_top, k.inv_tie, k.kth,
+                               k.slot, k.gpu);
+      };
+      const std::vector<SpreadKey> keys = have->Keys();
+      const std::vector<SpreadKey> want = fresh.spread_[m].load()->Keys();
       if (!have->Consistent() ||
-          !SameTree(have->Keys(), fresh.spread_[m].load()->Keys(), SpreadLess())) {
+          !std::equal(keys.begin(), keys.end(), want.begin(), want.end(),
+                      [&](const SpreadKey& a, const SpreadKey& b) { return whole(a) == whole(b); })) {
         return false;
       }
     }

@@ -260,8 +260,17 @@ class PlacementIndex {
                   bool after_unlink);
   // Inserts (`insert`) or erases the node's keys as they are now in the GPU
   // trees (only `gpus` when not null) and in the spread and pack trees.
+  // `after_unlink`: this is the Link() after the Unlink() of the same node.
   void UpdateKeys(const NodeStatus& node, uint32_t slot, uint64_t tie,
-                  const std::vector<int>* gpus, bool insert);
+                  const std::vector<int>* gpus, bool insert, bool after_unlink);
+  // UpdateKeys() of the spread order of single GPUs, when it is the only
+  // order and the changed GPUs are known (a place or a release): Unlink()
+  // erases the node's key as the order remembers it and notes the changed
+  // GPUs' use; Link() derives the new key from the old one when no changed
+  // GPU became tighter (a release). False when it did not: the caller
+  // computes the key from all of the node's GPUs.
+  bool UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot, uint64_t tie,
+                            const std::vector<int>& gpus, bool insert, bool after_unlink);
   void CopyFrom(const PlacementIndex& other);
   void Clear();
   void ClearTrees();  // Empties every tree, keeping which ones exist.
@@ -300,6 +309,15 @@ class PlacementIndex {
     std::array<bool, kShapeSlots> valid{};  // keys[i] is in shape tree i.
   };
   PendingShapes pending_;
+  // The key of node pending_.slot that UpdateFirstSpreadKey() erased, and
+  // the memory and compute used on each changed GPU then.
+  struct PendingSpread {
+    bool valid = false;
+    SpreadKey key;
+    SpreadOrder::Pool pool;
+    std::array<std::pair<int64_t, int64_t>, kMaxGpusPerNode> used;
+  };
+  PendingSpread pending_spread_;
   // Null for the index of the whole cluster; a view's restriction otherwise.
   std::unique_ptr<const Filter> filter_;
   mutable std::array<std::atomic<PlacementIndex*>, kViewSlots> views_{};  // Filled in order.

@@ -22,6 +22,7 @@
 #ifndef GPUSHARE_INTERNAL_SPREAD_ORDER_H_
 #define GPUSHARE_INTERNAL_SPREAD_ORDER_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
@@ -40,6 +41,10 @@ struct SpreadKey {
   uint64_t inv_tie;
   int64_t kth;           // M-th largest free memory, units (not ordered on).
   uint32_t slot;
+  // For M = 1: the node's loosest healthy GPU (most free memory, then
+  // compute, then lowest position), whose free memory is `kth`; -1 for
+  // M > 1. Not ordered on.
+  int32_t gpu = -1;
 };
 
 struct SpreadLess {
@@ -67,6 +72,7 @@ class SpreadOrder {
 
   // Amounts of memory per node above this keep the single tree.
   static constexpr int64_t kMaxBuckets = 4096;
+  static_assert(kMaxBuckets <= INT16_MAX, "an entry keeps kth in 16 bits");
 
   // Adds / removes `key`, whose node is `pool` (for Erase(): as the node was
   // when the key was inserted).
@@ -78,9 +84,12 @@ class SpreadOrder {
       return;
     }
     const size_t b = static_cast<size_t>(pool.memory_used);
-    if (!buckets_[b].insert(EntryOf(key, pool)).second) return;
+    const Entry entry = EntryOf(key, pool);
+    if (!buckets_[b].insert(entry).second) return;
     ++size_;
     present_[b / 64] |= uint64_t{1} << (b % 64);
+    if (key.slot >= held_.size()) held_.resize(key.slot + size_t{1});
+    held_[key.slot] = Held{entry, static_cast<int32_t>(b)};
   }
   void Erase(const SpreadKey& key, const Pool& pool) {
     if (mode_ == Mode::kTree) {
@@ -92,6 +101,18 @@ class SpreadOrder {
     if (EraseUnique(buckets_[b], EntryOf(key, pool)) == 0) return;
     --size_;
     if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
+    held_[key.slot].bucket = -1;
+  }
+
+  // The key and pool with which the node in `slot` was inserted, while the
+  // order is in buckets; false when it is not, or holds no key of that node.
+  // Lets a change erase the node's key without reading the node.
+  bool Find(uint32_t slot, SpreadKey* key, Pool* pool) const {
+    if (mode_ != Mode::kBuckets || slot >= held_.size() || held_[slot].bucket < 0) return false;
+    const Held& h = held_[slot];
+    *key = KeyOf(h.entry, policies::Ratio(h.bucket, memory_));
+    *pool = Pool{memory_, h.bucket, compute_, static_cast<int64_t>(h.entry.order >> 32)};
+    return true;
   }
 
   void clear() {
@@ -100,6 +121,7 @@ class SpreadOrder {
     tree_.clear();
     buckets_.clear();
     present_.clear();
+    held_.clear();
   }
   size_t size() const { return size_; }
   bool bucketed() const { return mode_ == Mode::kBuckets; }
@@ -136,7 +158,8 @@ class SpreadOrder {
   }
 
   // Structural self-check: the bit set marks exactly the non-empty buckets,
-  // and the size is the number of keys.
+  // the size is the number of keys, and each slot's remembered entry is the
+  // one its bucket holds.
   bool Consistent() const {
     if (mode_ == Mode::kTree) return size_ == tree_.size();
     if (mode_ == Mode::kEmpty) return size_ == 0;
@@ -144,9 +167,17 @@ class SpreadOrder {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const bool marked = (present_[b / 64] >> (b % 64) & 1) != 0;
       if (marked == buckets_[b].empty()) return false;
+      for (const Entry& e : buckets_[b]) {
+        if (e.slot >= held_.size() || held_[e.slot].bucket != static_cast<int32_t>(b) ||
+            !Same(held_[e.slot].entry, e)) {
+          return false;
+        }
+      }
       total += buckets_[b].size();
     }
-    return total == size_;
+    const auto held = std::count_if(held_.begin(), held_.end(),
+                                    [](const Held& h) { return h.bucket >= 0; });
+    return total == size_ && static_cast<size_t>(held) == size_;
   }
 
  private:
@@ -159,7 +190,8 @@ class SpreadOrder {
     uint64_t order;
     uint64_t inv_tie;
     uint32_t slot;
-    int32_t kth;
+    int16_t kth;  // At most kMaxBuckets.
+    int16_t gpu;  // Below kMaxGpusPerNode.
   };
   struct EntryLess {
     bool operator()(const Entry& a, const Entry& b) const {
@@ -167,6 +199,10 @@ class SpreadOrder {
     }
   };
   using Bucket = absl::btree_set<Entry, EntryLess>;
+  static bool Same(const Entry& a, const Entry& b) {
+    return a.order == b.order && a.inv_tie == b.inv_tie && a.slot == b.slot && a.kth == b.kth &&
+           a.gpu == b.gpu;
+  }
 
   // Whether `key` of a node of `pool` has a bucket and an entry.
   bool Fits(const SpreadKey& key, const Pool& pool) const {
@@ -178,13 +214,14 @@ class SpreadOrder {
   Entry EntryOf(const SpreadKey& key, const Pool& pool) const {
     return Entry{static_cast<uint64_t>(pool.compute_used) << 32 |
                      static_cast<uint64_t>(memory_ + key.neg_top),
-                 key.inv_tie, key.slot, static_cast<int32_t>(key.kth)};
+                 key.inv_tie, key.slot, static_cast<int16_t>(key.kth),
+                 static_cast<int16_t>(key.gpu)};
   }
   SpreadKey KeyOf(const Entry& e, double memory_ratio) const {
     const auto compute_used = static_cast<int64_t>(e.order >> 32);
     const auto memory_left = static_cast<int64_t>(e.order & 0xffffffff);
     return SpreadKey{memory_ratio, policies::Ratio(compute_used, compute_), memory_left - memory_,
-                     e.inv_tie, e.kth, e.slot};
+                     e.inv_tie, e.kth, e.slot, e.gpu};
   }
   void Start(const Pool& pool) {
     if (pool.memory <= 0 || pool.memory > kMaxBuckets || pool.compute <= 0 ||
@@ -205,6 +242,7 @@ class SpreadOrder {
     });
     buckets_.clear();
     present_.clear();
+    held_.clear();
     mode_ = Mode::kTree;
   }
 
@@ -215,6 +253,11 @@ class SpreadOrder {
   Tree tree_;                      // kTree.
   std::vector<Bucket> buckets_;    // kBuckets: by memory used.
   std::vector<uint64_t> present_;  // kBuckets: bit b: buckets_[b] is not empty.
+  struct Held {
+    Entry entry;
+    int32_t bucket = -1;  // -1: the slot has no entry.
+  };
+  std::vector<Held> held_;  // kBuckets: by slot, each node's entry.
 };
 
 }  // namespace gpushare::internal
