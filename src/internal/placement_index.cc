@@ -1020,9 +1020,9 @@ bool PlacementIndex::Consistent(const ClusterState& state) const {
       };
       const std::vector<SpreadKey> keys = have->Keys();
       const std::vector<SpreadKey> want = fresh.spread_[m].load()->Keys();
+      auto same = [&](const SpreadKey& a, const SpreadKey& b) { return whole(a) == whole(b); };
       if (!have->Consistent() ||
-          !std::equal(keys.begin(), keys.end(), want.begin(), want.end(),
-                      [&](const SpreadKey& a, const SpreadKey& b) { return whole(a) == whole(b); })) {
+          !std::equal(keys.begin(), keys.end(), want.begin(), want.end(), same)) {
         return false;
       }
     }
