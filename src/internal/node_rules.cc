@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,10 +19,17 @@
 namespace gpushare::internal {
 namespace {
 
-absl::Status CheckQuantity(const char* what, int64_t value, int64_t min) {
-  if (value < min || value > kMaxQuantity) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " ", value, " is out of range [", min, ", ", kMaxQuantity, "]"));
+ABSL_ATTRIBUTE_NOINLINE absl::Status QuantityOutOfRange(const char* what, int64_t value,
+                                                        int64_t min) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", value, " is out of range [", min, ", ", kMaxQuantity, "]"));
+}
+
+// Inline, with the error built out of line: every place and commit checks
+// several quantities, and the usual OK status then costs a comparison.
+inline absl::Status CheckQuantity(const char* what, int64_t value, int64_t min) {
+  if (ABSL_PREDICT_FALSE(value < min || value > kMaxQuantity)) {
+    return QuantityOutOfRange(what, value, min);
   }
   return absl::OkStatus();
 }
