@@ -14,6 +14,8 @@
 // as it is for mixed clusters, until the order is cleared. The buckets cost
 // 24 bytes per amount of memory a node has (15 KiB for 8 GPUs of 80 units)
 // besides their entries; nodes of more than kMaxBuckets units keep one tree.
+// While in buckets the order also remembers each node's entry by slot (32
+// bytes a node), so that Find() gives a node's key without reading it.
 //
 //   SpreadOrder order;
 //   order.Insert(key, SpreadOrder::Pool{memory, memory_used, compute, compute_used});
