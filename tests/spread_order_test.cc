@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "gpushare/types.h"
@@ -41,6 +42,7 @@ class Keys {
     k.inv_tie = static_cast<uint64_t>(Uniform(0, 3));  // Ties, broken by slot.
     k.kth = Uniform(0, 16);
     k.slot = slot;
+    k.gpu = Uniform(-1, 3);
     return Held{k, SpreadOrder::Pool{memory, used, compute, compute_used}};
   }
 
@@ -57,11 +59,32 @@ std::vector<SpreadKey> Sorted(const std::map<uint32_t, Held>& held) {
 bool SameKeys(const std::vector<SpreadKey>& a, const std::vector<SpreadKey>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (SpreadLess()(a[i], b[i]) || SpreadLess()(b[i], a[i]) || a[i].kth != b[i].kth) {
+    if (SpreadLess()(a[i], b[i]) || SpreadLess()(b[i], a[i]) || a[i].kth != b[i].kth ||
+        a[i].gpu != b[i].gpu) {
       return false;
     }
   }
   return true;
+}
+
+// Find() gives, while the order is in buckets, exactly the key and pool
+// each held node was inserted with, and nothing for the others.
+void ExpectFindsHeld(const SpreadOrder& order, const std::map<uint32_t, Held>& held) {
+  for (uint32_t slot = 0; slot < 200; ++slot) {
+    SpreadKey key;
+    SpreadOrder::Pool pool;
+    const bool found = order.Find(slot, &key, &pool);
+    const auto it = held.find(slot);
+    ASSERT_EQ(found, order.bucketed() && it != held.end()) << "slot " << slot;
+    if (!found) continue;
+    const Held& h = it->second;
+    EXPECT_TRUE(SameKeys({key}, {h.key})) << "slot " << slot;
+    EXPECT_EQ(key.inv_tie, h.key.inv_tie);
+    EXPECT_EQ(std::make_tuple(pool.memory, pool.memory_used, pool.compute, pool.compute_used),
+              std::make_tuple(h.pool.memory, h.pool.memory_used, h.pool.compute,
+                              h.pool.compute_used))
+        << "slot " << slot;
+  }
 }
 
 // Random inserts, erases and re-keys of up to 200 nodes; with
@@ -87,6 +110,7 @@ void RandomOperations(uint64_t seed, int64_t memory, int odd_memory_at, bool* en
     if (step % 97 == 0) {
       ASSERT_TRUE(order.Consistent()) << "step " << step;
       ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held))) << "step " << step;
+      ExpectFindsHeld(order, held);
     }
   }
   ASSERT_TRUE(order.Consistent());
