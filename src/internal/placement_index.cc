@@ -529,14 +529,11 @@ bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot,
   p.valid = false;
   // The loosest GPU before was at least as loose as every other; if it is
   // no tighter now, the loosest is it or one of the changed GPUs (the same
-  // rule as MakeSpreadBase(): more free memory, then compute, then the
-  // lower position).
+  // rule as MakeSpreadBase(): policies::CompareGpus(), then the lower
+  // position).
   auto looser = [&](int a, int b) {
-    const GpuStatus& x = node.gpus[a];
-    const GpuStatus& y = node.gpus[b];
-    if (x.memory_free() != y.memory_free()) return x.memory_free() > y.memory_free();
-    if (x.compute_free() != y.compute_free()) return x.compute_free() > y.compute_free();
-    return a < b;
+    const int c = policies::CompareGpus(node.gpus[a], node.gpus[b], /*tightest=*/false);
+    return c != 0 ? c < 0 : a < b;
   };
   SpreadOrder::Pool pool = p.pool;
   int loosest = p.key.gpu;
