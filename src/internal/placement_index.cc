@@ -521,7 +521,7 @@ bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot,
       const GpuStatus& g = node.gpus[gpus[k]];
       p.used[k] = {g.memory_used, g.compute_used};
     }
-    order->Erase(p.key, p.pool);
+    order->EraseSlot(slot);
     p.valid = true;
     return true;
   }

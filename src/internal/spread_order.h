@@ -99,22 +99,23 @@ class SpreadOrder {
       return;
     }
     if (mode_ != Mode::kBuckets || !Fits(key, pool)) return;  // Not here.
-    const size_t b = static_cast<size_t>(pool.memory_used);
-    if (EraseUnique(buckets_[b], EntryOf(key, pool)) == 0) return;
-    --size_;
-    if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
-    held_[key.slot].bucket = -1;
+    EraseEntry(static_cast<size_t>(pool.memory_used), EntryOf(key, pool));
   }
 
   // The key and pool with which the node in `slot` was inserted, while the
   // order is in buckets; false when it is not, or holds no key of that node.
-  // Lets a change erase the node's key without reading the node.
   bool Find(uint32_t slot, SpreadKey* key, Pool* pool) const {
-    if (mode_ != Mode::kBuckets || slot >= held_.size() || held_[slot].bucket < 0) return false;
-    const Held& h = held_[slot];
-    *key = KeyOf(h.entry, policies::Ratio(h.bucket, memory_));
-    *pool = Pool{memory_, h.bucket, compute_, static_cast<int64_t>(h.entry.order >> 32)};
+    const Held* h = HeldAt(slot);
+    if (h == nullptr) return false;
+    *key = KeyOf(h->entry, policies::Ratio(h->bucket, memory_));
+    *pool = Pool{memory_, h->bucket, compute_, static_cast<int64_t>(h->entry.order >> 32)};
     return true;
+  }
+  // Erase() of that key, from the remembered entry: a change removes the
+  // node's key without reading the node. False when Find() would be.
+  bool EraseSlot(uint32_t slot) {
+    const Held* h = HeldAt(slot);
+    return h != nullptr && EraseEntry(static_cast<size_t>(h->bucket), h->entry);
   }
 
   void clear() {
@@ -171,7 +172,7 @@ class SpreadOrder {
       if (marked == buckets_[b].empty()) return false;
       for (const Entry& e : buckets_[b]) {
         if (e.slot >= held_.size() || held_[e.slot].bucket != static_cast<int32_t>(b) ||
-            !Same(held_[e.slot].entry, e)) {
+            !(held_[e.slot].entry == e)) {
           return false;
         }
       }
@@ -194,6 +195,10 @@ class SpreadOrder {
     uint32_t slot;
     int16_t kth;  // At most kMaxBuckets.
     int16_t gpu;  // Below kMaxGpusPerNode.
+    bool operator==(const Entry& o) const {
+      return order == o.order && inv_tie == o.inv_tie && slot == o.slot && kth == o.kth &&
+             gpu == o.gpu;
+    }
   };
   struct EntryLess {
     bool operator()(const Entry& a, const Entry& b) const {
@@ -201,9 +206,23 @@ class SpreadOrder {
     }
   };
   using Bucket = absl::btree_set<Entry, EntryLess>;
-  static bool Same(const Entry& a, const Entry& b) {
-    return a.order == b.order && a.inv_tie == b.inv_tie && a.slot == b.slot && a.kth == b.kth &&
-           a.gpu == b.gpu;
+
+  // A node's entry and its bucket, remembered by slot.
+  struct Held {
+    Entry entry;
+    int32_t bucket = -1;  // -1: the slot has no entry.
+  };
+  const Held* HeldAt(uint32_t slot) const {
+    if (mode_ != Mode::kBuckets || slot >= held_.size() || held_[slot].bucket < 0) return nullptr;
+    return &held_[slot];
+  }
+  // Removes `entry` from bucket `b`; false when it is not there.
+  bool EraseEntry(size_t b, const Entry& entry) {
+    if (EraseUnique(buckets_[b], entry) == 0) return false;
+    --size_;
+    if (buckets_[b].empty()) present_[b / 64] &= ~(uint64_t{1} << (b % 64));
+    held_[entry.slot].bucket = -1;
+    return true;
   }
 
   // Whether `key` of a node of `pool` has a bucket and an entry.
@@ -255,10 +274,6 @@ class SpreadOrder {
   Tree tree_;                      // kTree.
   std::vector<Bucket> buckets_;    // kBuckets: by memory used.
   std::vector<uint64_t> present_;  // kBuckets: bit b: buckets_[b] is not empty.
-  struct Held {
-    Entry entry;
-    int32_t bucket = -1;  // -1: the slot has no entry.
-  };
   std::vector<Held> held_;  // kBuckets: by slot, each node's entry.
 };
 
