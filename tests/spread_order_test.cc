@@ -4,6 +4,7 @@
 #include "src/internal/spread_order.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -69,8 +70,9 @@ bool SameKeys(const std::vector<SpreadKey>& a, const std::vector<SpreadKey>& b) 
 
 // Find() gives, while the order is in buckets, exactly the key and pool
 // each held node was inserted with, and nothing for the others.
-void ExpectFindsHeld(const SpreadOrder& order, const std::map<uint32_t, Held>& held) {
-  for (uint32_t slot = 0; slot < 200; ++slot) {
+void ExpectFindsHeld(const SpreadOrder& order, const std::map<uint32_t, Held>& held,
+                     uint32_t slots) {
+  for (uint32_t slot = 0; slot < slots; ++slot) {
     SpreadKey key;
     SpreadOrder::Pool pool;
     const bool found = order.Find(slot, &key, &pool);
@@ -87,14 +89,29 @@ void ExpectFindsHeld(const SpreadOrder& order, const std::map<uint32_t, Held>& h
   }
 }
 
-// Random inserts, erases and re-keys of up to 200 nodes; with
-// `odd_memory_at` >= 0, the node inserted at that step has other GPU memory.
-void RandomOperations(uint64_t seed, int64_t memory, int odd_memory_at, bool* ended_bucketed) {
+// What RandomOperations() does: `steps` random inserts, erases and re-keys
+// of up to `slots` nodes of `memory` units with at most `used_most` used;
+// with `odd_memory_at` >= 0, the node inserted at that step has other GPU
+// memory. Then every node is erased.
+struct Workload {
+  int64_t memory = 64;
+  int64_t used_most = 64;
+  int odd_memory_at = -1;
+  uint32_t slots = 200;
+  int steps = 20000;
+};
+
+void RandomOperations(uint64_t seed, const Workload& run, bool* ended_bucketed) {
   Keys gen(seed);
   SpreadOrder order;
   std::map<uint32_t, Held> held;
-  for (int step = 0; step < 20000; ++step) {
-    const uint32_t slot = static_cast<uint32_t>(gen.Uniform(0, 199));
+  auto check = [&](int step) {
+    ASSERT_TRUE(order.Consistent()) << "step " << step;
+    ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held))) << "step " << step;
+    ExpectFindsHeld(order, held, run.slots);
+  };
+  for (int step = 0; step < run.steps; ++step) {
+    const uint32_t slot = static_cast<uint32_t>(gen.Uniform(0, static_cast<int>(run.slots) - 1));
     auto it = held.find(slot);
     if (it != held.end()) {
       // Every other erase by slot while in buckets, as a release does.
@@ -105,43 +122,58 @@ void RandomOperations(uint64_t seed, int64_t memory, int odd_memory_at, bool* en
       }
       held.erase(it);
     }
-    if (step == odd_memory_at || gen.Uniform(0, 2) > 0) {
-      const int64_t m = step == odd_memory_at ? memory + 8 : memory;
-      const Held h = gen.Make(slot, m, gen.Uniform(0, static_cast<int>(m)));
+    if (step == run.odd_memory_at || gen.Uniform(0, 2) > 0) {
+      const int64_t m = step == run.odd_memory_at ? run.memory + 8 : run.memory;
+      const Held h = gen.Make(slot, m, gen.Uniform(0, static_cast<int>(run.used_most)));
       order.Insert(h.key, h.pool);
       held[slot] = h;
     }
     ASSERT_EQ(order.size(), held.size()) << "step " << step;
-    if (step % 97 == 0) {
-      ASSERT_TRUE(order.Consistent()) << "step " << step;
-      ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held))) << "step " << step;
-      ExpectFindsHeld(order, held);
-    }
+    if (step % 97 == 0) check(step);
   }
-  ASSERT_TRUE(order.Consistent());
-  ASSERT_TRUE(SameKeys(order.Keys(), Sorted(held)));
+  check(run.steps);
   // ForEach stops when told to.
   int seen = 0;
   order.ForEach([&](const SpreadKey&) { return ++seen < 5; });
   EXPECT_EQ(seen, std::min<int>(5, static_cast<int>(held.size())));
   *ended_bucketed = order.bucketed();
+  // Drained in random order, every bucket shrinks to nothing.
+  for (int step = run.steps; !held.empty(); ++step) {
+    auto it = held.begin();
+    std::advance(it, gen.Uniform(0, static_cast<int>(held.size()) - 1));
+    order.Erase(it->second.key, it->second.pool);
+    held.erase(it);
+    ASSERT_EQ(order.size(), held.size()) << "step " << step;
+    if (step % 31 == 0) check(step);
+  }
+  check(-1);
 }
 
 TEST(SpreadOrderTest, OnePoolKeepsBucketsInTheOrderOfASet) {
   bool bucketed = false;
-  RandomOperations(1, 64, -1, &bucketed);
+  RandomOperations(1, Workload{}, &bucketed);
+  EXPECT_TRUE(bucketed);
+}
+
+// Two amounts of memory used among 1,200 nodes (about 400 each): buckets grow past
+// kFlatMost into B-trees and shrink back into arrays.
+TEST(SpreadOrderTest, CrowdedBucketsTurnIntoTreesAndBack) {
+  static_assert(SpreadOrder::kFlatMost < 1200 / 3, "buckets must outgrow their arrays");
+  bool bucketed = false;
+  RandomOperations(5, Workload{64, 1, -1, 1200, 20000}, &bucketed);
   EXPECT_TRUE(bucketed);
 }
 
 TEST(SpreadOrderTest, ANodeOfAnotherKindTurnsItIntoOneTree) {
   bool bucketed = true;
-  RandomOperations(2, 64, 5000, &bucketed);
+  RandomOperations(2, Workload{64, 64, 5000}, &bucketed);
   EXPECT_FALSE(bucketed);
 }
 
 TEST(SpreadOrderTest, LargeNodesKeepOneTree) {
   bool bucketed = true;
-  RandomOperations(3, SpreadOrder::kMaxBuckets + 1, -1, &bucketed);
+  RandomOperations(3, Workload{SpreadOrder::kMaxBuckets + 1, SpreadOrder::kMaxBuckets + 1},
+                   &bucketed);
   EXPECT_FALSE(bucketed);
 }
 

@@ -38,8 +38,8 @@
 //    by (GPU memory used / GPU memory, compute used / compute, sum of the M
 //    largest free memories desc, tie desc, slot): spread of shared requests
 //    walks it from the least used node (a SpreadOrder, spread_order.h: on a
-//    pool of nodes with equal GPU memory and count, one small tree per
-//    amount of memory used);
+//    pool of nodes with equal GPU memory and count, one small sorted bucket
+//    per amount of memory used);
 //  - schedulable nodes by (idle healthy GPUs, free GPU memory, tie desc,
 //    slot): exclusive requests, binpack from the smallest idle count that
 //    suffices, spread from the largest.
