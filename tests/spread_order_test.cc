@@ -164,6 +164,37 @@ TEST(SpreadOrderTest, CrowdedBucketsTurnIntoTreesAndBack) {
   EXPECT_TRUE(bucketed);
 }
 
+// A key is one node's place in the order: a second key of the same place
+// (fields not ordered on aside) is not inserted, and erasing by such a key
+// erases the one held; in a bucket's array as in its tree.
+TEST(SpreadOrderTest, AKeyIsUniqueByItsPlaceInTheOrder) {
+  for (const size_t others : {size_t{0}, 2 * SpreadOrder::kFlatMost}) {
+    Keys gen(6);
+    SpreadOrder order;
+    for (uint32_t slot = 1; slot <= others; ++slot) {
+      const Held h = gen.Make(slot, 64, 10);  // All in the bucket of 10 units.
+      order.Insert(h.key, h.pool);
+    }
+    Held first = gen.Make(0, 64, 10);
+    first.key.kth = 3;
+    order.Insert(first.key, first.pool);
+    Held again = first;
+    again.key.kth = 7;
+    again.key.gpu = first.key.gpu == 0 ? 1 : 0;
+    order.Insert(again.key, again.pool);
+    ASSERT_EQ(order.size(), others + 1) << others;
+    SpreadKey key;
+    SpreadOrder::Pool pool;
+    ASSERT_TRUE(order.Find(0, &key, &pool));
+    EXPECT_EQ(key.kth, 3) << others;
+    EXPECT_EQ(key.gpu, first.key.gpu) << others;
+    order.Erase(again.key, again.pool);
+    EXPECT_EQ(order.size(), others) << others;
+    EXPECT_FALSE(order.Find(0, &key, &pool));
+    EXPECT_TRUE(order.Consistent());
+  }
+}
+
 TEST(SpreadOrderTest, ANodeOfAnotherKindTurnsItIntoOneTree) {
   bool bucketed = true;
   RandomOperations(2, Workload{64, 64, 5000}, &bucketed);

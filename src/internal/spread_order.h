@@ -215,11 +215,12 @@ class SpreadOrder {
   // at 10,000 nodes).
   class Bucket {
    public:
-    // False (and no change) when `e` is already there / not there.
+    // False (and no change) when an entry of the same place in the order
+    // (EntryLess) is already there / is not there.
     bool Insert(const Entry& e) {
       if (!tree_.empty()) return tree_.insert(e).second;
       const size_t at = LowerBound(e);
-      if (at < flat_.size() && flat_[at] == e) return false;
+      if (at < flat_.size() && !Less(e, flat_[at])) return false;
       flat_.insert(flat_.begin() + static_cast<ptrdiff_t>(at), e);
       if (flat_.size() > kFlatMost) {
         tree_.insert(flat_.begin(), flat_.end());  // In order.
@@ -237,7 +238,7 @@ class SpreadOrder {
         return true;
       }
       const size_t at = LowerBound(e);
-      if (at == flat_.size() || !(flat_[at] == e)) return false;
+      if (at == flat_.size() || Less(e, flat_[at])) return false;
       flat_.erase(flat_.begin() + static_cast<ptrdiff_t>(at));
       return true;
     }
