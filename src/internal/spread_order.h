@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <tuple>
 #include <vector>
 
 #include "absl/container/btree_set.h"
@@ -202,9 +201,13 @@ class SpreadOrder {
              gpu == o.gpu;
     }
   };
+  // (order, inv_tie, slot), written without branches for the buckets'
+  // search (Bucket).
   struct EntryLess {
     bool operator()(const Entry& a, const Entry& b) const {
-      return std::tie(a.order, a.inv_tie, a.slot) < std::tie(b.order, b.inv_tie, b.slot);
+      return (a.order < b.order) |
+             ((a.order == b.order) &
+              ((a.inv_tie < b.inv_tie) | ((a.inv_tie == b.inv_tie) & (a.slot < b.slot))));
     }
   };
   // The entries of one bucket, in EntryLess order: a sorted array while it
@@ -268,11 +271,7 @@ class SpreadOrder {
     }
 
    private:
-    static bool Less(const Entry& a, const Entry& b) {  // EntryLess, without branches.
-      return (a.order < b.order) |
-             ((a.order == b.order) &
-              ((a.inv_tie < b.inv_tie) | ((a.inv_tie == b.inv_tie) & (a.slot < b.slot))));
-    }
+    static bool Less(const Entry& a, const Entry& b) { return EntryLess()(a, b); }
     // The first position whose entry is not less than `e`.
     size_t LowerBound(const Entry& e) const {
       if (flat_.empty()) return 0;
