@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/utility/utility.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/node_race.h"
 #include "src/internal/status_macros.h"
@@ -229,9 +230,11 @@ absl::StatusOr<std::vector<FitResult>> Cluster::Fit(const Request& request) cons
 namespace internal {
 namespace {
 
-// Cluster::Plan(); also gives the position of the chosen node (`slot`).
-absl::StatusOr<Placement> PlanIn(const Cluster& cluster, const ClusterState& state,
-                                 const Request& request, Policy& policy, uint32_t* slot) {
+// Cluster::Plan(): fills `*out` (a default Placement) and gives the position
+// of the chosen node (`slot`). Filling the caller's placement, rather than
+// returning one, spares Place() two moves of it (its strings and GPU list).
+absl::Status PlanIn(const Cluster& cluster, const ClusterState& state, const Request& request,
+                    Policy& policy, Placement* out, uint32_t* slot) {
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
   if (state.placements.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request '", Echo(request.id), "' is already placed"));
@@ -288,7 +291,7 @@ absl::StatusOr<Placement> PlanIn(const Cluster& cluster, const ClusterState& sta
         "no node can host request '", Echo(request.id), "' (", state.nodes.size(),
         " nodes)", reasons));
   }
-  Placement p;
+  Placement& p = *out;
   p.request_id = request.id;
   p.node = state.nodes[best].name;
   p.gpus = std::move(best_choice.gpus);
@@ -303,15 +306,20 @@ absl::StatusOr<Placement> PlanIn(const Cluster& cluster, const ClusterState& sta
   p.cpu = demand.cpu;
   p.host_memory = demand.host_memory;
   *slot = static_cast<uint32_t>(best);
-  return p;
+  return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace internal
 
 absl::StatusOr<Placement> Cluster::Plan(const Request& request, Policy& policy) const {
+  absl::StatusOr<Placement> planned(absl::in_place);
   uint32_t slot;
-  return internal::PlanIn(*this, *state_, request, policy, &slot);
+  if (absl::Status s = internal::PlanIn(*this, *state_, request, policy, &*planned, &slot);
+      !s.ok()) {
+    planned = std::move(s);
+  }
+  return planned;
 }
 
 absl::StatusOr<Placement> Cluster::Plan(const Request& request,
@@ -377,12 +385,19 @@ absl::Status Cluster::Commit(const Placement& placement) {
 }
 
 absl::StatusOr<Placement> Cluster::Place(const Request& request, Policy& policy) {
+  // The placement is built where it is returned (one named StatusOr), and
+  // the store keeps a copy of it.
+  absl::StatusOr<Placement> placed(absl::in_place);
   uint32_t slot;
-  GPUSHARE_ASSIGN_OR_RETURN(Placement p, internal::PlanIn(*this, *state_, request, policy, &slot));
+  absl::Status s = internal::PlanIn(*this, *state_, request, policy, &*placed, &slot);
   // Plan() has checked the id and found the node: commit there directly.
-  GPUSHARE_RETURN_IF_ERROR(internal::CommitAt(*state_, slot, p));
-  policy.OnCommitted(p);
-  return p;
+  if (s.ok()) s = internal::CommitAt(*state_, slot, *placed);
+  if (s.ok()) {
+    policy.OnCommitted(*placed);
+  } else {
+    placed = std::move(s);
+  }
+  return placed;
 }
 
 absl::StatusOr<Placement> Cluster::Place(const Request& request, std::string_view policy) {
@@ -485,18 +500,17 @@ absl::StatusOr<std::vector<Placement>> Cluster::PlaceReplicas(const Request& req
   };
   for (const Request& copy : copies) {
     uint32_t index;
-    absl::StatusOr<Placement> p = internal::PlanIn(*this, *state_, copy, policy, &index);
-    if (!p.ok()) {
-      if (mode == ReplicaMode::kAsManyAsFit &&
-          p.status().code() == absl::StatusCode::kResourceExhausted) {
+    Placement p;
+    if (absl::Status s = internal::PlanIn(*this, *state_, copy, policy, &p, &index); !s.ok()) {
+      if (mode == ReplicaMode::kAsManyAsFit && s.code() == absl::StatusCode::kResourceExhausted) {
         break;
       }
-      return roll_back(p.status());
+      return roll_back(s);
     }
     versions.emplace_back(index, state_->nodes[index].version);
-    if (absl::Status s = internal::CommitAt(*state_, index, *p); !s.ok()) return roll_back(s);
-    policy.OnCommitted(*p);
-    placed.push_back(*std::move(p));
+    if (absl::Status s = internal::CommitAt(*state_, index, p); !s.ok()) return roll_back(s);
+    policy.OnCommitted(p);
+    placed.push_back(std::move(p));
   }
   return placed;
 }
