@@ -527,23 +527,40 @@ bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot,
   }
   if (!after_unlink || !p.valid || p.key.gpu < 0) return false;
   p.valid = false;
-  // The loosest GPU before was at least as loose as every other; if it is
-  // no tighter now, the loosest is it or one of the changed GPUs (the same
-  // rule as MakeSpreadBase(): policies::CompareGpus(), then the lower
-  // position).
+  // The loosest GPU (the same rule as MakeSpreadBase(): policies::
+  // CompareGpus(), then the lower position). The one before was at least as
+  // loose as every other GPU. If it is no tighter now, the loosest is it or
+  // one of the changed GPUs; if it is tighter (spread's own place takes the
+  // loosest GPU), any healthy GPU may be, and all are read. The pool follows
+  // from the changes alone.
   auto looser = [&](int a, int b) {
     const int c = policies::CompareGpus(node.gpus[a], node.gpus[b], /*tightest=*/false);
     return c != 0 ? c < 0 : a < b;
   };
   SpreadOrder::Pool pool = p.pool;
   int loosest = p.key.gpu;
+  bool loosest_tighter = false;
   for (size_t k = 0; k < gpus.size(); ++k) {
     const GpuStatus& g = node.gpus[gpus[k]];
     const auto [memory_used, compute_used] = p.used[k];
-    if (g.memory_used > memory_used || g.compute_used > compute_used) return false;  // Tighter.
     pool.memory_used += g.memory_used - memory_used;
     pool.compute_used += g.compute_used - compute_used;
-    if (g.healthy && looser(gpus[k], loosest)) loosest = gpus[k];
+    if (gpus[k] == p.key.gpu) {
+      // Less free memory, or as much and less free compute, or unhealthy.
+      loosest_tighter = g.memory_used > memory_used ||
+                        (g.memory_used == memory_used && g.compute_used > compute_used) ||
+                        !g.healthy;
+    } else if (g.healthy && looser(gpus[k], loosest)) {
+      loosest = gpus[k];
+    }
+  }
+  if (loosest_tighter) {
+    loosest = -1;
+    for (size_t i = 0; i < node.gpus.size(); ++i) {
+      const int gpu = static_cast<int>(i);
+      if (node.gpus[i].healthy && (loosest < 0 || looser(gpu, loosest))) loosest = gpu;
+    }
+    if (loosest < 0) return false;
   }
   const int64_t top = node.gpus[loosest].memory_free();
   order->Insert(SpreadKey{policies::Ratio(pool.memory_used, pool.memory),

@@ -266,9 +266,11 @@ class PlacementIndex {
   // UpdateKeys() of the spread order of single GPUs, when it is the only
   // order and the changed GPUs are known (a place or a release): Unlink()
   // erases the node's key as the order remembers it and notes the changed
-  // GPUs' use; Link() derives the new key from the old one when no changed
-  // GPU became tighter (a release). False when it did not: the caller
-  // computes the key from all of the node's GPUs.
+  // GPUs' use; Link() derives the new key from the old one and the changes:
+  // the pool from the changed GPUs' use, the loosest GPU from the changed
+  // GPUs (a release) or, when the loosest became tighter (a place), from
+  // all of the node's GPUs. False when it did not (no healthy GPU is left):
+  // the caller computes the key from all of them.
   bool UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot, uint64_t tie,
                             const std::vector<int>& gpus, bool insert, bool after_unlink);
   void CopyFrom(const PlacementIndex& other);
