@@ -777,7 +777,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
   auto enter = [&](auto& tree) {
     shape.SweepIfStale(tree);
-    while (!shape.Held(*tree.begin())) tree.erase(tree.begin());  // One is held.
+    // The stale keys in front of the first held one (one is held) go in
+    // one range erase: the B-tree removes a leaf's run of them at once and
+    // rebalances once, where erasing them one by one rebalances for each.
+    auto first = tree.begin();
+    while (!shape.Held(*first)) ++first;
+    if (first != tree.begin()) tree.erase(tree.begin(), first);
     const auto top = tree.begin()->score;
     int entered = 0;
     for (auto k = tree.begin(); k != tree.end() && k->score == top; ++k) {
