@@ -52,12 +52,31 @@ struct SpreadBase {
   std::array<int64_t, kMaxGpusPerNode + 1> top;  // top[k]: sum of the k largest frees.
 };
 
+// Spread's order of a node's GPUs: `a` before `b` when it has more free
+// memory, then more free compute (policies::CompareGpus()), then the lower
+// position.
+bool LooserGpu(const NodeStatus& node, int a, int b) {
+  const int c = policies::CompareGpus(node.gpus[a], node.gpus[b], /*tightest=*/false);
+  return c != 0 ? c < 0 : a < b;
+}
+
+// The node's first healthy GPU in that order; -1 when none is healthy.
+int LoosestGpu(const NodeStatus& node) {
+  int loosest = -1;
+  for (size_t i = 0; i < node.gpus.size(); ++i) {
+    const int gpu = static_cast<int>(i);
+    if (node.gpus[i].healthy && (loosest < 0 || LooserGpu(node, gpu, loosest))) loosest = gpu;
+  }
+  return loosest;
+}
+
 // With `sorted` false only top[0..1] are filled (enough for M = 1 spread).
 SpreadBase MakeSpreadBase(const NodeStatus& node, bool sorted) {
   SpreadBase b;
   int64_t memory = 0, memory_used = 0, compute_used = 0;
-  // The loosest GPU so far and its free memory and compute: a GPU replaces
-  // it only when strictly looser, as in policies::CompareGpus().
+  // The loosest GPU so far and its free memory and compute: LoosestGpu()'s
+  // answer, found in the pass that sums (a second pass over the GPUs cost
+  // multi-GPU spread 5% a pair). A GPU replaces it only when strictly looser.
   int64_t loosest_free = 0, loosest_compute = 0;
   for (size_t i = 0; i < node.gpus.size(); ++i) {
     const GpuStatus& g = node.gpus[i];
@@ -527,16 +546,11 @@ bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot,
   }
   if (!after_unlink || !p.valid || p.key.gpu < 0) return false;
   p.valid = false;
-  // The loosest GPU (the same rule as MakeSpreadBase(): policies::
-  // CompareGpus(), then the lower position). The one before was at least as
-  // loose as every other GPU. If it is no tighter now, the loosest is it or
-  // one of the changed GPUs; if it is tighter (spread's own place takes the
-  // loosest GPU), any healthy GPU may be, and all are read. The pool follows
-  // from the changes alone.
-  auto looser = [&](int a, int b) {
-    const int c = policies::CompareGpus(node.gpus[a], node.gpus[b], /*tightest=*/false);
-    return c != 0 ? c < 0 : a < b;
-  };
+  // The loosest GPU (LooserGpu()). The one before was at least as loose as
+  // every other GPU. If it is no tighter now, the loosest is it or one of
+  // the changed GPUs; if it is tighter (spread's own place takes the
+  // loosest GPU), any healthy GPU may be, and all are read (LoosestGpu()).
+  // The pool follows from the changes alone.
   SpreadOrder::Pool pool = p.pool;
   int loosest = p.key.gpu;
   bool loosest_tighter = false;
@@ -550,16 +564,12 @@ bool PlacementIndex::UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot,
       loosest_tighter = g.memory_used > memory_used ||
                         (g.memory_used == memory_used && g.compute_used > compute_used) ||
                         !g.healthy;
-    } else if (g.healthy && looser(gpus[k], loosest)) {
+    } else if (g.healthy && LooserGpu(node, gpus[k], loosest)) {
       loosest = gpus[k];
     }
   }
   if (loosest_tighter) {
-    loosest = -1;
-    for (size_t i = 0; i < node.gpus.size(); ++i) {
-      const int gpu = static_cast<int>(i);
-      if (node.gpus[i].healthy && (loosest < 0 || looser(gpu, loosest))) loosest = gpu;
-    }
+    loosest = LoosestGpu(node);
     if (loosest < 0) return false;
   }
   const int64_t top = node.gpus[loosest].memory_free();

@@ -248,16 +248,13 @@ class SpreadOrder {
     // Calls f(entry) in order while it returns true; false when one did not.
     template <typename F>
     bool ForEach(F&& f) const {
-      if (!tree_.empty()) {
-        for (const Entry& e : tree_) {
+      auto walk = [&](const auto& entries) {
+        for (const Entry& e : entries) {
           if (!f(e)) return false;
         }
         return true;
-      }
-      for (const Entry& e : flat_) {
-        if (!f(e)) return false;
-      }
-      return true;
+      };
+      return tree_.empty() ? walk(flat_) : walk(tree_);
     }
     bool empty() const { return flat_.empty() && tree_.empty(); }
     size_t size() const { return flat_.size() + tree_.size(); }
