@@ -22,6 +22,7 @@
 #include "src/fgd/kernel.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/score_memo.h"
+#include "src/internal/score_sets.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/scanned_policy.h"
 #include "tests/testing/sim_fixtures.h"
@@ -412,6 +413,75 @@ TEST(ScoreMemoTest, CpuOnlyRequestsPastManyNodesThatDoNotFitAreExact) {
     EXPECT_EQ(memo.Plan(huge, *policy).status(), scan.Plan(huge, scanned).status());
     EXPECT_OK(memo.CheckInvariants());
   }
+}
+
+// A kernel shape keeps its feasible nodes in per-score bit sets while it has
+// at most ScoreSets::kMaxScores distinct scores, and moves them to a tree at
+// the first score past that. Here bestfit first sees one score (identical
+// idle nodes), then 300 (each node's CPU use differs by about a point of
+// bestfit's score): the move happens within a walk of changed nodes, and the
+// memo stays exact through the places and releases after it.
+TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
+  constexpr int kNodes = 300;
+  static_assert(kNodes > static_cast<int>(internal::ScoreSets::kMaxScores) * 2);
+  Cluster memo, scan;
+  ScannedPolicy scanned(Make("bestfit"));
+  auto policy = Make("bestfit");
+  for (int i = 0; i < kNodes; ++i) {
+    Node n;
+    n.name = absl::StrCat("n", i);
+    n.labels = {{"gpushare", "true"}};
+    n.cpu = 1000000;
+    n.gpus.assign(2, Gpu{16, "T4", "", true});
+    ASSERT_OK(memo.AddNode(n));
+    ASSERT_OK(scan.AddNode(n));
+  }
+  Request r;
+  r.id = "probe";
+  r.compute = 200;
+  r.cpu = 1000;
+  auto same_plan = [&] {
+    absl::StatusOr<Placement> got = memo.Plan(r, *policy);
+    absl::StatusOr<Placement> want = scan.Plan(r, scanned);
+    ASSERT_OK(got.status());
+    ASSERT_OK(want.status());
+    EXPECT_EQ(*got, *want);
+    EXPECT_OK(memo.CheckInvariants());
+  };
+  ASSERT_NO_FATAL_FAILURE(same_plan());  // One score: the sets.
+  for (int i = 0; i < kNodes; ++i) {
+    Placement p;
+    p.request_id = absl::StrCat("bg", i);
+    p.node = absl::StrCat("n", i);
+    p.cpu = 2600 * ((i * 7) % kNodes);  // Scores in another order than the slots.
+    ASSERT_OK(memo.Commit(p));
+    ASSERT_OK(scan.Commit(p));
+  }
+  ASSERT_NO_FATAL_FAILURE(same_plan());  // 300 scores: the tree.
+  std::mt19937_64 rng(testing::TestSeed(31));
+  std::vector<std::string> placed;
+  for (int step = 0; step < 600; ++step) {
+    SCOPED_TRACE(step);
+    if (!placed.empty() && rng() % 3 == 0) {
+      const size_t k = rng() % placed.size();
+      ASSERT_OK(memo.Release(placed[k]));
+      ASSERT_OK(scan.Release(placed[k]));
+      placed[k] = placed.back();
+      placed.pop_back();
+      continue;
+    }
+    Request q = r;
+    q.id = absl::StrCat("q", step);
+    q.cpu = 1000 * static_cast<int64_t>(1 + rng() % 8);
+    absl::StatusOr<Placement> got = memo.Place(q, *policy);
+    absl::StatusOr<Placement> want = scan.Place(q, scanned);
+    ASSERT_EQ(got.status(), want.status());
+    if (!got.ok()) continue;
+    ASSERT_EQ(*got, *want);
+    placed.push_back(q.id);
+  }
+  EXPECT_GT(placed.size(), 100u);
+  EXPECT_OK(memo.CheckInvariants());
 }
 
 // More (node, shape) verdicts than the memo keeps (about 3,800 shapes of

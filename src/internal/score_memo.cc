@@ -20,6 +20,7 @@
 #include "src/internal/fit_summary.h"
 #include "src/internal/node_race.h"
 #include "src/internal/placement_index.h"
+#include "src/internal/score_sets.h"
 #include "src/policies/gpu_order.h"
 #include "src/topology/node_gpus.h"
 
@@ -167,8 +168,43 @@ struct ScoreMemo::Memo {
     // dropped when met at the front, or by SweepIfStale()), which spares a
     // tree descent per change. Held() tells them apart. After each Plan(),
     // at most 2 * feasible + kStaleSlack keys.
-    absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies.
+    absl::btree_set<PrimaryKey, KeyLess> tree;     // Kernel policies, by_sets false.
     absl::btree_set<FullKey, KeyLess> full_tree;  // The others.
+    // Kernel policies keep their keys in ScoreSets while they have at most
+    // ScoreSets::kMaxScores distinct scores (the whole-number ones do), by
+    // the node ranks Data::rank_of had at Data::ranks_version sets_ranks;
+    // in the tree from the first score past that on. A bit is held when its
+    // node is feasible with that score (HeldInSets()), as a key is.
+    bool by_sets = false;
+    ScoreSets sets;
+    uint64_t sets_ranks = 0;
+    bool HeldInSets(double score, uint32_t slot) const {
+      return Live(slot) && verdicts[slot].score == score;
+    }
+    // Sets every feasible verdict's bit in sets, for ranks `rank_of` (the
+    // order changed: a node was added). Their scores are among those the
+    // sets held, so no Add() fails; should one, the keys go to the tree.
+    void FillSets(const std::vector<uint32_t>& rank_of, const std::vector<uint64_t>& tie_keys) {
+      sets.Reset(static_cast<uint32_t>(rank_of.size()));
+      for (uint32_t slot = 0; slot < verdicts.size(); ++slot) {
+        if (Live(slot) && !sets.Add(verdicts[slot].score, rank_of[slot])) {
+          MoveToTree(tie_keys);
+          return;
+        }
+      }
+    }
+    // From the sets to the tree, for good.
+    void MoveToTree(const std::vector<uint64_t>& tie_keys) {
+      by_sets = false;
+      sets = ScoreSets();
+      std::vector<PrimaryKey> keys;
+      keys.reserve(feasible);
+      for (uint32_t slot = 0; slot < verdicts.size(); ++slot) {
+        if (Live(slot)) keys.push_back(PrimaryKey{verdicts[slot].score, tie_keys[slot], slot});
+      }
+      std::sort(keys.begin(), keys.end(), KeyLess());
+      tree = absl::btree_set<PrimaryKey, KeyLess>(keys.begin(), keys.end());
+    }
     size_t feasible = 0;                          // Feasible verdicts.
     bool Held(const PrimaryKey& k) const {
       return Live(k.slot) && verdicts[k.slot].score == k.score;
@@ -321,12 +357,30 @@ struct ScoreMemo::Data {
   std::vector<std::unique_ptr<Memo>> memos;
   uint64_t clock = 0;
   int64_t entries = 0;  // Verdicts held, over every shape.
+  // The nodes in the tie order (TieBefore()), for the shapes' ScoreSets:
+  // slot_at[r] is the node of rank r, rank_of[slot] its rank. Made for the
+  // node count of the last EnsureRanks(), numbered by ranks_version. (Only
+  // an added node changes the order: a removed one clears the memo.)
+  std::vector<uint32_t> rank_of, slot_at;
+  uint64_t ranks_version = 0;
+
+  void EnsureRanks(const ClusterState& state, uint32_t n) {
+    if (rank_of.size() == n) return;
+    slot_at.resize(n);
+    for (uint32_t slot = 0; slot < n; ++slot) slot_at[slot] = slot;
+    std::sort(slot_at.begin(), slot_at.end(),
+              [&](uint32_t a, uint32_t b) { return TieBefore(state.tie_keys, a, b); });
+    rank_of.resize(n);
+    for (uint32_t r = 0; r < n; ++r) rank_of[slot_at[r]] = r;
+    ++ranks_version;
+  }
 
   Data() = default;
   Data(const Data& other)
       : stamps(other.stamps), summaries(other.summaries), log(other.log),
-        log_base(other.log_base), logged(other.logged),
-        clock(other.clock), entries(other.entries) {
+        log_base(other.log_base), logged(other.logged), clock(other.clock),
+        entries(other.entries), rank_of(other.rank_of), slot_at(other.slot_at),
+        ranks_version(other.ranks_version) {
     for (const auto& m : other.memos) memos.push_back(std::make_unique<Memo>(*m));
   }
 
@@ -603,6 +657,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape->request.topology = request.topology;
     shape->demand = demand;
     shape->full = kernel == nullptr;
+    shape->by_sets = kernel != nullptr;
     if (kernel != nullptr) {
       Request unselected = shape->request;
       unselected.node_selector.clear();
@@ -622,6 +677,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape.live.resize((n + 63) / 64);
     if (shape.full) shape.rest.resize(n);
     if (shape.keyed) shape.topology.resize(n);
+  }
+  if (shape.by_sets) {
+    d.EnsureRanks(state, n);
+    if (shape.sets_ranks != d.ranks_version) {
+      shape.FillSets(d.rank_of, state.tie_keys);
+      shape.sets_ranks = d.ranks_version;
+    }
   }
   if (kernel != nullptr && memo->groups[shape.group].verdicts.size() < n) {
     std::vector<Evaluation>& group = memo->groups[shape.group].verdicts;
@@ -660,7 +722,6 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   auto refresh = [&](uint32_t slot) {
     Verdict& v = shape.verdicts[slot];
     const uint64_t stamp = d.stamps[slot];
-    const uint64_t tie = state.tie_keys[slot];
     const NodeStatus& node = state.nodes[slot];
     if (d.summaries[slot].Refuses(shape.demand) ||
         !NodeFits(node, shape.demand, shape.request, &fitting)) {
@@ -746,11 +807,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     shape.feasible += !live;  // The old key, if any, is stale now.
     shape.SetLive(slot, true);
     v.score = keys.primary;
-    if (kernel != nullptr) {
-      shape.tree.insert(PrimaryKey{keys.primary, tie, slot});
-    } else {
+    if (kernel == nullptr) {
       shape.rest[slot] = {keys.secondary, keys.tertiary};
-      shape.full_tree.insert(FullKey{keys, tie, slot});
+      shape.full_tree.insert(FullKey{keys, state.tie_keys[slot], slot});
+    } else if (!shape.by_sets) {
+      shape.tree.insert(PrimaryKey{keys.primary, state.tie_keys[slot], slot});
+    } else if (!shape.sets.Add(keys.primary, d.rank_of[slot])) {
+      shape.MoveToTree(state.tie_keys);  // This node's key included.
     }
     return true;
   };
@@ -768,6 +831,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   if (shape.feasible == 0) {
     shape.tree.clear();  // Every key left is stale.
     shape.full_tree.clear();
+    if (shape.by_sets) shape.sets.Reset(shape.sets.num_ranks());
     if (none_feasible != nullptr) *none_feasible = true;
     return false;
   }
@@ -793,7 +857,18 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       if (++entered >= kTopologyWindow || race.Settled()) break;
     }
   };
-  if (kernel != nullptr) {
+  if (shape.by_sets) {
+    int entered = 0;
+    shape.sets.TakeBest(
+        [&](double score, uint32_t rank) { return shape.HeldInSets(score, d.slot_at[rank]); },
+        [&](uint32_t rank) {
+          const uint32_t slot = d.slot_at[rank];
+          NodeChoice entry;
+          entry.score = shape.ScoreAt(slot);
+          race.Offer(slot, std::move(entry));
+          return ++entered < kTopologyWindow && !race.Settled();
+        });
+  } else if (kernel != nullptr) {
     enter(shape.tree);
   } else {
     enter(shape.full_tree);
@@ -829,6 +904,24 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
       for (uint64_t word : shape->live) feasible += __builtin_popcountll(word);
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->feasible) return false;
+      if (shape->by_sets) {
+        // Each feasible verdict has its bit in the sets, when they are for
+        // the ranks of today's nodes (a node added since leaves them to be
+        // filled again on the shape's next Plan()).
+        if (!shape->tree.empty() || !shape->sets.Consistent()) return false;
+        if (shape->sets_ranks != data_->ranks_version) continue;
+        if (shape->sets.num_ranks() != shape->verdicts.size() ||
+            data_->slot_at.size() != shape->verdicts.size()) {
+          return false;
+        }
+        size_t held = 0;
+        shape->sets.ForEach([&](double score, uint32_t rank) {
+          held += shape->HeldInSets(score, data_->slot_at[rank]);
+        });
+        if (held != feasible) return false;
+        continue;
+      }
+      if (shape->sets.num_scores() != 0) return false;
       // Every feasible verdict's key is in the tree (stale keys may be too).
       size_t held = 0;
       for (const PrimaryKey& k : shape->tree) {

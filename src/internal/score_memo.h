@@ -14,9 +14,13 @@
 // first entry that still matches its node's verdict is the scan's winner,
 // ties included (a changed verdict leaves its old key behind, to be dropped
 // when met at the front or swept once such keys outnumber the feasible
-// ones: a change then costs one tree descent, not two). Changes are recorded by
-// Touch() (called by PlacementIndex::Link() for every change to a node) and
-// applied lazily: a shape re-scores, on its next Plan(), only the nodes that
+// ones: a change then costs one tree descent, not two). The kernel
+// policies' shapes keep that order as one bit set per distinct score
+// instead (ScoreSets, by each node's rank in the tie order) while they have
+// at most ScoreSets::kMaxScores scores, as the whole-number ones do (bestfit,
+// dotprod, gpupacking, gpuclustering): a change then sets a bit. Changes
+// are recorded by Touch() (called by PlacementIndex::Link() for every change
+// to a node) and applied lazily: a shape re-scores, on its next Plan(), only the nodes that
 // changed since its last one. Most re-scores are refusals (at openb x8, nine
 // in ten: the node no longer has the CPU, memory or GPUs), so a walk first
 // asks each node's FitSummary, one cache line kept by Touch(), and a shape
@@ -43,7 +47,8 @@
 // the Demand, the GPU models and the node selector. The memory is bounded:
 // at most kMaxPolicies policy keys and kMaxEntries (node, shape) verdicts
 // (the kernel policies' evaluations shared by shapes that differ only in
-// host memory or node selector counted among them);
+// host memory or node selector counted among them; a shape's score sets
+// take at most as much again, a bit per node and score);
 // the least recently used shape is dropped to make room (and rebuilt, by a
 // full scan, when it is asked for again).
 

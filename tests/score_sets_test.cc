@@ -1,0 +1,154 @@
+// ScoreSets (src/internal/score_sets.h) against a plain model: each rank's
+// current score, or none. The sets may hold stale bits (a rank's old score,
+// or a rank that is gone); TakeBest() must see through them exactly as the
+// memo's `held` does, and clear them.
+
+#include "src/internal/score_sets.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/seeds.h"
+
+namespace gpushare::internal {
+namespace {
+
+// The best score held by some rank, and its ranks in order; nullopt when
+// no rank holds a score.
+std::optional<std::pair<double, std::vector<uint32_t>>> Best(
+    const std::vector<std::optional<double>>& current) {
+  std::map<double, std::set<uint32_t>> by_score;
+  for (uint32_t r = 0; r < current.size(); ++r) {
+    if (current[r]) by_score[*current[r]].insert(r);
+  }
+  if (by_score.empty()) return std::nullopt;
+  const auto& [score, ranks] = *by_score.rbegin();
+  return std::make_pair(score, std::vector<uint32_t>(ranks.begin(), ranks.end()));
+}
+
+// Random adds (moving a rank to a new score leaves its old bit behind),
+// removals (the bit stays) and takes of the best, over `n` ranks and scores
+// drawn from `values` distinct ones.
+void RandomOperations(uint64_t seed, uint32_t n, int values) {
+  std::mt19937_64 rng(testing::TestSeed(seed));
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  ScoreSets sets;
+  sets.Reset(n);
+  std::vector<std::optional<double>> current(n);
+  int takes = 0, held_takes = 0;
+  for (int step = 0; step < 20000; ++step) {
+    SCOPED_TRACE(step);
+    const int op = uniform(0, 9);
+    const uint32_t rank = static_cast<uint32_t>(uniform(0, static_cast<int>(n) - 1));
+    if (op < 5) {  // A rank gets a (maybe new) score.
+      const double score = uniform(0, values - 1) * 0.5 - 3;
+      ASSERT_TRUE(sets.Add(score, rank));
+      current[rank] = score;
+    } else if (op < 7) {  // A rank goes (infeasible): its bit stays, stale.
+      current[rank].reset();
+    } else {  // The best, and as many of its ranks as asked for.
+      const size_t want = static_cast<size_t>(uniform(1, 5));
+      std::vector<uint32_t> taken;
+      double taken_score = 0;
+      const bool found = sets.TakeBest(
+          [&](double score, uint32_t r) {
+            EXPECT_LT(r, n);
+            return r < n && current[r] && *current[r] == score;
+          },
+          [&](uint32_t r) {
+            taken_score = *current[r];
+            taken.push_back(r);
+            return taken.size() < want;
+          });
+      const auto best = Best(current);
+      ++takes;
+      ASSERT_EQ(found, best.has_value());
+      if (found) {
+        ++held_takes;
+        EXPECT_EQ(taken_score, best->first);
+        std::vector<uint32_t> expected = best->second;
+        if (expected.size() > want) expected.resize(want);
+        EXPECT_EQ(taken, expected);
+      } else {
+        EXPECT_EQ(sets.num_scores(), 0u);  // Every bit was stale: all gone.
+      }
+    }
+    ASSERT_TRUE(sets.Consistent());
+  }
+  // Every bit still held is one of a current score.
+  size_t bits = 0, held = 0;
+  sets.ForEach([&](double score, uint32_t r) {
+    ++bits;
+    held += current[r] && *current[r] == score;
+  });
+  size_t live = 0;
+  for (const auto& c : current) live += c.has_value();
+  EXPECT_EQ(held, live);
+  EXPECT_GE(bits, held);
+  EXPECT_GT(held_takes, takes / 2);
+}
+
+TEST(ScoreSetsTest, MatchesAPlainModelOverRandomOperations) {
+  for (uint32_t n : {1u, 63u, 64u, 65u, 700u, 4097u, 5000u}) {
+    SCOPED_TRACE(n);
+    RandomOperations(n, n, 12);
+  }
+}
+
+TEST(ScoreSetsTest, ManyRanksFewScores) { RandomOperations(99, 20000, 3); }
+
+TEST(ScoreSetsTest, AtMostMaxScoresAndAFailedAddChangesNothing) {
+  ScoreSets sets;
+  sets.Reset(300);
+  for (uint32_t i = 0; i < ScoreSets::kMaxScores; ++i) {
+    ASSERT_TRUE(sets.Add(static_cast<double>(i), i));
+  }
+  EXPECT_EQ(sets.num_scores(), ScoreSets::kMaxScores);
+  EXPECT_FALSE(sets.Add(-1.0, 200));   // A new score: refused.
+  EXPECT_FALSE(sets.Add(1000.0, 201));
+  EXPECT_TRUE(sets.Add(5.0, 202));     // A score held: fine.
+  EXPECT_EQ(sets.num_scores(), ScoreSets::kMaxScores);
+  EXPECT_TRUE(sets.Consistent());
+  std::set<std::pair<double, uint32_t>> bits;
+  sets.ForEach([&](double score, uint32_t r) { bits.emplace(score, r); });
+  EXPECT_EQ(bits.size(), ScoreSets::kMaxScores + 1);
+  EXPECT_FALSE(bits.count({-1.0, 200u}));
+  EXPECT_FALSE(bits.count({1000.0, 201u}));
+  EXPECT_TRUE(bits.count({5.0, 202u}));
+  // Once the best scores' bits are all stale they go, and make room.
+  std::vector<uint32_t> taken;
+  EXPECT_TRUE(sets.TakeBest([](double score, uint32_t) { return score < 100; },
+                            [&](uint32_t r) {
+                              taken.push_back(r);
+                              return true;
+                            }));
+  EXPECT_EQ(taken, std::vector<uint32_t>{99});
+  EXPECT_EQ(sets.num_scores(), 100u);
+  EXPECT_TRUE(sets.Add(-1.0, 200));
+  EXPECT_TRUE(sets.Consistent());
+}
+
+// Zero and minus zero are one score, as the scan's comparison has it.
+TEST(ScoreSetsTest, ZeroAndMinusZeroAreOneScore) {
+  ScoreSets sets;
+  sets.Reset(10);
+  ASSERT_TRUE(sets.Add(0.0, 3));
+  ASSERT_TRUE(sets.Add(-0.0, 1));
+  EXPECT_EQ(sets.num_scores(), 1u);
+  std::vector<uint32_t> taken;
+  EXPECT_TRUE(sets.TakeBest([](double, uint32_t) { return true; },
+                            [&](uint32_t r) {
+                              taken.push_back(r);
+                              return true;
+                            }));
+  EXPECT_EQ(taken, (std::vector<uint32_t>{1, 3}));
+}
+
+}  // namespace
+}  // namespace gpushare::internal
