@@ -418,13 +418,20 @@ TEST(ScoreMemoTest, CpuOnlyRequestsPastManyNodesThatDoNotFitAreExact) {
 // A kernel shape keeps its feasible nodes in per-score bit sets while it has
 // at most ScoreSets::kMaxScores distinct scores, and moves them to a tree at
 // the first score past that. Here bestfit first sees one score (identical
-// idle nodes), then 300 (each node's CPU use differs by about a point of
-// bestfit's score): the move happens within a walk of changed nodes, and the
-// memo stays exact through the places and releases after it.
-TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
+// idle nodes), then 150 (pairs of nodes whose CPU use differs by about a
+// point of bestfit's score from the next pair's): the move happens within a
+// walk of changed nodes, and the memo stays exact through the places and
+// releases after it. With `topology`, the nodes have two NVLink pairs of
+// GPUs, and in each pair of nodes one holds a whole pair (its free GPUs are
+// a pair) and the other one GPU of each (its free GPUs are not): equal
+// scores, and the requests for two GPUs prefer NVLink, so the tree's first
+// nodes of the best score must race on their topology keys as the scan's do.
+void ManyScoresLockStep(bool topology) {
   constexpr int kNodes = 300;
-  static_assert(kNodes > static_cast<int>(internal::ScoreSets::kMaxScores) * 2);
-  Cluster memo, scan;
+  static_assert(kNodes / 2 > static_cast<int>(internal::ScoreSets::kMaxScores));
+  ClusterOptions options;
+  options.tie_break_seed = 11;
+  Cluster memo(options), scan(options);
   ScannedPolicy scanned(Make("bestfit"));
   auto policy = Make("bestfit");
   for (int i = 0; i < kNodes; ++i) {
@@ -432,7 +439,8 @@ TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
     n.name = absl::StrCat("n", i);
     n.labels = {{"gpushare", "true"}};
     n.cpu = 1000000;
-    n.gpus.assign(2, Gpu{16, "T4", "", true});
+    n.gpus.assign(4, Gpu{16, "T4", "", true});
+    if (topology) n.topology = testing::PairedTopology(4, /*all_nvlink=*/false);
     ASSERT_OK(memo.AddNode(n));
     ASSERT_OK(scan.AddNode(n));
   }
@@ -440,6 +448,10 @@ TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
   r.id = "probe";
   r.compute = 200;
   r.cpu = 1000;
+  if (topology) {
+    r.gpu_count = 2;
+    r.topology = testing::DrawnTopologyNeed(/*mode=*/1, /*nvlink=*/true, /*weakest_link=*/true);
+  }
   auto same_plan = [&] {
     absl::StatusOr<Placement> got = memo.Plan(r, *policy);
     absl::StatusOr<Placement> want = scan.Plan(r, scanned);
@@ -453,11 +465,15 @@ TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
     Placement p;
     p.request_id = absl::StrCat("bg", i);
     p.node = absl::StrCat("n", i);
-    p.cpu = 2600 * ((i * 7) % kNodes);  // Scores in another order than the slots.
+    p.cpu = 2600 * ((i / 2 * 7) % (kNodes / 2));  // Scores in another order than the slots.
+    if (topology) {
+      p.gpus = i % 2 == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+      p.exclusive = true;
+    }
     ASSERT_OK(memo.Commit(p));
     ASSERT_OK(scan.Commit(p));
   }
-  ASSERT_NO_FATAL_FAILURE(same_plan());  // 300 scores: the tree.
+  ASSERT_NO_FATAL_FAILURE(same_plan());  // 150 scores: the tree.
   std::mt19937_64 rng(testing::TestSeed(31));
   std::vector<std::string> placed;
   for (int step = 0; step < 600; ++step) {
@@ -483,6 +499,10 @@ TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) {
   EXPECT_GT(placed.size(), 100u);
   EXPECT_OK(memo.CheckInvariants());
 }
+
+TEST(ScoreMemoTest, ShapesWithManyDistinctScoresMoveToATree) { ManyScoresLockStep(false); }
+
+TEST(ScoreMemoTest, ShapesInATreeRaceOnTopologyAsTheScanDoes) { ManyScoresLockStep(true); }
 
 // More (node, shape) verdicts than the memo keeps (about 3,800 shapes of
 // 1,100 nodes): it drops the least recently used shapes, builds them again

@@ -843,6 +843,14 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   // The first nodes of the best policy score, in the tie-break order, race
   // on the topology key (NodeRace, as the scan does).
   NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
+  int entered = 0;
+  // Offers the node in `slot` to the race; false once the race wants no more.
+  auto offer = [&](uint32_t slot) {
+    NodeChoice entry;
+    entry.score = shape.ScoreAt(slot);
+    race.Offer(slot, std::move(entry));
+    return ++entered < kTopologyWindow && !race.Settled();
+  };
   auto enter = [&](auto& tree) {
     shape.SweepIfStale(tree);
     // The stale keys in front of the first held one (one is held) go in
@@ -852,26 +860,14 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     while (!shape.Held(*first)) ++first;
     if (first != tree.begin()) tree.erase(tree.begin(), first);
     const auto top = tree.begin()->score;
-    int entered = 0;
     for (auto k = tree.begin(); k != tree.end() && k->score == top; ++k) {
-      if (!shape.Held(*k)) continue;
-      NodeChoice entry;
-      entry.score = shape.ScoreAt(k->slot);
-      race.Offer(k->slot, std::move(entry));
-      if (++entered >= kTopologyWindow || race.Settled()) break;
+      if (shape.Held(*k) && !offer(k->slot)) break;
     }
   };
   if (shape.by_sets) {
-    int entered = 0;
     shape.sets.TakeBest(
         [&](double score, uint32_t rank) { return shape.HeldInSets(score, d.slot_at[rank]); },
-        [&](uint32_t rank) {
-          const uint32_t slot = d.slot_at[rank];
-          NodeChoice entry;
-          entry.score = shape.ScoreAt(slot);
-          race.Offer(slot, std::move(entry));
-          return ++entered < kTopologyWindow && !race.Settled();
-        });
+        [&](uint32_t rank) { return offer(d.slot_at[rank]); });
   } else if (kernel != nullptr) {
     enter(shape.tree);
   } else {
