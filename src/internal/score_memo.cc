@@ -893,6 +893,18 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
       if (data_->summaries[slot] != FitSummary(state.nodes[slot])) return false;
     }
   }
+  // The ranks, when made for today's nodes, are their tie order (nodes
+  // added since leave them to be made again; nothing else may change it).
+  const std::vector<uint32_t>& slot_at = data_->slot_at;
+  if (slot_at.size() != data_->rank_of.size() || slot_at.size() > state.nodes.size()) {
+    return false;
+  }
+  if (slot_at.size() == state.nodes.size()) {
+    for (uint32_t r = 0; r < slot_at.size(); ++r) {
+      if (slot_at[r] >= slot_at.size() || data_->rank_of[slot_at[r]] != r) return false;
+      if (r > 0 && !TieBefore(state.tie_keys, slot_at[r - 1], slot_at[r])) return false;
+    }
+  }
   int64_t entries = 0;
   for (const auto& m : data_->memos) entries += m->Entries();
   if (entries != data_->entries) return false;
