@@ -174,13 +174,10 @@ struct ScoreMemo::Memo {
     // ScoreSets::kMaxScores distinct scores (the whole-number ones do), by
     // the node ranks Data::rank_of had at Data::ranks_version sets_ranks;
     // in the tree from the first score past that on. A bit is held when its
-    // node is feasible with that score (HeldInSets()), as a key is.
+    // node is feasible with that score (Holds()), as a key is.
     bool by_sets = false;
     ScoreSets sets;
     uint64_t sets_ranks = 0;
-    bool HeldInSets(double score, uint32_t slot) const {
-      return Live(slot) && verdicts[slot].score == score;
-    }
     // Sets every feasible verdict's bit in sets, for ranks `rank_of` (the
     // order changed: a node was added). Their scores are among those the
     // sets held, so no Add() fails; should one, the keys go to the tree.
@@ -206,9 +203,12 @@ struct ScoreMemo::Memo {
       tree = absl::btree_set<PrimaryKey, KeyLess>(keys.begin(), keys.end());
     }
     size_t feasible = 0;                          // Feasible verdicts.
-    bool Held(const PrimaryKey& k) const {
-      return Live(k.slot) && verdicts[k.slot].score == k.score;
+    // Whether the node in `slot` is feasible with primary score `score`:
+    // a kernel shape's key, or bit, of that score is held, not stale.
+    bool Holds(uint32_t slot, double score) const {
+      return Live(slot) && verdicts[slot].score == score;
     }
+    bool Held(const PrimaryKey& k) const { return Holds(k.slot, k.score); }
     bool Held(const FullKey& k) const {
       return Live(k.slot) && PolicyScoreAt(k.slot) == k.score;
     }
@@ -866,7 +866,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   };
   if (shape.by_sets) {
     shape.sets.TakeBest(
-        [&](double score, uint32_t rank) { return shape.HeldInSets(score, d.slot_at[rank]); },
+        [&](double score, uint32_t rank) { return shape.Holds(d.slot_at[rank], score); },
         [&](uint32_t rank) { return offer(d.slot_at[rank]); });
   } else if (kernel != nullptr) {
     enter(shape.tree);
@@ -928,7 +928,7 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
         }
         size_t held = 0;
         shape->sets.ForEach([&](double score, uint32_t rank) {
-          held += shape->HeldInSets(score, data_->slot_at[rank]);
+          held += shape->Holds(data_->slot_at[rank], score);
         });
         if (held != feasible) return false;
         continue;
