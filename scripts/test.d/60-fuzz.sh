@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A short run of every libFuzzer target of fuzz/ (scripts/fuzz.sh):
-# GPUSHARE_FUZZ_SECONDS (default 60) seconds each, one after the other (six
-# targets: 6 minutes), plus the clang build of the library and the targets
+# GPUSHARE_FUZZ_SECONDS (default 60) seconds each, one after the other (seven
+# targets: 7 minutes), plus the clang build of the library and the targets
 # (235 s wall cold on 2 cores, seconds with a warm ccache). Fails on any
 # crash, leak, timeout or sanitizer report and prints the reproducer.
 # Installs clang-14 and libclang-rt-14-dev on first use.
