@@ -2,13 +2,13 @@
 // policies: nodes added and removed, with amounts at the edges of what the
 // placement indexes and the score memo keep compactly (values past 16, 31
 // and 32 bits, more GPUs than a node's fit summary judges, unhealthy GPUs,
-// NVLink pairs); requests of every kind, placed, or planned and committed
-// after other changes; releases, repeated and unknown; GPU health and
-// cordons. Properties, at every step:
-//  - Place() and Plan() through the indexes and the score memo answer as the
-//    generic scan over every node (the same built-in policy behind a wrapper
-//    that Cluster::Plan() does not recognise): the same placement, or the
-//    same error code;
+// NVLink pairs); requests of every kind, placed (one or as replicas), or
+// planned and committed after other changes; releases, repeated and
+// unknown; GPU health and cordons. Properties, at every step:
+//  - Place(), Plan() and PlaceReplicas() through the indexes and the score
+//    memo answer as the generic scan over every node (the same built-in
+//    policy behind a wrapper that Cluster::Plan() does not recognise): the
+//    same placements, or the same error code;
 //  - a failed call changes nothing (the snapshot is the same text);
 //  - CheckInvariants() holds: no GPU, CPU or host memory promised past what
 //    it has;
