@@ -107,6 +107,14 @@ inline bool ModelAllowed(const Request& request, const GpuStatus& gpu) {
 // CPU and host memory. NodeFits() is NodeAdmits() and then the GPUs.
 bool NodeAdmits(const NodeStatus& node, const Demand& demand, const Request& request);
 
+// Fetches `node`'s status (four cache lines) into cache ahead of its use:
+// the score memo calls it for the nodes it offers as the winner, which a
+// place commits to next, and in a large cluster finds out of cache.
+inline void PrefetchNode(const NodeStatus& node) {
+  const char* p = reinterpret_cast<const char*>(&node);
+  for (size_t b = 0; b < sizeof(NodeStatus); b += 64) __builtin_prefetch(p + b);
+}
+
 // Applies / undoes a placement on its node. Apply assumes the placement fits.
 void ApplyToNode(NodeStatus& node, const Placement& placement);
 void UndoOnNode(NodeStatus& node, const Placement& placement);

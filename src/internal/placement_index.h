@@ -112,6 +112,9 @@ class PlacementIndex {
   // in between but the change itself.
   void Unlink(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
   void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
+  // Fetches ahead what Link(state, slot, ...) writes of the score memo (only
+  // where Link() may be called).
+  void PrefetchLink(uint32_t slot) const { memo_.PrefetchTouch(slot); }
 
   // The node and choice that the generic scan in Cluster::Plan() would pick
   // for `demand` under `policy` (from the score memo for the policies it

@@ -59,6 +59,22 @@ class PlacementStore {
   void NodeRemoved(uint32_t node);
   // Removes `stored` (a placement this store returned) and gives back its id.
   std::string Erase(const Placement& stored);
+  // Fetch ahead what the next Insert() writes, when it fills a free slot:
+  // the slot, and (once the slot is in cache) its node name's and GPU list's
+  // buffers, which the copy-assignment reuses. A place calls the first at its
+  // start and the second once it has chosen its node.
+  void PrefetchNextSlot() const {
+    if (free_.empty()) return;
+    const char* p = reinterpret_cast<const char*>(slots_->data() + free_.back());
+    for (size_t b = 0; b < sizeof(Placement); b += 64) __builtin_prefetch(p + b, 1);
+    __builtin_prefetch(meta_->data() + free_.back(), 1);
+  }
+  void PrefetchNextSlotBuffers() const {
+    if (free_.empty()) return;
+    const Placement& p = (*slots_)[free_.back()];
+    __builtin_prefetch(p.node.data(), 1);
+    __builtin_prefetch(p.gpus.data(), 1);
+  }
   // Makes room for `n` more placements.
   void Reserve(size_t n);
 

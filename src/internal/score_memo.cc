@@ -496,6 +496,14 @@ void ScoreMemo::Touch(uint32_t slot, const NodeStatus& node) {
   if (d.log.size() > std::max<size_t>(2 * d.stamps.size(), 4096)) d.CompactLog();
 }
 
+void ScoreMemo::PrefetchTouch(uint32_t slot) const {
+  const Data& d = *data_;
+  if (slot < d.stamps.size()) __builtin_prefetch(&d.stamps[slot], 1);
+  if (d.memos.empty()) return;
+  if (slot < d.summaries.size()) __builtin_prefetch(&d.summaries[slot], 1);
+  if (slot < d.logged.size()) __builtin_prefetch(&d.logged[slot], 1);
+}
+
 void ScoreMemo::Clear() { data_ = std::make_unique<Data>(); }
 
 bool ScoreMemo::Serves(const Policy& policy) {
@@ -849,6 +857,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   int entered = 0;
   // Offers the node in `slot` to the race; false once the race wants no more.
   auto offer = [&](uint32_t slot) {
+    PrefetchNode(state.nodes[slot]);  // Likely the node committed to next.
     NodeChoice entry;
     entry.score = shape.ScoreAt(slot);
     race.Offer(slot, std::move(entry));

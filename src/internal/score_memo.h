@@ -83,6 +83,9 @@ class ScoreMemo {
 
   // Node `slot` changed (or was added as `slot`) and is now `node`.
   void Touch(uint32_t slot, const NodeStatus& node);
+  // Fetches ahead what Touch(slot, ...) writes. Like Touch(), only where no
+  // Plan() may run at the same time.
+  void PrefetchTouch(uint32_t slot) const;
   // Forgets everything (node slots have moved).
   void Clear();
 
