@@ -136,6 +136,13 @@ struct ScoreMemo::Memo {
     std::vector<Verdict> verdicts;  // By slot; meaningful where live.
     std::vector<uint64_t> live;     // By slot, a bit: the node is feasible.
     bool Live(uint32_t slot) const { return live[slot >> 6] >> (slot & 63) & 1; }
+    // The node is infeasible now (its key, if it had one, is stale): a walk's
+    // refusal, without a branch on whether it was feasible.
+    void Refuse(uint32_t slot) {
+      uint64_t& word = live[slot >> 6];
+      feasible -= word >> (slot & 63) & 1;
+      word &= ~(uint64_t{1} << (slot & 63));
+    }
     void SetLive(uint32_t slot, bool on) {
       const uint64_t bit = uint64_t{1} << (slot & 63);
       live[slot >> 6] = on ? live[slot >> 6] | bit : live[slot >> 6] & ~bit;
@@ -403,9 +410,13 @@ struct ScoreMemo::Data {
     } else {
       const uint32_t* entries = log.data() + (*cursor - log_base);
       const size_t count = log_base + log.size() - *cursor;
+      // A superseded entry fetches the last slot's elements, which costs less
+      // than the branch that would skip it (mispredicted often).
+      const size_t ahead_end = n > 0 && count > kPrefetchAhead ? count - kPrefetchAhead : 0;
       for (size_t i = 0; i < count; ++i) {
-        if (i + kPrefetchAhead < count && entries[i + kPrefetchAhead] < n) {
-          (__builtin_prefetch(arrays + entries[i + kPrefetchAhead]), ...);
+        if (i < ahead_end) {
+          const uint32_t e = std::min(entries[i + kPrefetchAhead], n - 1);
+          (__builtin_prefetch(arrays + e), ...);
         }
         if (entries[i] < n && !refresh(entries[i])) return false;  // Not kSuperseded.
       }
@@ -728,17 +739,15 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     return primary;
   };
   auto refresh = [&](uint32_t slot) {
-    Verdict& v = shape.verdicts[slot];
-    const uint64_t stamp = d.stamps[slot];
+    const FitSummary& summary = d.summaries[slot];
     const NodeStatus& node = state.nodes[slot];
-    if (d.summaries[slot].Refuses(shape.demand) ||
+    if (summary.Refuses(shape.demand) ||
         !NodeFits(node, shape.demand, shape.request, &fitting)) {
-      if (shape.Live(slot)) {  // Its key is stale now.
-        shape.SetLive(slot, false);
-        --shape.feasible;
-      }
+      shape.Refuse(slot);
       return true;
     }
+    Verdict& v = shape.verdicts[slot];
+    const uint64_t stamp = d.stamps[slot];
     // Kernel policies write their choice into `chosen` without allocating.
     std::array<int, kMaxGpusPerNode> chosen;
     const int* gpus = chosen.data();
