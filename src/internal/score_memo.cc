@@ -738,11 +738,12 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     kept.tags_known = facts.tags_known;
     return primary;
   };
-  auto refresh = [&](uint32_t slot) {
-    const FitSummary& summary = d.summaries[slot];
+  // The node in `slot`, which its fit summary does not refuse, scored anew
+  // (or refused by the full rules). A call of its own, so that refresh(),
+  // which the walk calls for every node and which mostly refuses, stays small.
+  auto rescore = [&](uint32_t slot) __attribute__((noinline)) {
     const NodeStatus& node = state.nodes[slot];
-    if (summary.Refuses(shape.demand) ||
-        !NodeFits(node, shape.demand, shape.request, &fitting)) {
+    if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
       shape.Refuse(slot);
       return true;
     }
@@ -833,6 +834,16 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       shape.MoveToTree(state.tie_keys);  // This node's key included.
     }
     return true;
+  };
+  // Brings the verdict of the node in `slot` up to date; false when the scan
+  // must answer instead.
+  const FitSummary* const summaries = d.summaries.data();
+  auto refresh = [&, summaries](uint32_t slot) {
+    if (summaries[slot].Refuses(shape.demand)) {
+      shape.Refuse(slot);
+      return true;
+    }
+    return rescore(slot);
   };
   // Fetched ahead: each node's fit summary, the shape's verdict, and the
   // group's evaluations too, when the shape shares them. A refusal reads no
