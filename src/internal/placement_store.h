@@ -59,10 +59,11 @@ class PlacementStore {
   void NodeRemoved(uint32_t node);
   // Removes `stored` (a placement this store returned) and gives back its id.
   std::string Erase(const Placement& stored);
-  // Fetch ahead what the next Insert() writes, when it fills a free slot:
-  // the slot, and (once the slot is in cache) its node name's and GPU list's
-  // buffers, which the copy-assignment reuses. A place calls the first at its
-  // start and the second once it has chosen its node.
+  // These fetch ahead what the next Insert() writes when it fills a free
+  // slot: PrefetchNextSlot() the slot itself; PrefetchNextSlotBuffers(),
+  // once the slot is in cache, its node name's and GPU list's buffers, which
+  // the copy-assignment reuses. Place() calls the first at its start and the
+  // second once it has chosen its node.
   void PrefetchNextSlot() const {
     if (free_.empty()) return;
     const char* p = reinterpret_cast<const char*>(slots_->data() + free_.back());
