@@ -143,10 +143,7 @@ struct ScoreMemo::Memo {
       feasible -= word >> (slot & 63) & 1;
       word &= ~(uint64_t{1} << (slot & 63));
     }
-    void SetLive(uint32_t slot, bool on) {
-      const uint64_t bit = uint64_t{1} << (slot & 63);
-      live[slot >> 6] = on ? live[slot >> 6] | bit : live[slot >> 6] & ~bit;
-    }
+    void SetLive(uint32_t slot) { live[slot >> 6] |= uint64_t{1} << (slot & 63); }
     // Policies other than the kernel ones: each slot's secondary and
     // tertiary score (the kernel ones set only the primary).
     bool full = false;
@@ -823,7 +820,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     const bool live = shape.Live(slot);
     if (live && shape.PolicyScoreAt(slot) == keys) return true;
     shape.feasible += !live;  // The old key, if any, is stale now.
-    shape.SetLive(slot, true);
+    shape.SetLive(slot);
     v.score = keys.primary;
     if (kernel == nullptr) {
       shape.rest[slot] = {keys.secondary, keys.tertiary};
