@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gpushare/gpushare.h"
@@ -85,6 +86,13 @@ class Ops {
     if (Chance(0.5)) r.cpu = Uniform(1, 8) * 2000;
     if (Chance(0.1)) r.host_memory = Uniform(1, 4) * 8192;
     if (Chance(0.1)) r.gpu_models = {Chance(0.5) ? "T4" : "A10"};
+    // The same models listed in any order, or twice: one shape (found by
+    // the hash of the fields only when they are in order).
+    if (Chance(0.04)) {
+      r.gpu_models = {"A10", "T4"};
+      if (Chance(0.5)) std::swap(r.gpu_models[0], r.gpu_models[1]);
+      if (Chance(0.3)) r.gpu_models.push_back(r.gpu_models[0]);
+    }
     if (Chance(0.05)) r.node_selector = {{"pool", "a"}};
     if (topologies_) {
       const int mode = Uniform(0, 2);
@@ -293,6 +301,106 @@ TEST_P(ScoreMemoTest, MatchesTheScanOnTopologyNodes) {
 
 // binpack's CPU-only order is one tree per node CPU capacity, used while
 // there are few capacities (the random nodes above have dozens).
+// Plan() finds a request's shape by a hash of its fields, then checks the
+// fields. Under hashes that each leave some fields out, shapes that differ
+// only in those collide: the answers are still the scan's. (Trusting the
+// hash, or leaving a field out of the check, gives requests the verdicts of
+// another shape, and fails here.)
+TEST(ScoreMemoTest, ShapesWhoseHashesCollideStayApart) {
+  struct Restore {
+    ~Restore() { internal::ScoreMemo::SetShapeHashForTesting(nullptr); }
+  } restore;
+  const internal::ScoreMemo::ShapeHash hashes[] = {
+      [](const Request&, const Demand&) { return uint64_t{42}; },
+      [](const Request& r, const Demand& d) {  // No topology need.
+        return static_cast<uint64_t>(absl::HashOf(d.kind, d.gpu_count, d.memory_per_gpu,
+                                                  d.compute_per_gpu, d.cpu, d.host_memory,
+                                                  r.gpu_models, r.node_selector));
+      },
+      [](const Request& r, const Demand& d) {  // No GPU models, selector or memory.
+        return static_cast<uint64_t>(absl::HashOf(d.kind, d.gpu_count, d.memory_per_gpu,
+                                                  d.compute_per_gpu, d.cpu, r.topology.mode));
+      },
+      [](const Request& r, const Demand& d) {  // Nothing of the demand's amounts.
+        return static_cast<uint64_t>(absl::HashOf(d.kind, r.gpu_models, r.node_selector,
+                                                  r.topology.mode));
+      }};
+  for (const internal::ScoreMemo::ShapeHash hash : hashes) {
+    internal::ScoreMemo::SetShapeHashForTesting(hash);
+    LockStep("dotprod", Ops(11));
+    LockStep("gpupacking", Ops(17, /*few_capacities=*/false, /*topologies=*/true));
+  }
+}
+
+// The same for shapes that differ only in their topology need, on a node
+// where each part of it changes the answer: the GPUs the weakest-link and
+// the total objectives choose, those of a topology-blind choice, and whether
+// a minimum link can be met at all. Every request shares one hash.
+TEST(ScoreMemoTest, ShapesDifferingOnlyInTheirTopologyNeedStayApart) {
+  struct Restore {
+    ~Restore() { internal::ScoreMemo::SetShapeHashForTesting(nullptr); }
+  } restore;
+  internal::ScoreMemo::SetShapeHashForTesting(
+      [](const Request&, const Demand&) { return uint64_t{42}; });
+  // GPU0-1 and GPU0-2 over NV4, the rest over SYS, but 3-4-5 all over NV1.
+  std::vector<std::vector<Link>> links(6, std::vector<Link>(6, Link{LinkKind::kSys, 0}));
+  auto set = [&](int a, int b, Link l) { links[a][b] = links[b][a] = l; };
+  set(0, 1, Link{LinkKind::kNvLink, 4});
+  set(0, 2, Link{LinkKind::kNvLink, 4});
+  set(3, 4, Link{LinkKind::kNvLink, 1});
+  set(3, 5, Link{LinkKind::kNvLink, 1});
+  set(4, 5, Link{LinkKind::kNvLink, 1});
+  Node node;
+  node.name = "n";
+  node.gpus.assign(6, Gpu{16, "T4", "", true});
+  ASSERT_OK_AND_ASSIGN(node.topology, Topology::Make(links));
+  auto policy = Make("dotprod");
+  ScannedPolicy scanned(Make("dotprod"));
+  auto need = [](TopologyNeed::Mode mode, TopologyObjective objective, Link min_link) {
+    TopologyNeed n;
+    n.mode = mode;
+    n.objective = objective;
+    n.min_link = min_link;
+    return n;
+  };
+  const Link nv1{LinkKind::kNvLink, 1}, nv4{LinkKind::kNvLink, 4};
+  using Mode = TopologyNeed::Mode;
+  using Objective = TopologyObjective;
+  const std::vector<std::pair<TopologyNeed, std::vector<int>>> cases = {
+      {need(Mode::kPrefer, Objective::kWeakestLink, nv1), {3, 4, 5}},
+      {need(Mode::kPrefer, Objective::kTotal, nv1), {0, 1, 2}},
+      {need(Mode::kRequire, Objective::kWeakestLink, nv1), {3, 4, 5}},
+      {need(Mode::kRequire, Objective::kWeakestLink, nv4), {}},  // No such three.
+      {need(Mode::kNone, Objective::kWeakestLink, nv1), {0, 1, 2}}};
+  // Each case's shape is asked first in a cluster of its own, and so holds
+  // the hash when the others are asked.
+  for (size_t first = 0; first < cases.size(); ++first) {
+    SCOPED_TRACE(absl::StrCat("first ", first));
+    Cluster memo, scan;
+    ASSERT_OK(memo.AddNode(node));
+    ASSERT_OK(scan.AddNode(node));
+    for (size_t k = 0; k <= cases.size(); ++k) {
+      const size_t i = k == 0 ? first : k - 1;
+      SCOPED_TRACE(i);
+      Request r;
+      r.id = absl::StrCat("r", k);
+      r.whole_gpus = 3;
+      r.topology = cases[i].first;
+      absl::StatusOr<Placement> got = memo.Plan(r, *policy);
+      absl::StatusOr<Placement> want = scan.Plan(r, scanned);
+      ASSERT_EQ(got.status().code(), want.status().code());
+      if (cases[i].second.empty()) {
+        EXPECT_FALSE(got.ok());
+        continue;
+      }
+      ASSERT_OK(got.status());
+      EXPECT_EQ(*got, *want);
+      EXPECT_EQ(got->gpus, cases[i].second);
+    }
+    ASSERT_OK(memo.CheckInvariants());
+  }
+}
+
 TEST(ScoreMemoTest, CpuOnlyOrdersMatchTheScanWithFewCapacities) {
   for (const char* name : {"binpack", "spread"}) {
     SCOPED_TRACE(name);

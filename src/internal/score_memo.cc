@@ -14,6 +14,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/btree_erase.h"
 #include "src/internal/cluster_state.h"
@@ -117,7 +118,66 @@ std::string ShapeKey(const Request& request, const Demand& demand,
   return key;
 }
 
+// Whether `models` are in order and without repeats, as ShapeKey() puts them.
+bool SortedAndDistinct(const std::vector<std::string>& models) {
+  for (size_t i = 1; i < models.size(); ++i) {
+    if (!(models[i - 1] < models[i])) return false;
+  }
+  return true;
+}
+
+// The fields of ShapeKey() that the request has, with the demand, for a
+// request whose GPU models are SortedAndDistinct(): the shape's key
+// without building it (a string, and a copy of the GPU models).
+struct ShapeFields {
+  const Request& request;
+  const Demand& demand;
+
+  uint64_t Hash() const {
+    const TopologyNeed& need = request.topology;
+    return absl::HashOf(demand.kind, demand.gpu_count, demand.memory_per_gpu,
+                        demand.compute_per_gpu, demand.cpu, demand.host_memory,
+                        request.gpu_models, request.node_selector, need.mode, Objective(),
+                        MinLink().kind, MinLink().nvlinks);
+  }
+  // Whether a shape of `shape_request` (GPU models as ShapeKey() keeps
+  // them) and `shape_demand` has this key.
+  bool Of(const Request& shape_request, const Demand& shape_demand) const {
+    const Demand& a = demand;
+    const Demand& b = shape_demand;
+    const TopologyNeed& need = shape_request.topology;
+    return a.kind == b.kind && a.gpu_count == b.gpu_count &&
+           a.memory_per_gpu == b.memory_per_gpu && a.compute_per_gpu == b.compute_per_gpu &&
+           a.cpu == b.cpu && a.host_memory == b.host_memory &&
+           request.gpu_models == shape_request.gpu_models &&
+           request.node_selector == shape_request.node_selector &&
+           request.topology.mode == need.mode &&
+           Objective() == ShapeFields{shape_request, shape_demand}.Objective() &&
+           MinLink() == ShapeFields{shape_request, shape_demand}.MinLink();
+  }
+  // What ShapeKey() keeps of the topology need beyond its mode.
+  TopologyObjective Objective() const {
+    return request.topology.mode != TopologyNeed::Mode::kNone ? request.topology.objective
+                                                              : TopologyObjective{};
+  }
+  Link MinLink() const {
+    return request.topology.mode == TopologyNeed::Mode::kRequire ? request.topology.min_link
+                                                                 : Link{};
+  }
+};
+
+// SetShapeHashForTesting()'s hash; nullptr: ShapeFields::Hash().
+ScoreMemo::ShapeHash shape_hash_for_testing = nullptr;
+
+// The hash of a request's shape in Memo::by_hash.
+uint64_t HashOfShape(const Request& request, const Demand& demand) {
+  return shape_hash_for_testing != nullptr ? shape_hash_for_testing(request, demand)
+                                           : ShapeFields{request, demand}.Hash();
+}
+
 }  // namespace
+
+void ScoreMemo::SetShapeHashForTesting(ShapeHash hash) { shape_hash_for_testing = hash; }
 
 // How many change-log entries ahead a shape's walk fetches verdicts.
 constexpr size_t kPrefetchAhead = 8;
@@ -233,11 +293,18 @@ struct ScoreMemo::Memo {
     uint64_t cursor = 0;  // Position in the change log it has applied.
     bool fresh = true;    // Nothing applied yet: re-score every node.
     uint64_t last_use = 0;
+    std::string key;               // Its key in Memo::shapes.
+    std::optional<uint64_t> hash;  // Its key in Memo::by_hash, when there.
   };
 
   const std::type_info* type = nullptr;
   std::optional<fgd::CompiledTarget> target;
   absl::flat_hash_map<std::string, std::unique_ptr<Shape>> shapes;
+  // Shapes by ShapeFields::Hash(), for the requests whose GPU models are
+  // in order: Plan() finds their shape without building its key (most of
+  // the cost of finding it), and checks the fields. A shape is here once a
+  // request so listed has asked for it, unless another shape holds the hash.
+  absl::flat_hash_map<uint64_t, Shape*> by_hash;
   uint64_t last_use = 0;
   // Kernel policies: what they derive from each node alone (F_N(T), for
   // fgdcpu also its CPU-bound form, and the target types its GPU models
@@ -308,6 +375,7 @@ struct ScoreMemo::Memo {
   // Erases a shape, and its group's evaluations when it was the last of the
   // group; returns the verdicts freed.
   int64_t EraseShape(absl::flat_hash_map<std::string, std::unique_ptr<Shape>>::iterator it) {
+    if (it->second->hash.has_value()) by_hash.erase(*it->second->hash);
     int64_t freed = static_cast<int64_t>(it->second->verdicts.size());
     if (!it->second->full) {
       Group& g = groups[it->second->group];
@@ -336,7 +404,9 @@ struct ScoreMemo::Memo {
         allowed(other.allowed), counts(other.counts), group_ids(other.group_ids),
         groups(other.groups), free_groups(other.free_groups) {
     for (const auto& [key, shape] : other.shapes) {
-      shapes.emplace(key, std::make_unique<Shape>(*shape));
+      auto copy = std::make_unique<Shape>(*shape);
+      if (copy->hash.has_value()) by_hash.emplace(*copy->hash, copy.get());
+      shapes.emplace(key, std::move(copy));
     }
     if (other.cpu_order != nullptr) cpu_order = std::make_unique<CpuOrder>(*other.cpu_order);
   }
@@ -658,11 +728,27 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
   }
 
-  // The shape, made on first use.
+  // The shape: by the hash of its fields when the request lists its GPU
+  // models in order, else (or when not found so) by its key; made on first
+  // use.
+  std::optional<uint64_t> hash;
+  Memo::Shape* found = nullptr;
+  if (SortedAndDistinct(request.gpu_models)) {
+    hash = HashOfShape(request, demand);
+    auto at = memo->by_hash.find(*hash);
+    if (at != memo->by_hash.end() &&
+        ShapeFields{request, demand}.Of(at->second->request, at->second->demand)) {
+      found = at->second;
+    }
+  }
   std::vector<std::string> models;
-  std::string key = ShapeKey(request, demand, &models);
-  auto it = memo->shapes.find(key);
-  if (it == memo->shapes.end()) {
+  std::string key;
+  auto it = memo->shapes.end();
+  if (found == nullptr) {
+    key = ShapeKey(request, demand, &models);
+    it = memo->shapes.find(key);
+  }
+  if (found == nullptr && it == memo->shapes.end()) {
     // A kernel policy's shape may bring a group's n evaluations too.
     const int64_t adds = kernel != nullptr ? 2 * int64_t{n} : n;
     while (d.entries + adds > kMaxEntries && d.DropOldestShape()) {
@@ -683,9 +769,14 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       shape->group = memo->JoinGroup(ShapeKey(unselected, any_memory, &unused));
     }
     shape->keyed = TopologyKeyCap(demand, request) > 0;
+    shape->key = key;
     it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
   }
-  Memo::Shape& shape = *it->second;
+  if (found == nullptr) {
+    found = it->second.get();
+    if (hash.has_value() && memo->by_hash.try_emplace(*hash, found).second) found->hash = hash;
+  }
+  Memo::Shape& shape = *found;
   shape.last_use = now;
   if (shape.verdicts.size() < n) {
     d.entries += static_cast<int64_t>(n - shape.verdicts.size());
@@ -857,7 +948,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
                       : d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
                                       d.summaries.data(), shape.verdicts.data());
   if (!ok) {
-    d.entries -= memo->EraseShape(it);
+    d.entries -= memo->EraseShape(memo->shapes.find(shape.key));
     return false;
   }
   if (shape.feasible == 0) {
@@ -938,8 +1029,22 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
   for (const auto& m : data_->memos) entries += m->Entries();
   if (entries != data_->entries) return false;
   for (const auto& m : data_->memos) {
+    // Each shape found by hash is one of the memo's, under the hash of its
+    // own fields.
+    for (const auto& [hash, shape] : m->by_hash) {
+      auto it = m->shapes.find(shape->key);
+      if (it == m->shapes.end() || it->second.get() != shape || shape->hash != hash ||
+          HashOfShape(shape->request, shape->demand) != hash) {
+        return false;
+      }
+    }
     for (const auto& entry : m->shapes) {
       const Memo::Shape* shape = entry.second.get();
+      if (shape->key != entry.first) return false;
+      if (shape->hash.has_value()) {
+        auto it = m->by_hash.find(*shape->hash);
+        if (it == m->by_hash.end() || it->second != shape) return false;
+      }
       size_t feasible = 0;
       if (shape->live.size() != (shape->verdicts.size() + 63) / 64) return false;
       for (uint64_t word : shape->live) feasible += __builtin_popcountll(word);

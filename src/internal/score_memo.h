@@ -44,11 +44,15 @@
 // per CPU-only shape.
 //
 // A shape is everything of a request that feasibility and score depend on:
-// the Demand, the GPU models and the node selector. The memory is bounded:
-// at most kMaxPolicies policy keys and kMaxEntries (node, shape) verdicts
-// (the kernel policies' evaluations shared by shapes that differ only in
-// host memory or node selector counted among them; a shape's score sets
-// take at most as much again, a bit per node and score);
+// the Demand, the GPU models, the node selector and the topology need.
+// Plan() finds a request's shape by a hash of those fields, which it then
+// compares with the shape's, without building the shape's key (a string)
+// unless the request lists its GPU models out of order or the shape is new.
+//
+// The memory is bounded: at most kMaxPolicies policy keys and kMaxEntries
+// (node, shape) verdicts (the kernel policies' evaluations shared by shapes
+// that differ only in host memory or node selector counted among them; a
+// shape's score sets take at most as much again, a bit per node and score);
 // the least recently used shape is dropped to make room (and rebuilt, by a
 // full scan, when it is asked for again).
 
@@ -106,6 +110,12 @@ class ScoreMemo {
   // of each feasible verdict of its shape, and boundedly many stale keys;
   // each node's fit summary is the one `state` gives.
   bool Consistent(const ClusterState& state) const;
+
+  // For tests: the hash by which Plan() finds a request's shape without
+  // building its key is `hash` from now on (nullptr: the real one again),
+  // e.g. one under which every shape collides. Only while no Plan() runs.
+  using ShapeHash = uint64_t (*)(const Request& request, const Demand& demand);
+  static void SetShapeHashForTesting(ShapeHash hash);
 
   // At most this many policy keys, and (node, shape) verdicts in all.
   static constexpr int kMaxPolicies = 8;
