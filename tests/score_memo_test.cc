@@ -299,17 +299,18 @@ TEST_P(ScoreMemoTest, MatchesTheScanOnTopologyNodes) {
                            /*topologies=*/true));
 }
 
-// binpack's CPU-only order is one tree per node CPU capacity, used while
-// there are few capacities (the random nodes above have dozens).
+// Puts back the memo's own shape hash when it goes (tests that replace it).
+struct ScopedShapeHash {
+  ~ScopedShapeHash() { internal::ScoreMemo::SetShapeHashForTesting(nullptr); }
+};
+
 // Plan() finds a request's shape by a hash of its fields, then checks the
 // fields. Under hashes that each leave some fields out, shapes that differ
 // only in those collide: the answers are still the scan's. (Trusting the
 // hash, or leaving a field out of the check, gives requests the verdicts of
 // another shape, and fails here.)
 TEST(ScoreMemoTest, ShapesWhoseHashesCollideStayApart) {
-  struct Restore {
-    ~Restore() { internal::ScoreMemo::SetShapeHashForTesting(nullptr); }
-  } restore;
+  ScopedShapeHash restore;
   const internal::ScoreMemo::ShapeHash hashes[] = {
       [](const Request&, const Demand&) { return uint64_t{42}; },
       [](const Request& r, const Demand& d) {  // No topology need.
@@ -337,9 +338,7 @@ TEST(ScoreMemoTest, ShapesWhoseHashesCollideStayApart) {
 // the total objectives choose, those of a topology-blind choice, and whether
 // a minimum link can be met at all. Every request shares one hash.
 TEST(ScoreMemoTest, ShapesDifferingOnlyInTheirTopologyNeedStayApart) {
-  struct Restore {
-    ~Restore() { internal::ScoreMemo::SetShapeHashForTesting(nullptr); }
-  } restore;
+  ScopedShapeHash restore;
   internal::ScoreMemo::SetShapeHashForTesting(
       [](const Request&, const Demand&) { return uint64_t{42}; });
   // GPU0-1 and GPU0-2 over NV4, the rest over SYS, but 3-4-5 all over NV1.
@@ -401,6 +400,8 @@ TEST(ScoreMemoTest, ShapesDifferingOnlyInTheirTopologyNeedStayApart) {
   }
 }
 
+// binpack's CPU-only order is one tree per node CPU capacity, used while
+// there are few capacities (the random nodes above have dozens).
 TEST(ScoreMemoTest, CpuOnlyOrdersMatchTheScanWithFewCapacities) {
   for (const char* name : {"binpack", "spread"}) {
     SCOPED_TRACE(name);
