@@ -774,7 +774,11 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   }
   if (found == nullptr) {
     found = it->second.get();
-    if (hash.has_value() && memo->by_hash.try_emplace(*hash, found).second) found->hash = hash;
+    // A shape keeps the first hash it was filed under.
+    if (hash.has_value() && !found->hash.has_value() &&
+        memo->by_hash.try_emplace(*hash, found).second) {
+      found->hash = hash;
+    }
   }
   Memo::Shape& shape = *found;
   shape.last_use = now;

@@ -113,7 +113,8 @@ class ScoreMemo {
 
   // For tests: the hash by which Plan() finds a request's shape without
   // building its key is `hash` from now on (nullptr: the real one again),
-  // e.g. one under which every shape collides. Only while no Plan() runs.
+  // e.g. one under which every shape collides. Set it while no cluster has
+  // a memo (Consistent() checks each shape's hash with the current one).
   using ShapeHash = uint64_t (*)(const Request& request, const Demand& demand);
   static void SetShapeHashForTesting(ShapeHash hash);
 
