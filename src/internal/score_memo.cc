@@ -85,6 +85,18 @@ void AppendText(std::string* out, const std::string& s) {
   out->append(s);
 }
 
+// What of a topology need a shape depends on: the mode and objective decide
+// the GPUs and the score's topology key (ApplyTopology), a required minimum
+// link also feasibility. The objective without a mode of kNone, and the
+// minimum link without kRequire, change nothing, so they take their defaults.
+TopologyNeed NeedOfShape(const TopologyNeed& need) {
+  TopologyNeed kept;
+  kept.mode = need.mode;
+  if (need.mode != TopologyNeed::Mode::kNone) kept.objective = need.objective;
+  if (need.mode == TopologyNeed::Mode::kRequire) kept.min_link = need.min_link;
+  return kept;
+}
+
 // Everything of a request that CheckNode() and Evaluate() read.
 std::string ShapeKey(const Request& request, const Demand& demand,
                      std::vector<std::string>* models) {
@@ -104,16 +116,11 @@ std::string ShapeKey(const Request& request, const Demand& demand,
     AppendText(&key, k);
     AppendText(&key, v);
   }
-  // The topology need: the mode and objective decide the GPUs and the score's
-  // topology key (ApplyTopology), a required minimum link also feasibility.
-  const TopologyNeed& need = request.topology;
-  AppendNumber(&key, static_cast<int64_t>(need.mode));
-  if (need.mode != TopologyNeed::Mode::kNone) {
-    AppendNumber(&key, static_cast<int64_t>(need.objective));
-  }
-  if (need.mode == TopologyNeed::Mode::kRequire) {
-    AppendNumber(&key, static_cast<int64_t>(need.min_link.kind));
-    AppendNumber(&key, static_cast<int64_t>(need.min_link.nvlinks));
+  const TopologyNeed need = NeedOfShape(request.topology);
+  for (int64_t v : {static_cast<int64_t>(need.mode), static_cast<int64_t>(need.objective),
+                    static_cast<int64_t>(need.min_link.kind),
+                    static_cast<int64_t>(need.min_link.nvlinks)}) {
+    AppendNumber(&key, v);
   }
   return key;
 }
@@ -129,50 +136,47 @@ bool SortedAndDistinct(const std::vector<std::string>& models) {
 // The fields of ShapeKey() that the request has, with the demand, for a
 // request whose GPU models are SortedAndDistinct(): the shape's key
 // without building it (a string, and a copy of the GPU models).
-struct ShapeFields {
-  const Request& request;
-  const Demand& demand;
+class ShapeFields {
+ public:
+  ShapeFields(const Request& request, const Demand& demand)
+      : request_(request), demand_(demand), need_(NeedOfShape(request.topology)) {}
+  const Request& request() const { return request_; }
+  const Demand& demand() const { return demand_; }
 
   uint64_t Hash() const {
-    const TopologyNeed& need = request.topology;
-    return absl::HashOf(demand.kind, demand.gpu_count, demand.memory_per_gpu,
-                        demand.compute_per_gpu, demand.cpu, demand.host_memory,
-                        request.gpu_models, request.node_selector, need.mode, Objective(),
-                        MinLink().kind, MinLink().nvlinks);
+    return absl::HashOf(demand_.kind, demand_.gpu_count, demand_.memory_per_gpu,
+                        demand_.compute_per_gpu, demand_.cpu, demand_.host_memory,
+                        request_.gpu_models, request_.node_selector, need_.mode,
+                        need_.objective, need_.min_link.kind, need_.min_link.nvlinks);
   }
-  // Whether a shape of `shape_request` (GPU models as ShapeKey() keeps
-  // them) and `shape_demand` has this key.
+  // Whether a shape of `shape_request` (GPU models as ShapeKey() keeps them,
+  // topology need as NeedOfShape() does) and `shape_demand` has this key.
   bool Of(const Request& shape_request, const Demand& shape_demand) const {
-    const Demand& a = demand;
+    const Demand& a = demand_;
     const Demand& b = shape_demand;
     const TopologyNeed& need = shape_request.topology;
     return a.kind == b.kind && a.gpu_count == b.gpu_count &&
            a.memory_per_gpu == b.memory_per_gpu && a.compute_per_gpu == b.compute_per_gpu &&
            a.cpu == b.cpu && a.host_memory == b.host_memory &&
-           request.gpu_models == shape_request.gpu_models &&
-           request.node_selector == shape_request.node_selector &&
-           request.topology.mode == need.mode &&
-           Objective() == ShapeFields{shape_request, shape_demand}.Objective() &&
-           MinLink() == ShapeFields{shape_request, shape_demand}.MinLink();
+           request_.gpu_models == shape_request.gpu_models &&
+           request_.node_selector == shape_request.node_selector && need_.mode == need.mode &&
+           need_.objective == need.objective && need_.min_link == need.min_link;
   }
-  // What ShapeKey() keeps of the topology need beyond its mode.
-  TopologyObjective Objective() const {
-    return request.topology.mode != TopologyNeed::Mode::kNone ? request.topology.objective
-                                                              : TopologyObjective{};
-  }
-  Link MinLink() const {
-    return request.topology.mode == TopologyNeed::Mode::kRequire ? request.topology.min_link
-                                                                 : Link{};
-  }
+
+ private:
+  const Request& request_;
+  const Demand& demand_;
+  const TopologyNeed need_;
 };
 
 // SetShapeHashForTesting()'s hash; nullptr: ShapeFields::Hash().
 ScoreMemo::ShapeHash shape_hash_for_testing = nullptr;
 
 // The hash of a request's shape in Memo::by_hash.
-uint64_t HashOfShape(const Request& request, const Demand& demand) {
-  return shape_hash_for_testing != nullptr ? shape_hash_for_testing(request, demand)
-                                           : ShapeFields{request, demand}.Hash();
+uint64_t HashOfShape(const ShapeFields& fields) {
+  return shape_hash_for_testing != nullptr
+             ? shape_hash_for_testing(fields.request(), fields.demand())
+             : fields.Hash();
 }
 
 }  // namespace
@@ -734,10 +738,10 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   std::optional<uint64_t> hash;
   Memo::Shape* found = nullptr;
   if (SortedAndDistinct(request.gpu_models)) {
-    hash = HashOfShape(request, demand);
+    const ShapeFields fields(request, demand);
+    hash = HashOfShape(fields);
     auto at = memo->by_hash.find(*hash);
-    if (at != memo->by_hash.end() &&
-        ShapeFields{request, demand}.Of(at->second->request, at->second->demand)) {
+    if (at != memo->by_hash.end() && fields.Of(at->second->request, at->second->demand)) {
       found = at->second;
     }
   }
@@ -756,7 +760,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     auto shape = std::make_unique<Memo::Shape>();
     shape->request.gpu_models = std::move(models);
     shape->request.node_selector = request.node_selector;
-    shape->request.topology = request.topology;
+    shape->request.topology = NeedOfShape(request.topology);
     shape->demand = demand;
     shape->full = kernel == nullptr;
     shape->by_sets = kernel != nullptr;
@@ -1038,7 +1042,7 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
     for (const auto& [hash, shape] : m->by_hash) {
       auto it = m->shapes.find(shape->key);
       if (it == m->shapes.end() || it->second.get() != shape || shape->hash != hash ||
-          HashOfShape(shape->request, shape->demand) != hash) {
+          HashOfShape(ShapeFields(shape->request, shape->demand)) != hash) {
         return false;
       }
     }
