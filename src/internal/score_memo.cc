@@ -17,6 +17,7 @@
 #include "absl/hash/hash.h"
 #include "src/fgd/kernel.h"
 #include "src/internal/btree_erase.h"
+#include "src/internal/choice_array.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/fit_summary.h"
 #include "src/internal/node_race.h"
@@ -27,28 +28,6 @@
 
 namespace gpushare::internal {
 namespace {
-
-// One node's feasible verdict for one shape: the primary part of its score
-// (the others, when the policy sets them, and the topology key, when the
-// shape gets one, are kept beside: Shape::rest, Shape::topology). Whether the
-// node is feasible at all is the shape's bit (Shape::live): a walk that finds
-// a node infeasible then clears a bit in a small array, and leaves the
-// verdict, likely out of cache, alone. 16 bytes: at openb x8 a hundred
-// shapes' verdicts then nearly fit in a 32 MB cache. A shape needs no stamp
-// per verdict: its walk of the change log meets exactly the nodes changed
-// since its last one (and a full walk re-scores every node).
-struct Verdict {
-  double score = 0;
-  uint64_t gpus = 0;  // Bit mask of the chosen GPUs.
-};
-
-// A kernel policy's evaluation of a node, shared by a group of shapes, and
-// the node's change stamp it was made at (0: never).
-struct Evaluation {
-  double score = 0;
-  uint64_t stamp = 0;
-  uint64_t gpus = 0;  // Bit mask of the chosen GPUs.
-};
 
 // A tree entry, on the policy's keys (PolicyKeys(); the topology key decides
 // only later, in NodeRace). The kernel policies' scores have only a primary
@@ -197,8 +176,17 @@ struct ScoreMemo::Memo {
     // (they differ only in host memory or node selector, which decide
     // feasibility alone) share a group and its evaluations (Memo::groups).
     uint32_t group = 0;
-    std::vector<Verdict> verdicts;  // By slot; meaningful where live.
-    std::vector<uint64_t> live;     // By slot, a bit: the node is feasible.
+    // Each node's feasible verdict, by slot, meaningful where live: the
+    // primary part of its score (the others, when the policy sets them, and
+    // the topology key, when the shape gets one, are kept beside: rest,
+    // topology) and the GPUs it chose. Whether the node is feasible at all
+    // is a bit (live): a walk that finds a node infeasible then clears a bit
+    // in a small array, and leaves the verdict, likely out of cache, alone.
+    // No stamp per verdict: the shape's walk of the change log meets exactly
+    // the nodes changed since its last one (and a full walk re-scores every
+    // node).
+    ChoiceArray<false> verdicts;
+    std::vector<uint64_t> live;  // By slot, a bit: the node is feasible.
     bool Live(uint32_t slot) const { return live[slot >> 6] >> (slot & 63) & 1; }
     // The node is infeasible now (its key, if it had one, is stale): a walk's
     // refusal, without a branch on whether it was feasible.
@@ -219,7 +207,7 @@ struct ScoreMemo::Memo {
     // The policy's keys of the slot's score (PolicyKeys()).
     Score PolicyScoreAt(uint32_t slot) const {
       Score s;
-      s.primary = verdicts[slot].score;
+      s.primary = verdicts.score(slot);
       if (full) {
         s.secondary = rest[slot][0];
         s.tertiary = rest[slot][1];
@@ -252,7 +240,7 @@ struct ScoreMemo::Memo {
     void FillSets(const std::vector<uint32_t>& rank_of, const std::vector<uint64_t>& tie_keys) {
       sets.Reset(static_cast<uint32_t>(rank_of.size()));
       for (uint32_t slot = 0; slot < verdicts.size(); ++slot) {
-        if (Live(slot) && !sets.Add(verdicts[slot].score, rank_of[slot])) {
+        if (Live(slot) && !sets.Add(verdicts.score(slot), rank_of[slot])) {
           MoveToTree(tie_keys);
           return;
         }
@@ -265,7 +253,7 @@ struct ScoreMemo::Memo {
       std::vector<PrimaryKey> keys;
       keys.reserve(feasible);
       for (uint32_t slot = 0; slot < verdicts.size(); ++slot) {
-        if (Live(slot)) keys.push_back(PrimaryKey{verdicts[slot].score, tie_keys[slot], slot});
+        if (Live(slot)) keys.push_back(PrimaryKey{verdicts.score(slot), tie_keys[slot], slot});
       }
       std::sort(keys.begin(), keys.end(), KeyLess());
       tree = absl::btree_set<PrimaryKey, KeyLess>(keys.begin(), keys.end());
@@ -274,7 +262,7 @@ struct ScoreMemo::Memo {
     // Whether the node in `slot` is feasible with primary score `score`:
     // a kernel shape's key, or bit, of that score is held, not stale.
     bool Holds(uint32_t slot, double score) const {
-      return Live(slot) && verdicts[slot].score == score;
+      return Live(slot) && verdicts.score(slot) == score;
     }
     bool Held(const PrimaryKey& k) const { return Holds(k.slot, k.score); }
     bool Held(const FullKey& k) const {
@@ -330,8 +318,8 @@ struct ScoreMemo::Memo {
   // evaluation of the node at a change stamp, so that the shapes of a group
   // evaluate a changed node once.
   struct Group {
-    std::vector<Evaluation> verdicts;  // By slot.
-    int shapes = 0;                    // Shapes in it; 0: free for reuse.
+    ChoiceArray<true> evaluations;  // By slot.
+    int shapes = 0;                 // Shapes in it; 0: free for reuse.
     std::string key;
   };
   absl::flat_hash_map<std::string, uint32_t> group_ids;
@@ -384,7 +372,7 @@ struct ScoreMemo::Memo {
     if (!it->second->full) {
       Group& g = groups[it->second->group];
       if (--g.shapes == 0) {
-        freed += static_cast<int64_t>(g.verdicts.size());
+        freed += static_cast<int64_t>(g.evaluations.size());
         group_ids.erase(g.key);
         g = Group{};
         free_groups.push_back(it->second->group);
@@ -397,7 +385,7 @@ struct ScoreMemo::Memo {
   int64_t Entries() const {
     int64_t held = 0;
     for (const auto& [key, shape] : shapes) held += static_cast<int64_t>(shape->verdicts.size());
-    for (const Group& g : groups) held += static_cast<int64_t>(g.verdicts.size());
+    for (const Group& g : groups) held += static_cast<int64_t>(g.evaluations.size());
     if (cpu_order != nullptr) held += static_cast<int64_t>(cpu_order->scores.size());
     return held;
   }
@@ -788,7 +776,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   shape.last_use = now;
   if (shape.verdicts.size() < n) {
     d.entries += static_cast<int64_t>(n - shape.verdicts.size());
-    shape.verdicts.resize(n);
+    shape.verdicts.Resize(n);
     shape.live.resize((n + 63) / 64);
     if (shape.full) shape.rest.resize(n);
     if (shape.keyed) shape.topology.resize(n);
@@ -800,10 +788,10 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       shape.sets_ranks = d.ranks_version;
     }
   }
-  if (kernel != nullptr && memo->groups[shape.group].verdicts.size() < n) {
-    std::vector<Evaluation>& group = memo->groups[shape.group].verdicts;
+  if (kernel != nullptr && memo->groups[shape.group].evaluations.size() < n) {
+    ChoiceArray<true>& group = memo->groups[shape.group].evaluations;
     d.entries += static_cast<int64_t>(n - group.size());
-    group.resize(n);
+    group.Resize(n);
   }
 
   // Re-scores the nodes that changed since the shape's last Plan().
@@ -843,7 +831,6 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       shape.Refuse(slot);
       return true;
     }
-    Verdict& v = shape.verdicts[slot];
     const uint64_t stamp = d.stamps[slot];
     // Kernel policies write their choice into `chosen` without allocating.
     std::array<int, kMaxGpusPerNode> chosen;
@@ -862,11 +849,11 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
       // reads nor writes the group's evaluations (a shape that joins later
       // finds them stale by their stamps).
       Memo::Group& group = memo->groups[shape.group];
-      Evaluation* shared = group.shapes > 1 ? &group.verdicts[slot] : nullptr;
-      if (shared != nullptr && shared->stamp == stamp) {
-        score.primary = shared->score;
+      ChoiceArray<true>* shared = group.shapes > 1 ? &group.evaluations : nullptr;
+      if (shared != nullptr && shared->stamp(slot) == stamp) {
+        score.primary = shared->score(slot);
         int c = 0;
-        for (uint64_t m = shared->gpus; m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
+        for (uint64_t m = shared->gpus(slot); m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
         count = c;
       } else {
         score.primary = Evaluate(slot, stamp, types, node, chosen.data());
@@ -875,7 +862,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
           for (int i = 0; i < count; ++i) {
             if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
           }
-          *shared = Evaluation{score.primary, stamp, mask};
+          shared->Set(slot, score.primary, mask, stamp);
         }
       }
     } else {
@@ -912,15 +899,17 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
     uint64_t mask = 0;
     for (int i = 0; i < count; ++i) mask |= uint64_t{1} << gpus[i];
-    v.gpus = mask;
     if (shape.keyed) shape.topology[slot] = score.topology;
     // Policy scores are often unchanged (the built-in ones are whole
     // numbers): the node then keeps its place in the tree.
     const bool live = shape.Live(slot);
-    if (live && shape.PolicyScoreAt(slot) == keys) return true;
+    if (live && shape.PolicyScoreAt(slot) == keys) {
+      shape.verdicts.SetGpus(slot, mask);
+      return true;
+    }
     shape.feasible += !live;  // The old key, if any, is stale now.
     shape.SetLive(slot);
-    v.score = keys.primary;
+    shape.verdicts.Set(slot, keys.primary, mask);
     if (kernel == nullptr) {
       shape.rest[slot] = {keys.secondary, keys.tertiary};
       shape.full_tree.insert(FullKey{keys, state.tie_keys[slot], slot});
@@ -948,13 +937,19 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   // than fetching none. Fetching only those of the nodes the summary does
   // not refuse (judged a few entries earlier) measured 10% faster at x1 for
   // dotprod and gpupacking, no faster at x8, and 3% slower for fgd there.
-  const Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
-  const bool ok = group != nullptr && group->shapes > 1
-                      ? d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
-                                      d.summaries.data(), shape.verdicts.data(),
-                                      group->verdicts.data())
-                      : d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh,
-                                      d.summaries.data(), shape.verdicts.data());
+  Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
+  const bool ok = shape.verdicts.Visit([&](const auto* verdicts) {
+    if (group == nullptr || group->shapes <= 1) {
+      return d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, d.summaries.data(),
+                           verdicts);
+    }
+    return group->evaluations.Visit([&](const auto* evaluations) {
+      return d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, d.summaries.data(),
+                           verdicts, evaluations);
+    });
+  });
+  shape.verdicts.Trim();
+  if (group != nullptr) group->evaluations.Trim();
   if (!ok) {
     d.entries -= memo->EraseShape(memo->shapes.find(shape.key));
     return false;
@@ -1005,7 +1000,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   race.Finish(best_slot, &won);
   best_choice->score = won.score;
   best_choice->gpus.clear();
-  const uint64_t mask = shape.verdicts[*best_slot].gpus;
+  const uint64_t mask = shape.verdicts.gpus(static_cast<uint32_t>(*best_slot));
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
     if (mask >> g & 1) best_choice->gpus.push_back(g);
   }
@@ -1037,6 +1032,9 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
   for (const auto& m : data_->memos) entries += m->Entries();
   if (entries != data_->entries) return false;
   for (const auto& m : data_->memos) {
+    for (const Memo::Group& g : m->groups) {
+      if (!g.evaluations.Consistent()) return false;
+    }
     // Each shape found by hash is one of the memo's, under the hash of its
     // own fields.
     for (const auto& [hash, shape] : m->by_hash) {
@@ -1055,6 +1053,7 @@ bool ScoreMemo::Consistent(const ClusterState& state) const {
       }
       size_t feasible = 0;
       if (shape->live.size() != (shape->verdicts.size() + 63) / 64) return false;
+      if (!shape->verdicts.Consistent()) return false;
       for (uint64_t word : shape->live) feasible += __builtin_popcountll(word);
       if (!shape->tree.empty() && !shape->full_tree.empty()) return false;
       if (feasible != shape->feasible) return false;
