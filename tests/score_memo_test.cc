@@ -71,6 +71,13 @@ class Ops {
     return node;
   }
 
+  // MakeNode(), labelled to take shared GPU work.
+  Node MakeSharingNode(int n) {
+    Node node = MakeNode(n);
+    node.labels["gpushare"] = "true";
+    return node;
+  }
+
   // Few distinct shapes, so that the memo is hit, and some that fit nowhere.
   Request MakeRequest(int n) {
     Request r;
@@ -128,6 +135,10 @@ class Twins {
   // `policy` for the memo's cluster, `scanned` (the same policy) for the
   // scan's; both outlive the twins.
   Twins(Policy* policy, Policy* scanned) : policy_(policy), scanned_(scanned) {}
+  // With their own policies, `name` (Make()) each.
+  explicit Twins(const std::string& name)
+      : owned_(Make(name)), owned_scanned_(std::make_unique<ScannedPolicy>(Make(name))),
+        policy_(owned_.get()), scanned_(owned_scanned_.get()) {}
 
   void AddNode(const Node& node) {
     ASSERT_OK(memo.AddNode(node));
@@ -175,6 +186,8 @@ class Twins {
   Cluster memo, scan;
 
  private:
+  std::unique_ptr<Policy> owned_;
+  std::unique_ptr<ScannedPolicy> owned_scanned_;
   Policy* policy_;
   Policy* scanned_;
 };
@@ -625,12 +638,9 @@ TEST(ScoreMemoTest, ShapesDifferingOnlyInFeasibilityShareEvaluationsExactly) {
   for (const char* name : {"fgd", "fgdcpu", "fgdpack", "bestfit", "gpuclustering"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 1);
-    ScannedPolicy scanned(Make(name));
-    auto policy = Make(name);
-    Twins twins(policy.get(), &scanned);
+    Twins twins(name);
     for (int i = 0; i < 40; ++i) {
-      Node node = ops.MakeNode(i);
-      node.labels["gpushare"] = "true";
+      Node node = ops.MakeSharingNode(i);
       node.host_memory = ops.Uniform(1, 8) * 16384;
       ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
     }
@@ -669,26 +679,34 @@ TEST(ScoreMemoTest, VerdictsThatOutgrowTheNarrowFormStayExact) {
   for (const char* name : {"fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 7);
-    ScannedPolicy scanned(Make(name));
-    auto policy = Make(name);
-    Twins twins(policy.get(), &scanned);
-    for (int i = 0; i < 30; ++i) {
-      Node node = ops.MakeNode(i);
-      node.labels["gpushare"] = "true";
-      ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
-    }
+    Twins twins(name);
+    for (int i = 0; i < 30; ++i) ASSERT_NO_FATAL_FAILURE(twins.AddNode(ops.MakeSharingNode(i)));
     // A few base shapes, each with several host memories: shapes that
     // share a group's evaluations (a node selector does not split a group).
     auto make = [&](int step) {
       Request r;
       r.id = absl::StrCat("r", step);
-      const int base = ops.Uniform(0, 4);
-      if (base == 0) r.compute = 300;
-      if (base == 1) r.whole_gpus = 1, r.cpu = 4000;
-      if (base == 2) r.whole_gpus = 2;
-      if (base == 3) r.compute = 500, r.cpu = kBigCpu + ops.Uniform(0, 9) * 1000003;
-      if (base == 4) r.whole_gpus = 1, r.node_selector = {{"kind", "wide"}};
       r.host_memory = ops.Uniform(0, 2) * 4096;
+      switch (ops.Uniform(0, 4)) {
+        case 0:
+          r.compute = 300;
+          break;
+        case 1:
+          r.whole_gpus = 1;
+          r.cpu = 4000;
+          break;
+        case 2:
+          r.whole_gpus = 2;
+          break;
+        case 3:  // Only the big nodes fit it.
+          r.compute = 500;
+          r.cpu = kBigCpu + ops.Uniform(0, 9) * 1000003;
+          break;
+        default:  // Only the nodes of 40 GPUs fit it.
+          r.whole_gpus = 1;
+          r.node_selector = {{"kind", "wide"}};
+          break;
+      }
       return r;
     };
     std::vector<std::string> placed;
@@ -773,9 +791,7 @@ TEST(ScoreMemoTest, RareShapesStayExactAcrossLogCompactions) {
   for (const char* name : {"bestfit", "fgd", "binpack", "spread"}) {
     SCOPED_TRACE(name);
     Ops ops(std::hash<std::string>()(name) + 3);
-    ScannedPolicy scanned(Make(name));
-    auto policy = Make(name);
-    Twins twins(policy.get(), &scanned);
+    Twins twins(name);
     for (int i = 0; i < 30; ++i) {
       Node node;
       node.name = "n" + std::to_string(i);

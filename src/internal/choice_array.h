@@ -11,10 +11,10 @@
 // What it gives back is always what was set, exactly.
 //
 // Why: at openb x8 (9,704 nodes) the memo's records of a hundred request
-// shapes outgrow the 32 MB cache. 8-byte verdicts measured 5% faster a
-// place there than 16-byte ones, and 16 bytes 5% faster than 32. (The
-// scores and the GPUs in arrays of their own measured 5% slower: a
-// re-score then writes two cache lines.)
+// shapes outgrow the 32 MB cache. Padding the verdicts from 16 bytes to 32
+// made a place there 5% dearer and left x1 alone; the narrow forms made it
+// 7-10% cheaper (2-4% at x1). (The scores and the GPUs in arrays of their
+// own measured 5% dearer at x8: a re-score then writes two cache lines.)
 //
 //   ChoiceArray<false> verdicts;
 //   verdicts.Resize(num_nodes);
