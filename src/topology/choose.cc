@@ -228,6 +228,17 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
     std::sort(cls.begin(), cls.end(),
               [&](int a, int b) { return judge.rank(a) < judge.rank(b); });
   }
+  // The classes whose GPUs bring the most weight among themselves first
+  // (twins share one link to each other), so that the first sets tried are
+  // good ones: the answer does not depend on the order when the search ends
+  // within its bounds, and is the best set found when it does not.
+  auto inner = [&](const std::vector<int>& cls) {
+    return cls.size() < 2 ? 0.0 : weight(cls[0], cls[1]) * static_cast<double>(cls.size() - 1);
+  };
+  std::stable_sort(classes.begin(), classes.end(),
+                   [&](const std::vector<int>& a, const std::vector<int>& b) {
+                     return inner(a) > inner(b);
+                   });
   std::vector<int> after(classes.size() + 1, 0);  // Candidates in classes >= i.
   for (size_t i = classes.size(); i-- > 0;) {
     after[i] = after[i + 1] + static_cast<int>(classes[i].size());
@@ -278,9 +289,14 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
            (!below(best.primary, p) && !below(p, best.primary) && below(q, best.secondary));
   };
   auto Hopeless = hopeless;
-  // Depth-first over how many GPUs each class gives.
+  // Depth-first over how many GPUs each class gives (the first tries take
+  // the most GPUs of the first classes), in at most kMaxChooseSteps steps
+  // and kMaxChooseSets complete sets judged.
+  int64_t steps = 0, sets = 0;
   auto visit = [&](auto&& self, size_t cls, int need) -> void {
+    if (++steps > kMaxChooseSteps) return;
     if (need == 0) {
+      if (++sets > kMaxChooseSets) return;
       gpus = chosen;
       std::sort(gpus.begin(), gpus.end());
       Verdict v = judge.Judge1(gpus);

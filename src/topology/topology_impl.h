@@ -63,6 +63,12 @@ inline double MeasureOf(const GpuSetChoice& set, TopologyObjective objective) {
 inline constexpr int kGroupSizes[] = {8, 4, 2};
 inline constexpr size_t kMaxGroups = 4096;
 inline constexpr size_t kMaxMemo = 65536;
+// Topology::Choose()'s search extends at most kMaxChooseSteps partial sets
+// and judges at most kMaxChooseSets complete ones (see its comment). Enough
+// for every set of a node of up to 16 GPUs: its search tree has fewer than
+// 2^17 nodes, and C(16, 8) = 12,870 sets at most.
+inline constexpr int64_t kMaxChooseSteps = int64_t{1} << 17;
+inline constexpr int64_t kMaxChooseSets = int64_t{1} << 14;
 
 }  // namespace gpushare
 
