@@ -2,7 +2,8 @@
 // on 10,000 8-GPU nodes at steady state (bench/bench_cluster.h), with every
 // node topology-blind, a DGX-1 hybrid cube-mesh or a 2-socket PCIe server
 // (one shared topology object for all nodes); and the chooser alone on
-// 16-GPU nodes with a cold memo (a fresh free pattern each call).
+// 16-GPU nodes, and on 40 and 64, with a cold memo (a fresh free pattern
+// each call).
 //
 //   build/bench/topology_benchmark --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true   (one command line)
@@ -122,6 +123,30 @@ void BM_Choose16(benchmark::State& state) {
   state.SetItemsProcessed(calls);
 }
 
+// The chooser alone on a large node of NVLinked pairs over PCIe (`gpus` of
+// them), k = 16 of the free ones, memo cold: the many tied sets of whole
+// pairs make it the bounded search's worst case (kMaxChooseSteps).
+void BM_ChooseLarge(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) links[a][b] = *ParseLink(a / 2 == b / 2 ? "NV2" : "PXB");
+  }
+  TopologyPtr t = *Topology::Make(links);
+  std::mt19937_64 rng(kSeed);
+  int64_t calls = 0;
+  for (auto _ : state) {
+    std::vector<int> free, preference;
+    for (int g = 0; g < n; ++g) {
+      if (rng() % 8 != 0) free.push_back(g);
+    }
+    preference = {static_cast<int>(calls % n), static_cast<int>((calls / n) % n)};
+    ++calls;
+    benchmark::DoNotOptimize(t->Choose(free, free, 16, TopologyObjective::kTotal, 0, preference));
+  }
+  state.SetItemsProcessed(calls);
+}
+
 const bool kRegistered = [] {
   for (const char* policy : {"binpack", "spread"}) {
     for (bool exclusive : {false, true}) {
@@ -141,6 +166,11 @@ const bool kRegistered = [] {
       ->Arg(0)
       ->Arg(1)
       ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_ChooseLarge", BM_ChooseLarge)
+      ->ArgName("gpus")
+      ->Arg(40)
+      ->Arg(64)
+      ->Unit(benchmark::kMillisecond);
   return true;
 }();
 

@@ -210,7 +210,7 @@ class Topology {
   // of up to 16 GPUs reaches: the classes whose GPUs are best linked among
   // themselves are tried first, and past the bound the best set found so
   // far is returned (empty if none met min_weight by then). At most about
-  // 0.7 s a cold call on 64 GPUs.
+  // 0.1 s a cold call on 64 GPUs.
   GpuSetChoice Choose(const std::vector<int>& candidates, const std::vector<int>& idle,
                       int k, TopologyObjective objective, double min_weight = 0,
                       const std::vector<int>& preference = {}) const;

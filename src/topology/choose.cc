@@ -246,35 +246,75 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
   Verdict best;
   std::vector<int> chosen;
   std::vector<int> gpus;
+  // What the bound below needs of `chosen`, kept as the search goes: one
+  // frame per class depth, made when the search enters it. The GPUs of a
+  // class are twins, so each has the same links to every GPU outside the
+  // class (the chosen ones among them): a class's links to `chosen` are its
+  // first GPU's.
+  struct Frame {
+    double total = 0;    // Of the links among `chosen`.
+    double weakest = 0;  // Among `chosen`; top_weight while fewer than two.
+    // Per class not entered yet: the sum of one of its GPUs' links to
+    // `chosen`, and the weakest of them (top_weight while `chosen` is empty).
+    std::vector<double> gain, low;
+  };
+  const double top_weight = weights_.Of(best_);
+  const size_t num_classes = classes.size();
+  std::vector<Frame> frames(num_classes + 1);
+  frames[0].weakest = top_weight;
+  frames[0].gain.assign(num_classes, 0);
+  frames[0].low.assign(num_classes, top_weight);
+  // frames[cls + 1] from frames[cls], with the first x GPUs of class cls chosen.
+  auto descend = [&](size_t cls, int x) {
+    const Frame& from = frames[cls];
+    Frame& to = frames[cls + 1];
+    to.gain.resize(num_classes);
+    to.low.resize(num_classes);
+    to.total = from.total;
+    to.weakest = from.weakest;
+    if (x == 0) {
+      std::copy(from.gain.begin() + cls + 1, from.gain.end(), to.gain.begin() + cls + 1);
+      std::copy(from.low.begin() + cls + 1, from.low.end(), to.low.begin() + cls + 1);
+      return;
+    }
+    const int g = classes[cls][0];
+    // The x new GPUs' links to the GPUs chosen before them (none: a gain of
+    // 0 and a low of top_weight change nothing).
+    to.total += x * from.gain[cls];
+    to.weakest = std::min(to.weakest, from.low[cls]);
+    if (x >= 2) {  // Their links to each other: one weight within a class.
+      const double inner = weight(g, classes[cls][1]);
+      to.total += inner * (x * (x - 1) / 2);
+      to.weakest = std::min(to.weakest, inner);
+    }
+    for (size_t c = cls + 1; c < num_classes; ++c) {
+      const double w = weight(classes[c][0], g);
+      to.gain[c] = from.gain[c] + x * w;
+      to.low[c] = std::min(from.low[c], w);
+    }
+  };
   // Whether no completion of `chosen` with `need` GPUs of classes >= cls can
   // beat `best` on (primary, secondary), or meet min_weight: bounds on the
   // weakest pair (it only falls) and on the total (each new GPU adds at most
   // its links to `chosen` plus the best link to every other new GPU).
-  const double top_weight = weights_.Of(best_);
+  std::vector<std::pair<double, int>> gains;  // (gain, GPUs) of the classes left.
+  gains.reserve(num_classes);
   auto hopeless = [&](size_t cls, int need) {
-    double total = 0, weakest = top_weight;
-    for (size_t a = 0; a < chosen.size(); ++a) {
-      for (size_t b = a + 1; b < chosen.size(); ++b) {
-        const double w = weight(chosen[a], chosen[b]);
-        total += w;
-        weakest = std::min(weakest, w);
-      }
-    }
-    std::vector<double> gains;
+    const Frame& f = frames[cls];
+    double total = f.total, weakest = f.weakest;
     double reach = 0;  // The best of the future GPUs' weakest link to `chosen`.
-    for (size_t c = cls; c < classes.size(); ++c) {
-      for (int g : classes[c]) {
-        double gain = 0, low = top_weight;
-        for (int h : chosen) {
-          gain += weight(g, h);
-          low = std::min(low, weight(g, h));
-        }
-        gains.push_back(gain);
-        reach = std::max(reach, low);
-      }
+    gains.clear();
+    for (size_t c = cls; c < num_classes; ++c) {
+      gains.emplace_back(f.gain[c], static_cast<int>(classes[c].size()));
+      reach = std::max(reach, f.low[c]);
     }
-    std::partial_sort(gains.begin(), gains.begin() + need, gains.end(), std::greater<double>());
-    for (int i = 0; i < need; ++i) total += gains[i];
+    std::sort(gains.begin(), gains.end(), std::greater<>());
+    int left = need;
+    for (size_t i = 0; i < gains.size() && left > 0; ++i) {
+      const int take = std::min(left, gains[i].second);
+      total += take * gains[i].first;
+      left -= take;
+    }
     total += top_weight * need * (need - 1) / 2;
     weakest = std::min(weakest, reach);
     if (weakest < min_weight) return true;
@@ -288,7 +328,6 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
     return below(p, best.primary) ||
            (!below(best.primary, p) && !below(p, best.primary) && below(q, best.secondary));
   };
-  auto Hopeless = hopeless;
   // Depth-first over how many GPUs each class gives (the first tries take
   // the most GPUs of the first classes), in at most kMaxChooseSteps steps
   // and kMaxChooseSets complete sets judged.
@@ -304,11 +343,12 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
       return;
     }
     if (cls == classes.size() || after[cls] < need) return;
-    if (!chosen.empty() && k >= 2 && Hopeless(cls, need)) return;
+    if (!chosen.empty() && k >= 2 && hopeless(cls, need)) return;
     const int most = std::min<int>(need, static_cast<int>(classes[cls].size()));
     for (int x = most; x >= 0; --x) {
       if (after[cls + 1] < need - x) break;
       for (int i = 0; i < x; ++i) chosen.push_back(classes[cls][i]);
+      descend(cls, x);
       self(self, cls + 1, need - x);
       chosen.resize(chosen.size() - x);
     }
