@@ -2,6 +2,7 @@
 // its brute-force reference.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "gpushare/topology.h"
 #include "src/topology/topology_impl.h"
@@ -250,77 +252,75 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
   // frame per class depth, made when the search enters it. The GPUs of a
   // class are twins, so each has the same links to every GPU outside the
   // class (the chosen ones among them): a class's links to `chosen` are its
-  // first GPU's.
-  struct Frame {
-    double total = 0;    // Of the links among `chosen`.
-    double weakest = 0;  // Among `chosen`; top_weight while fewer than two.
-    // Per class not entered yet: the sum of one of its GPUs' links to
-    // `chosen`, and the weakest of them (top_weight while `chosen` is empty).
-    std::vector<double> gain, low;
-  };
+  // first GPU's. Frame d, for classes >= d: gain[d * C + c], the sum of one
+  // GPU of class c's links to `chosen`, and low[d * C + c], the weakest of
+  // them (top_weight while `chosen` is empty); total[d], of the links among
+  // `chosen`, and weakest[d], the weakest of them (top_weight while fewer
+  // than two). On the stack for nodes of up to 8 classes.
   const double top_weight = weights_.Of(best_);
   const size_t num_classes = classes.size();
-  std::vector<Frame> frames(num_classes + 1);
-  frames[0].weakest = top_weight;
-  frames[0].gain.assign(num_classes, 0);
-  frames[0].low.assign(num_classes, top_weight);
-  // frames[cls + 1] from frames[cls], with the first x GPUs of class cls chosen.
+  const size_t frame_size = num_classes + 1;
+  absl::InlinedVector<double, 2 * 9 * 8 + 2 * 9> frames(2 * frame_size * num_classes +
+                                                        2 * frame_size);
+  double* const gain = frames.data();
+  double* const low = gain + frame_size * num_classes;
+  double* const total = low + frame_size * num_classes;
+  double* const weakest = total + frame_size;
+  std::fill(low, low + num_classes, top_weight);
+  weakest[0] = top_weight;
+  // Frame cls + 1 from frame cls, with the first x GPUs of class cls chosen.
   auto descend = [&](size_t cls, int x) {
-    const Frame& from = frames[cls];
-    Frame& to = frames[cls + 1];
-    to.gain.resize(num_classes);
-    to.low.resize(num_classes);
-    to.total = from.total;
-    to.weakest = from.weakest;
+    const size_t from = cls * num_classes, to = from + num_classes;
+    total[cls + 1] = total[cls];
+    weakest[cls + 1] = weakest[cls];
     if (x == 0) {
-      std::copy(from.gain.begin() + cls + 1, from.gain.end(), to.gain.begin() + cls + 1);
-      std::copy(from.low.begin() + cls + 1, from.low.end(), to.low.begin() + cls + 1);
+      std::copy(gain + from + cls + 1, gain + to, gain + to + cls + 1);
+      std::copy(low + from + cls + 1, low + to, low + to + cls + 1);
       return;
     }
     const int g = classes[cls][0];
     // The x new GPUs' links to the GPUs chosen before them (none: a gain of
     // 0 and a low of top_weight change nothing).
-    to.total += x * from.gain[cls];
-    to.weakest = std::min(to.weakest, from.low[cls]);
+    total[cls + 1] += x * gain[from + cls];
+    weakest[cls + 1] = std::min(weakest[cls + 1], low[from + cls]);
     if (x >= 2) {  // Their links to each other: one weight within a class.
       const double inner = weight(g, classes[cls][1]);
-      to.total += inner * (x * (x - 1) / 2);
-      to.weakest = std::min(to.weakest, inner);
+      total[cls + 1] += inner * (x * (x - 1) / 2);
+      weakest[cls + 1] = std::min(weakest[cls + 1], inner);
     }
     for (size_t c = cls + 1; c < num_classes; ++c) {
       const double w = weight(classes[c][0], g);
-      to.gain[c] = from.gain[c] + x * w;
-      to.low[c] = std::min(from.low[c], w);
+      gain[to + c] = gain[from + c] + x * w;
+      low[to + c] = std::min(low[from + c], w);
     }
   };
   // Whether no completion of `chosen` with `need` GPUs of classes >= cls can
   // beat `best` on (primary, secondary), or meet min_weight: bounds on the
   // weakest pair (it only falls) and on the total (each new GPU adds at most
   // its links to `chosen` plus the best link to every other new GPU).
-  std::vector<std::pair<double, int>> gains;  // (gain, GPUs) of the classes left.
-  gains.reserve(num_classes);
+  // (gain, GPUs) of the classes left; a node has at most 64 GPUs.
+  std::array<std::pair<double, int>, 64> gains;
   auto hopeless = [&](size_t cls, int need) {
-    const Frame& f = frames[cls];
-    double total = f.total, weakest = f.weakest;
+    double sum = total[cls], weakest_link = weakest[cls];
     double reach = 0;  // The best of the future GPUs' weakest link to `chosen`.
-    gains.clear();
+    size_t left_classes = 0;
     for (size_t c = cls; c < num_classes; ++c) {
-      gains.emplace_back(f.gain[c], static_cast<int>(classes[c].size()));
-      reach = std::max(reach, f.low[c]);
+      gains[left_classes++] = {gain[cls * num_classes + c], static_cast<int>(classes[c].size())};
+      reach = std::max(reach, low[cls * num_classes + c]);
     }
-    std::sort(gains.begin(), gains.end(), std::greater<>());
+    std::sort(gains.begin(), gains.begin() + left_classes, std::greater<>());
     int left = need;
-    for (size_t i = 0; i < gains.size() && left > 0; ++i) {
+    for (size_t i = 0; i < left_classes && left > 0; ++i) {
       const int take = std::min(left, gains[i].second);
-      total += take * gains[i].first;
+      sum += take * gains[i].first;
       left -= take;
     }
-    total += top_weight * need * (need - 1) / 2;
-    weakest = std::min(weakest, reach);
-    if (weakest < min_weight) return true;
+    sum += top_weight * need * (need - 1) / 2;
+    weakest_link = std::min(weakest_link, reach);
+    if (weakest_link < min_weight) return true;
     if (!best.valid) return false;
-    const double p = objective == TopologyObjective::kWeakestLink ? weakest : total;
-    const double q = objective == TopologyObjective::kWeakestLink ? total : weakest;
+    const double p = objective == TopologyObjective::kWeakestLink ? weakest_link : sum;
+    const double q = objective == TopologyObjective::kWeakestLink ? sum : weakest_link;
     // A margin for rounding: sums taken in another order may differ slightly.
     auto below = [](double bound, double value) {
       return bound < value - 1e-9 * std::max(1.0, std::abs(value));
