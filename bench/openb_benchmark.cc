@@ -7,6 +7,7 @@
 // node multiplier:
 //
 //   BM_OpenbPlace/fgd/mult:8
+//   BM_OpenbJoin/fgd/mult:8/every:100   (the same with 40 node joins, below)
 //
 //   build-bench/bench/openb_benchmark --benchmark_filter='BM_OpenbPlace/.*/mult:(1|8)$'
 //
@@ -117,6 +118,49 @@ void BM_OpenbPlace(benchmark::State& state, std::string policy) {
       tasks * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+// The pass of BM_OpenbPlace with a node joining before every `every`-th task
+// (a copy of a trace node under a new name, at its place in the random tie
+// order): what node joins cost a running scheduler's indexes and memos. Its
+// time less BM_OpenbPlace's, over the joins, is the cost of one join.
+void BM_OpenbJoin(benchmark::State& state, std::string policy) {
+  const OpenbTrace& trace = DefaultOpenbTrace();
+  if (!trace.ok) {
+    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+    return;
+  }
+  const int mult = static_cast<int>(state.range(0));
+  const int every = static_cast<int>(state.range(1));
+  Fixture& fx = GetFixture(policy, mult, trace);
+  std::unique_ptr<Policy> p = NewPolicy(policy, trace);
+  if (!fx.ok || p == nullptr || every < 1) {
+    state.SkipWithError("set-up failed");
+    return;
+  }
+  int64_t placed = 0, joined = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto cluster = std::make_unique<Cluster>(fx.cluster);
+    state.ResumeTiming();
+    placed = joined = 0;
+    for (size_t i = 0; i < fx.requests.size(); ++i) {
+      if (i % every == 0) {
+        Node node = trace.nodes[joined % trace.nodes.size()];
+        node.name = absl::StrCat(node.name, "~joined", joined++);
+        if (!cluster->AddNode(node).ok()) {
+          state.SkipWithError("join failed");
+          return;
+        }
+      }
+      placed += cluster->Place(fx.requests[i], *p).ok();
+    }
+    state.PauseTiming();
+    cluster.reset();
+    state.ResumeTiming();
+  }
+  state.counters["placed"] = static_cast<double>(placed);
+  state.counters["joins"] = static_cast<double>(joined);
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
   for (const char* policy : {"binpack", "spread", "fgd", "fgdcpu", "fgdpack", "bestfit",
                              "dotprod", "gpupacking", "gpuclustering"}) {
@@ -126,6 +170,16 @@ void BM_OpenbPlace(benchmark::State& state, std::string policy) {
     b->ArgName("mult")->Arg(1)->Arg(8);
     if (name == "binpack" || name == "spread") b->Arg(80);
     b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(15)->ReportAggregatesOnly(true);
+  }
+  for (const char* policy : {"binpack", "fgd", "dotprod"}) {
+    const std::string name(policy);
+    benchmark::RegisterBenchmark(absl::StrCat("BM_OpenbJoin/", name).c_str(), BM_OpenbJoin, name)
+        ->ArgNames({"mult", "every"})
+        ->Args({8, 100})
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1)
+        ->Repetitions(15)
+        ->ReportAggregatesOnly(true);
   }
   return true;
 }();
