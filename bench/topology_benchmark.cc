@@ -118,7 +118,8 @@ void BM_Choose16(benchmark::State& state) {
     preference = {static_cast<int>(calls % 16), static_cast<int>((calls / 16) % 16),
                   static_cast<int>((calls / 256) % 16)};
     ++calls;
-    benchmark::DoNotOptimize(t->Choose(free, free, 8, TopologyObjective::kWeakestLink, 0, preference));
+    benchmark::DoNotOptimize(
+        t->Choose(free, free, 8, TopologyObjective::kWeakestLink, 0, preference));
   }
   state.SetItemsProcessed(calls);
 }

@@ -747,6 +747,77 @@ TEST(ScoreMemoTest, VerdictsThatOutgrowTheNarrowFormStayExact) {
   }
 }
 
+// A node added goes into the tie order at its place, and the shapes that
+// keep their nodes in ScoreSets move their bits along, one inserted rank at
+// a time, when they are behind by at most a few dozen; further behind, or
+// after many nodes at once, they fill the sets again. Nodes join here one,
+// a few or a hundred at a time among places and releases, in a random tie
+// order (seed 11) and in the order they came (seed 0: each new node last);
+// shapes are asked often (a few ranks behind) and rarely (many behind),
+// past several 64-rank words. The memo stays the scan's twin, and the
+// invariants (each feasible verdict's bit in the sets) hold throughout.
+TEST(ScoreMemoTest, NodesJoiningOneByOneKeepTheSetsExact) {
+  for (uint64_t seed : {uint64_t{11}, uint64_t{0}}) {
+    for (const char* name : {"fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering"}) {
+      SCOPED_TRACE(absl::StrCat(name, " seed ", seed));
+      Ops ops(std::hash<std::string>()(name) + seed);
+      Twins twins(name);
+      ClusterOptions options;
+      options.tie_break_seed = seed;
+      twins.memo = Cluster(options);
+      twins.scan = Cluster(options);
+      int nodes = 0;
+      auto join = [&](int count) {
+        for (int i = 0; i < count; ++i) {
+          ASSERT_NO_FATAL_FAILURE(twins.AddNode(ops.MakeSharingNode(nodes++)));
+        }
+      };
+      ASSERT_NO_FATAL_FAILURE(join(20));
+      int step = 0;
+      auto make = [&](int) {
+        Request r;
+        r.id = absl::StrCat("r", step++);
+        if (step % 97 == 0) {  // A rare shape: its sets fall far behind.
+          r.compute = 100 * ops.Uniform(1, 3);
+          r.cpu = 3000;
+          return r;
+        }
+        switch (ops.Uniform(0, 2)) {
+          case 0:
+            r.compute = 300;
+            break;
+          case 1:
+            r.whole_gpus = 1;
+            break;
+          default:
+            r.gpu_count = 1;
+            r.compute = 200;
+            r.gpu_memory = 2;
+            break;
+        }
+        r.cpu = ops.Uniform(0, 2) * 2000;
+        return r;
+      };
+      std::vector<std::string> placed;
+      auto check = [&](const Request&) {
+        if (step % 7 == 0) {
+          ASSERT_OK(twins.memo.CheckInvariants());
+        }
+      };
+      const int rounds = testing::Quick() ? 40 : 120;
+      for (int round = 0; round < rounds; ++round) {
+        SCOPED_TRACE(round);
+        const int pick = ops.Uniform(0, 19);
+        ASSERT_NO_FATAL_FAILURE(join(pick < 14 ? 1 : pick < 19 ? ops.Uniform(2, 5) : 100));
+        ASSERT_NO_FATAL_FAILURE(twins.Churn(ops, ops.Uniform(2, 30), &placed, make, check));
+      }
+      ASSERT_OK(twins.memo.CheckInvariants());
+      EXPECT_GT(nodes, 150);
+      EXPECT_GT(placed.size(), 20u);
+    }
+  }
+}
+
 TEST(ScoreMemoTest, ManyShapesStayExact) {
   Cluster memo, scan;
   ScannedPolicy scanned(Make("bestfit"));

@@ -103,6 +103,65 @@ TEST(ScoreSetsTest, MatchesAPlainModelOverRandomOperations) {
 
 TEST(ScoreSetsTest, ManyRanksFewScores) { RandomOperations(99, 20000, 3); }
 
+// Ranks inserted among the others (a node added to the tie order) keep
+// every rank's bits, stale ones included, moved up past the new rank: the
+// sets then answer as the model with an empty rank inserted there. The
+// ranks cross word (64) and summary-word (4,096) boundaries as they grow.
+TEST(ScoreSetsTest, InsertedRanksMoveTheOthersUp) {
+  for (uint32_t start : {1u, 60u, 4090u}) {
+    SCOPED_TRACE(start);
+    std::mt19937_64 rng(testing::TestSeed(start));
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    ScoreSets sets;
+    sets.Reset(start);
+    std::vector<std::optional<double>> current(start);
+    for (int step = 0; step < 3000; ++step) {
+      SCOPED_TRACE(step);
+      const uint32_t n = static_cast<uint32_t>(current.size());
+      const int op = uniform(0, 9);
+      if (op < 3) {  // A rank inserted anywhere, the end included.
+        const uint32_t r = static_cast<uint32_t>(uniform(0, static_cast<int>(n)));
+        sets.InsertRank(r);
+        current.insert(current.begin() + r, std::nullopt);
+        ASSERT_EQ(sets.num_ranks(), n + 1);
+      } else if (op < 7) {
+        const uint32_t r = static_cast<uint32_t>(uniform(0, static_cast<int>(n) - 1));
+        const double score = uniform(0, 5);
+        ASSERT_TRUE(sets.Add(score, r));
+        current[r] = score;
+      } else if (op < 8) {  // Infeasible: its bit stays, stale.
+        current[static_cast<uint32_t>(uniform(0, static_cast<int>(n) - 1))].reset();
+      } else {  // Take every rank of the best score.
+        std::vector<uint32_t> taken;
+        double taken_score = 0;
+        const bool found = sets.TakeBest(
+            [&](double score, uint32_t r) { return r < n && current[r] && *current[r] == score; },
+            [&](uint32_t r) {
+              taken_score = *current[r];
+              taken.push_back(r);
+              return true;
+            });
+        const auto best = Best(current);
+        ASSERT_EQ(found, best.has_value());
+        if (found) {
+          EXPECT_EQ(taken_score, best->first);
+          EXPECT_EQ(taken, best->second);
+        }
+      }
+      ASSERT_TRUE(sets.Consistent());
+      // Every bit is at a rank below the count, and every current score has its bit.
+      size_t held = 0;
+      sets.ForEach([&](double score, uint32_t r) {
+        ASSERT_LT(r, current.size());
+        held += current[r] && *current[r] == score;
+      });
+      size_t live = 0;
+      for (const auto& c : current) live += c.has_value();
+      ASSERT_EQ(held, live);
+    }
+  }
+}
+
 TEST(ScoreSetsTest, AtMostMaxScoresAndAFailedAddChangesNothing) {
   ScoreSets sets;
   sets.Reset(300);

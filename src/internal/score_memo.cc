@@ -432,16 +432,65 @@ struct ScoreMemo::Data {
   // an added node changes the order: a removed one clears the memo.)
   std::vector<uint32_t> rank_of, slot_at;
   uint64_t ranks_version = 0;
+  // The rank each version from inserts_base + 1 on inserted, in order
+  // (inserted[v - inserts_base - 1] for version v): a shape whose sets are
+  // for a version in that span moves its bits along (ScoreSets::InsertRank())
+  // instead of filling them again. At most kMaxInserts kept.
+  std::vector<uint32_t> inserted;
+  uint64_t inserts_base = 0;
+  static constexpr size_t kMaxInserts = 64;
 
   void EnsureRanks(const ClusterState& state, uint32_t n) {
-    if (rank_of.size() == n) return;
-    slot_at.resize(n);
-    for (uint32_t slot = 0; slot < n; ++slot) slot_at[slot] = slot;
-    std::sort(slot_at.begin(), slot_at.end(),
-              [&](uint32_t a, uint32_t b) { return TieBefore(state.tie_keys, a, b); });
-    rank_of.resize(n);
-    for (uint32_t r = 0; r < n; ++r) rank_of[slot_at[r]] = r;
-    ++ranks_version;
+    if (rank_of.size() != n) Rank(state, n);
+  }
+  // Brings a shape's sets to the ranks of today's nodes: behind by a few
+  // inserted ranks, it moves their bits along; else it fills them again.
+  // (These two are cold calls of their own: inlined, they made every Plan()
+  // 2-4% dearer at openb x1 and x8, though they run only after a node joins;
+  // docs/performance.md, "Nodes that join a running cluster".)
+  __attribute__((cold, noinline)) void SyncSets(Memo::Shape& shape,
+                                                const ClusterState& state, uint32_t n) const {
+    if (shape.sets_ranks >= inserts_base &&
+        shape.sets.num_ranks() + (ranks_version - shape.sets_ranks) == n) {
+      for (uint64_t v = shape.sets_ranks + 1; v <= ranks_version; ++v) {
+        shape.sets.InsertRank(inserted[v - inserts_base - 1]);
+      }
+    } else {
+      shape.FillSets(rank_of, state.tie_keys);
+    }
+    shape.sets_ranks = ranks_version;
+  }
+  // Ranks the n nodes: the nodes added since (at most kMaxInserts) go in one
+  // by one, a version each; else, and on the first call, a full sort.
+  __attribute__((cold, noinline)) void Rank(const ClusterState& state, uint32_t n) {
+    auto before = [&](uint32_t a, uint32_t b) { return TieBefore(state.tie_keys, a, b); };
+    const size_t added = n - rank_of.size();
+    if (rank_of.empty() || n < rank_of.size() || added > kMaxInserts) {
+      slot_at.resize(n);
+      for (uint32_t slot = 0; slot < n; ++slot) slot_at[slot] = slot;
+      std::sort(slot_at.begin(), slot_at.end(), before);
+      rank_of.resize(n);
+      for (uint32_t r = 0; r < n; ++r) rank_of[slot_at[r]] = r;
+      ++ranks_version;
+      inserted.clear();
+      inserts_base = ranks_version;
+      return;
+    }
+    // A few nodes added (slots from rank_of.size() on): each goes into the
+    // order where it belongs, one version each.
+    for (uint32_t slot = static_cast<uint32_t>(rank_of.size()); slot < n; ++slot) {
+      const auto at = std::lower_bound(slot_at.begin(), slot_at.end(), slot, before);
+      const uint32_t r = static_cast<uint32_t>(at - slot_at.begin());
+      slot_at.insert(at, slot);
+      rank_of.push_back(r);
+      for (uint32_t q = r + 1; q <= slot; ++q) rank_of[slot_at[q]] = q;
+      ++ranks_version;
+      if (inserted.size() == kMaxInserts) {
+        inserted.erase(inserted.begin());
+        ++inserts_base;
+      }
+      inserted.push_back(r);
+    }
   }
 
   Data() = default;
@@ -449,7 +498,8 @@ struct ScoreMemo::Data {
       : stamps(other.stamps), summaries(other.summaries), log(other.log),
         log_base(other.log_base), logged(other.logged), clock(other.clock),
         entries(other.entries), rank_of(other.rank_of), slot_at(other.slot_at),
-        ranks_version(other.ranks_version) {
+        ranks_version(other.ranks_version), inserted(other.inserted),
+        inserts_base(other.inserts_base) {
     for (const auto& m : other.memos) memos.push_back(std::make_unique<Memo>(*m));
   }
 
@@ -786,10 +836,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   }
   if (shape.by_sets) {
     d.EnsureRanks(state, n);
-    if (shape.sets_ranks != d.ranks_version) {
-      shape.FillSets(d.rank_of, state.tie_keys);
-      shape.sets_ranks = d.ranks_version;
-    }
+    if (shape.sets_ranks != d.ranks_version) d.SyncSets(shape, state, n);
   }
   if (kernel != nullptr && memo->groups[shape.group].evaluations.size() < n) {
     ChoiceArray<true>& group = memo->groups[shape.group].evaluations;

@@ -70,6 +70,19 @@ class ScoreSets {
     return true;
   }
 
+  // Makes room for a new rank `r` (at most num_ranks()): every rank from r
+  // on moves up by one, keeping its bits, and r has none. A node added to
+  // the tie order costs a shift of each score's bits, where filling the sets
+  // again costs an Add() per feasible node.
+  void InsertRank(uint32_t r) {
+    ++n_;
+    for (Set& s : sets_) ShiftUp(s, r);
+    for (Set& s : spare_) {  // All clear: only the size changes.
+      s.words.resize(NumWords(), 0);
+      s.summary.resize((NumWords() + 63) / 64, 0);
+    }
+  }
+
   // Finds the best score with a rank for which held(score, rank) is true,
   // clearing on the way the bits for which it is false (and dropping the
   // scores left without bits); then calls take(rank) for the held ranks of
@@ -158,6 +171,26 @@ class ScoreSets {
   size_t NumWords() const { return (static_cast<size_t>(n_) + 63) / 64; }
   bool Sized(const Set& s) const {
     return s.words.size() == NumWords() && s.summary.size() == (NumWords() + 63) / 64;
+  }
+  // Moves the bits of ranks r and up of `s` (sized for n_ - 1 ranks) up by
+  // one, and sizes it for n_.
+  void ShiftUp(Set& s, uint32_t r) {
+    s.words.resize(NumWords(), 0);
+    s.summary.resize((NumWords() + 63) / 64, 0);
+    const size_t first = r >> 6;
+    for (size_t w = s.words.size() - 1; w > first; --w) {
+      s.words[w] = s.words[w] << 1 | s.words[w - 1] >> 63;
+    }
+    const uint64_t below = (uint64_t{1} << (r & 63)) - 1;  // Ranks that stay.
+    s.words[first] = (s.words[first] & below) | (s.words[first] & ~below) << 1;
+    for (size_t w = first; w < s.words.size(); ++w) {
+      const uint64_t bit = uint64_t{1} << (w & 63);
+      if (s.words[w] != 0) {
+        s.summary[w >> 6] |= bit;
+      } else {
+        s.summary[w >> 6] &= ~bit;
+      }
+    }
   }
   // An empty set, from the spares when one is left (all its bits are clear).
   Set NewSet() {
