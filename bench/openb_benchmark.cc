@@ -8,6 +8,7 @@
 //
 //   BM_OpenbPlace/fgd/mult:8
 //   BM_OpenbJoin/fgd/mult:8/every:100   (the same with 40 node joins, below)
+//   BM_OpenbLeave/fgd/mult:8/every:100  (the same with 40 node removals)
 //
 //   build-bench/bench/openb_benchmark --benchmark_filter='BM_OpenbPlace/.*/mult:(1|8)$'
 //
@@ -161,6 +162,49 @@ void BM_OpenbJoin(benchmark::State& state, std::string policy) {
   state.counters["joins"] = static_cast<double>(joined);
 }
 
+// The pass of BM_OpenbPlace with a node leaving before every `every`-th task
+// (the next empty one of the last copy, "n~<mult - 1>", in trace order): what
+// node removals cost a running scheduler. Its time less BM_OpenbPlace's, over
+// the removals, is the cost of one.
+void BM_OpenbLeave(benchmark::State& state, std::string policy) {
+  const OpenbTrace& trace = DefaultOpenbTrace();
+  if (!trace.ok) {
+    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+    return;
+  }
+  const int mult = static_cast<int>(state.range(0));
+  const int every = static_cast<int>(state.range(1));
+  Fixture& fx = GetFixture(policy, mult, trace);
+  std::unique_ptr<Policy> p = NewPolicy(policy, trace);
+  if (!fx.ok || p == nullptr || every < 1 || mult < 2) {
+    state.SkipWithError("set-up failed");
+    return;
+  }
+  int64_t placed = 0, left = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto cluster = std::make_unique<Cluster>(fx.cluster);
+    state.ResumeTiming();
+    placed = left = 0;
+    size_t next = 0;
+    for (size_t i = 0; i < fx.requests.size(); ++i) {
+      if (i % every == 0) {
+        while (next < trace.nodes.size() &&
+               !cluster->RemoveNode(absl::StrCat(trace.nodes[next].name, "~", mult - 1)).ok()) {
+          ++next;  // It holds placements.
+        }
+        left += next++ < trace.nodes.size();
+      }
+      placed += cluster->Place(fx.requests[i], *p).ok();
+    }
+    state.PauseTiming();
+    cluster.reset();
+    state.ResumeTiming();
+  }
+  state.counters["placed"] = static_cast<double>(placed);
+  state.counters["left"] = static_cast<double>(left);
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
   for (const char* policy : {"binpack", "spread", "fgd", "fgdcpu", "fgdpack", "bestfit",
                              "dotprod", "gpupacking", "gpuclustering"}) {
@@ -179,6 +223,14 @@ void BM_OpenbJoin(benchmark::State& state, std::string policy) {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(1)
         ->Repetitions(15)
+        ->ReportAggregatesOnly(true);
+    benchmark::RegisterBenchmark(absl::StrCat("BM_OpenbLeave/", name).c_str(), BM_OpenbLeave,
+                                 name)
+        ->ArgNames({"mult", "every"})
+        ->Args({8, 100})
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(1)
+        ->Repetitions(5)
         ->ReportAggregatesOnly(true);
   }
   return true;

@@ -145,7 +145,7 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
     state_->max_gpus_per_node =
         std::max(state_->max_gpus_per_node, static_cast<int>(n.gpus.size()));
   }
-  state_->index.Rebuild(*state_);  // Positions after `index` have moved.
+  state_->index.Rebuild(*state_, index);  // Positions after `index` have moved.
   return absl::OkStatus();
 }
 

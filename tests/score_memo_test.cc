@@ -818,6 +818,94 @@ TEST(ScoreMemoTest, NodesJoiningOneByOneKeepTheSetsExact) {
   }
 }
 
+// A node removed moves the slots after it down by one; the memo keeps
+// every other node's verdicts, change-log entries, ranks and tree keys,
+// renumbered (ScoreMemo::NodeRemoved()). Nodes leave here one or a few at
+// a time (their placements released first) among places, releases and
+// joins, for every policy the memo serves, CPU-only requests included (the
+// shared CPU orders), in a random tie order and in arrival order. The memo
+// stays the scan's twin, and the invariants hold after each change.
+TEST(ScoreMemoTest, NodesLeavingKeepTheMemoExact) {
+  for (uint64_t seed : {uint64_t{11}, uint64_t{0}}) {
+    for (const char* name :
+         {"binpack", "spread", "fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering"}) {
+      SCOPED_TRACE(absl::StrCat(name, " seed ", seed));
+      Ops ops(std::hash<std::string>()(name) + seed + 3);
+      Twins twins(name);
+      ClusterOptions options;
+      options.tie_break_seed = seed;
+      twins.memo = Cluster(options);
+      twins.scan = Cluster(options);
+      std::vector<std::string> names;
+      int nodes = 0;
+      auto join = [&] {
+        Node node = ops.MakeSharingNode(nodes++);
+        names.push_back(node.name);
+        ASSERT_NO_FATAL_FAILURE(twins.AddNode(node));
+      };
+      for (int i = 0; i < 150; ++i) ASSERT_NO_FATAL_FAILURE(join());
+      std::vector<std::string> placed;
+      auto leave = [&] {
+        const size_t v = static_cast<size_t>(ops.Uniform(0, static_cast<int>(names.size()) - 1));
+        const std::vector<std::string> held = twins.memo.FindNode(names[v])->requests;
+        for (const std::string& id : held) {
+          const auto it = std::find(placed.begin(), placed.end(), id);
+          ASSERT_NE(it, placed.end());
+          ASSERT_NO_FATAL_FAILURE(twins.Release(&placed, it - placed.begin()));
+        }
+        ASSERT_OK(twins.memo.RemoveNode(names[v]));
+        ASSERT_OK(twins.scan.RemoveNode(names[v]));
+        names.erase(names.begin() + static_cast<std::ptrdiff_t>(v));
+      };
+      int step = 0;
+      auto make = [&](int) {
+        Request r;
+        r.id = absl::StrCat("r", step++);
+        switch (ops.Uniform(0, 3)) {
+          case 0:
+            r.compute = 300;
+            break;
+          case 1:
+            r.whole_gpus = 1;
+            break;
+          case 2:
+            r.gpu_count = 1;
+            r.compute = 200;
+            r.gpu_memory = 2;
+            break;
+          default:  // CPU-only.
+            break;
+        }
+        r.cpu = ops.Uniform(r.whole_gpus + r.compute + r.gpu_count == 0 ? 1 : 0, 3) * 2000;
+        // Shapes that differ only here share their group's evaluations.
+        r.host_memory = ops.Uniform(0, 2) * 4096;
+        if (ops.Chance(0.2)) r.node_selector = {{"pool", ops.Chance(0.5) ? "a" : "b"}};
+        return r;
+      };
+      int placements = 0;
+      auto count_placed = [&](const Request&) { ++placements; };
+      int left = 0;
+      const int rounds = testing::Quick() ? 40 : 120;
+      for (int round = 0; round < rounds; ++round) {
+        SCOPED_TRACE(round);
+        ASSERT_NO_FATAL_FAILURE(
+            twins.Churn(ops, ops.Uniform(2, 30), &placed, make, count_placed));
+        const int pick = ops.Uniform(0, 9);
+        const int count = pick < 6 ? 1 : pick < 8 ? 0 : ops.Uniform(2, 5);
+        if (count == 0) {
+          ASSERT_NO_FATAL_FAILURE(join());
+        }
+        for (int i = 0; i < count && names.size() > 4; ++i, ++left) {
+          ASSERT_NO_FATAL_FAILURE(leave());
+        }
+        ASSERT_OK(twins.memo.CheckInvariants());
+      }
+      EXPECT_GT(left, rounds / 2);
+      EXPECT_GT(placements, rounds * 4);
+    }
+  }
+}
+
 TEST(ScoreMemoTest, ManyShapesStayExact) {
   Cluster memo, scan;
   ScannedPolicy scanned(Make("bestfit"));

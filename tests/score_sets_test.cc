@@ -103,11 +103,12 @@ TEST(ScoreSetsTest, MatchesAPlainModelOverRandomOperations) {
 
 TEST(ScoreSetsTest, ManyRanksFewScores) { RandomOperations(99, 20000, 3); }
 
-// Ranks inserted among the others (a node added to the tie order) keep
-// every rank's bits, stale ones included, moved up past the new rank: the
-// sets then answer as the model with an empty rank inserted there. The
-// ranks cross word (64) and summary-word (4,096) boundaries as they grow.
-TEST(ScoreSetsTest, InsertedRanksMoveTheOthersUp) {
+// Ranks inserted among the others (a node added to the tie order) or
+// removed (a node removed) keep every other rank's bits, stale ones
+// included, moved up or down past that rank: the sets then answer as the
+// model with an empty rank inserted, or the rank erased, there. The ranks
+// cross word (64) and summary-word (4,096) boundaries both ways.
+TEST(ScoreSetsTest, InsertedAndRemovedRanksMoveTheOthers) {
   for (uint32_t start : {1u, 60u, 4090u}) {
     SCOPED_TRACE(start);
     std::mt19937_64 rng(testing::TestSeed(start));
@@ -119,11 +120,18 @@ TEST(ScoreSetsTest, InsertedRanksMoveTheOthersUp) {
       SCOPED_TRACE(step);
       const uint32_t n = static_cast<uint32_t>(current.size());
       const int op = uniform(0, 9);
-      if (op < 3) {  // A rank inserted anywhere, the end included.
+      const int inserts = step < 1500 ? 2 : 1;  // Growing, then shrinking back.
+      if (op < inserts) {  // A rank inserted anywhere, the end included.
         const uint32_t r = static_cast<uint32_t>(uniform(0, static_cast<int>(n)));
         sets.InsertRank(r);
         current.insert(current.begin() + r, std::nullopt);
         ASSERT_EQ(sets.num_ranks(), n + 1);
+      } else if (op < 3) {  // A rank removed, with its bits (held or stale).
+        if (n == 1) continue;
+        const uint32_t r = static_cast<uint32_t>(uniform(0, static_cast<int>(n) - 1));
+        sets.RemoveRank(r);
+        current.erase(current.begin() + r);
+        ASSERT_EQ(sets.num_ranks(), n - 1);
       } else if (op < 7) {
         const uint32_t r = static_cast<uint32_t>(uniform(0, static_cast<int>(n) - 1));
         const double score = uniform(0, 5);

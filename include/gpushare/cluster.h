@@ -114,7 +114,8 @@ class Cluster {
   [[nodiscard]] absl::Status AddNode(const Node& node);
 
   // Removes a node that holds no placements. O(n G log(nG)): the indexes
-  // are rebuilt.
+  // are rebuilt, except the score memo's verdicts of the other nodes, which
+  // are kept (O(n) for each request shape it holds).
   // Errors: NotFound; FailedPrecondition if requests are still placed on it.
   [[nodiscard]] absl::Status RemoveNode(std::string_view name);
 

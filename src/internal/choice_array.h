@@ -45,6 +45,14 @@ class ChoiceArray {
       narrow_.resize(n);
     }
   }
+  // Drops `slot` (< size()); the slots after it move down by one.
+  void Erase(uint32_t slot) {
+    if (widened_) {
+      wide_.erase(wide_.begin() + slot);
+    } else {
+      narrow_.erase(narrow_.begin() + slot);
+    }
+  }
   // What the last Set() / SetGpus() of `slot` (< size()) gave.
   double score(uint32_t slot) const { return widened_ ? wide_[slot].score : narrow_[slot].score; }
   uint64_t gpus(uint32_t slot) const { return widened_ ? wide_[slot].gpus : narrow_[slot].gpus; }

@@ -435,6 +435,17 @@ void PlacementIndex::Rebuild(const ClusterState& state) {
   for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
 }
 
+void PlacementIndex::Rebuild(const ClusterState& state, uint32_t removed) {
+  ClearTrees();
+  memo_.NodeRemoved(removed);
+  for (const auto& entry : views_) {
+    PlacementIndex* view = entry.load(std::memory_order_acquire);
+    if (view == nullptr) break;
+    view->ClearTrees();
+  }
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr, /*touch_memo=*/false);
+}
+
 void PlacementIndex::ClearTrees() {
   pending_.slot = kNoSlot;
   delete gpu_.exchange(nullptr);  // Built again, with new keys, when next needed.
@@ -498,14 +509,14 @@ void PlacementIndex::LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t 
 }
 
 void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
-                          const std::vector<int>* gpus) {
+                          const std::vector<int>* gpus, bool touch_memo) {
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
     view->Link(state, slot, gpus);
   }
   const NodeStatus& node = state.nodes[slot];
-  if (filter_ == nullptr) memo_.Touch(slot, node);
+  if (filter_ == nullptr && touch_memo) memo_.Touch(slot, node);
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
     // A new node takes a key, if one is free at its place in the order; a
     // node with more GPUs than the positions per node, or none free, drops

@@ -104,6 +104,10 @@ class PlacementIndex {
 
   // Drops everything and indexes every node of `state` again. O(GPUs log GPUs).
   void Rebuild(const ClusterState& state);
+  // As Rebuild(), after the node in slot `removed` left `state` and the
+  // slots after it moved down by one, except that the score memo keeps what
+  // it knows of the others, renumbered (ScoreMemo::NodeRemoved()).
+  void Rebuild(const ClusterState& state, uint32_t removed);
 
   // Remove / insert the entries of node `slot` as it is now. `gpus` names the
   // GPUs whose counters change (a placement's GPUs); nullptr means all of
@@ -111,7 +115,9 @@ class PlacementIndex {
   // Unlink() must be followed by the Link() of the same slot, with nothing
   // in between but the change itself.
   void Unlink(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
-  void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
+  // `touch_memo` false: the node did not change (Rebuild()).
+  void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus,
+            bool touch_memo = true);
   // Fetches ahead what Link(state, slot, ...) writes of the score memo (only
   // where Link() may be called).
   void PrefetchLink(uint32_t slot) const { memo_.PrefetchTouch(slot); }

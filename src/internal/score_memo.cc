@@ -6,10 +6,13 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
@@ -628,6 +631,97 @@ void ScoreMemo::PrefetchTouch(uint32_t slot) const {
 }
 
 void ScoreMemo::Clear() { data_ = std::make_unique<Data>(); }
+
+void ScoreMemo::NodeRemoved(uint32_t slot) {
+  Data& d = *data_;
+  auto erase = [slot](auto& v) {
+    if (slot < v.size()) v.erase(v.begin() + slot);
+  };
+  // Keys of a tree without the removed node's, the later slots renumbered
+  // (an order kept: the tie order falls back on the slot, which keeps its
+  // order); stale keys are dropped on the way.
+  auto renumber = [slot](auto& tree, auto held) {
+    using Tree = std::decay_t<decltype(tree)>;
+    std::vector<typename Tree::value_type> keys;
+    keys.reserve(tree.size());
+    for (auto k : tree) {
+      if (k.slot == slot || !held(k)) continue;
+      k.slot -= k.slot > slot;
+      keys.push_back(k);
+    }
+    tree = Tree(keys.begin(), keys.end());
+  };
+  erase(d.stamps);
+  erase(d.summaries);
+  erase(d.logged);
+  for (uint32_t& e : d.log) {
+    if (e == Data::kSuperseded) continue;
+    if (e == slot) {
+      e = Data::kSuperseded;
+    } else {
+      e -= e > slot;
+    }
+  }
+  // The ranks: the node's goes, those above it move down. Shapes whose sets
+  // are for today's ranks drop it too; the others fill theirs again.
+  const uint64_t ranked_version = d.ranks_version;
+  std::optional<uint32_t> removed_rank;
+  if (slot < d.rank_of.size()) {
+    const uint32_t r = d.rank_of[slot];
+    removed_rank = r;
+    d.slot_at.erase(d.slot_at.begin() + r);
+    for (uint32_t& s : d.slot_at) s -= s > slot;
+    d.rank_of.erase(d.rank_of.begin() + slot);
+    for (uint32_t& q : d.rank_of) q -= q > r;
+    ++d.ranks_version;
+    d.inserted.clear();
+    d.inserts_base = d.ranks_version;
+  }
+  for (const auto& m : d.memos) {
+    const size_t types = m->target.has_value() ? m->target->types.size() : 0;
+    erase(m->facts);
+    if ((slot + 1) * types <= m->allowed.size()) {
+      m->allowed.erase(m->allowed.begin() + slot * types,
+                       m->allowed.begin() + (slot + 1) * types);
+    }
+    if ((slot + 1) * types <= m->counts.size()) {
+      m->counts.erase(m->counts.begin() + slot * types, m->counts.begin() + (slot + 1) * types);
+    }
+    for (Memo::Group& g : m->groups) {
+      if (slot < g.evaluations.size()) g.evaluations.Erase(slot);
+    }
+    if (Memo::CpuOrder* o = m->cpu_order.get()) {
+      erase(o->scores);
+      erase(o->stamps);
+      erase(o->capacity);
+      for (auto it = o->trees.begin(); it != o->trees.end();) {
+        renumber(it->second, [](const FullKey&) { return true; });
+        it = it->second.empty() ? o->trees.erase(it) : std::next(it);
+      }
+    }
+    for (auto& [key, shape_ptr] : m->shapes) {
+      Memo::Shape& shape = *shape_ptr;
+      // The trees first: Held() reads the verdicts by the old slots.
+      renumber(shape.tree, [&](const PrimaryKey& k) { return shape.Held(k); });
+      renumber(shape.full_tree, [&](const FullKey& k) { return shape.Held(k); });
+      if (slot < shape.verdicts.size()) {
+        shape.feasible -= shape.Live(slot);
+        shape.verdicts.Erase(slot);
+        ScoreSets::EraseBit(&shape.live, slot);
+        shape.live.resize((shape.verdicts.size() + 63) / 64);
+        erase(shape.rest);
+        erase(shape.topology);
+      }
+      if (shape.by_sets && removed_rank.has_value() && shape.sets_ranks == ranked_version &&
+          shape.sets.num_ranks() > *removed_rank) {
+        shape.sets.RemoveRank(*removed_rank);
+        shape.sets_ranks = d.ranks_version;
+      }
+    }
+  }
+  d.entries = 0;
+  for (const auto& m : d.memos) d.entries += m->Entries();
+}
 
 bool ScoreMemo::Serves(const Policy& policy) {
   if (ClassifyPolicy(policy) != IndexedPolicy::kNone) return true;

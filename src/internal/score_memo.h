@@ -90,8 +90,13 @@ class ScoreMemo {
   // Fetches ahead what Touch(slot, ...) writes. Like Touch(), only where no
   // Plan() may run at the same time.
   void PrefetchTouch(uint32_t slot) const;
-  // Forgets everything (node slots have moved).
+  // Forgets everything.
   void Clear();
+  // The node in `slot` was removed, and the slots after it moved down by
+  // one: every verdict, change and rank of the others is kept, renumbered.
+  // (The other nodes did not change: a policy the memo serves scores a node
+  // from the node alone.)
+  void NodeRemoved(uint32_t slot);
 
   // Whether `policy` is one whose scores the memo may keep.
   static bool Serves(const Policy& policy);

@@ -83,6 +83,36 @@ class ScoreSets {
     }
   }
 
+  // Drops rank `r` (below num_ranks()) and its bits: every rank above it
+  // moves down by one, keeping its bits. (A node removed from the order.)
+  void RemoveRank(uint32_t r) {
+    --n_;
+    for (Set& s : sets_) {
+      EraseBit(&s.words, r);
+      Summarise(s, r >> 6);  // A word past the new count is clear now.
+      s.words.resize(NumWords());
+      s.summary.resize((NumWords() + 63) / 64);
+    }
+    for (Set& s : spare_) {  // All clear: only the size changes.
+      s.words.resize(NumWords());
+      s.summary.resize((NumWords() + 63) / 64);
+    }
+  }
+
+  // Removes bit `bit` of the bit set `words`, moving every bit above it
+  // down by one (the top bit becomes clear); the size stays.
+  static void EraseBit(std::vector<uint64_t>* words, uint32_t bit) {
+    std::vector<uint64_t>& w = *words;
+    const size_t first = bit >> 6;
+    if (first >= w.size()) return;
+    const uint64_t below = (uint64_t{1} << (bit & 63)) - 1;  // Bits that stay.
+    w[first] = (w[first] & below) | (w[first] >> 1 & ~below);
+    for (size_t i = first; i + 1 < w.size(); ++i) {
+      w[i] |= w[i + 1] << 63;
+      w[i + 1] >>= 1;
+    }
+  }
+
   // Finds the best score with a rank for which held(score, rank) is true,
   // clearing on the way the bits for which it is false (and dropping the
   // scores left without bits); then calls take(rank) for the held ranks of
@@ -183,6 +213,10 @@ class ScoreSets {
     }
     const uint64_t below = (uint64_t{1} << (r & 63)) - 1;  // Ranks that stay.
     s.words[first] = (s.words[first] & below) | (s.words[first] & ~below) << 1;
+    Summarise(s, first);
+  }
+  // Sets the summary bits of words `first` on from the words.
+  static void Summarise(Set& s, size_t first) {
     for (size_t w = first; w < s.words.size(); ++w) {
       const uint64_t bit = uint64_t{1} << (w & 63);
       if (s.words[w] != 0) {
