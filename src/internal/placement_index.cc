@@ -425,25 +425,23 @@ GpuBuckets& PlacementIndex::GpuTrees::For(const std::string& model) {
 }
 
 void PlacementIndex::Rebuild(const ClusterState& state) {
-  ClearTrees();
   memo_.Clear();
-  for (const auto& entry : views_) {
-    PlacementIndex* view = entry.load(std::memory_order_acquire);
-    if (view == nullptr) break;
-    view->ClearTrees();
-  }
-  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
+  Relink(state, /*touch_memo=*/true);
 }
 
 void PlacementIndex::Rebuild(const ClusterState& state, uint32_t removed) {
-  ClearTrees();
   memo_.NodeRemoved(removed);
+  Relink(state, /*touch_memo=*/false);
+}
+
+void PlacementIndex::Relink(const ClusterState& state, bool touch_memo) {
+  ClearTrees();
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
     view->ClearTrees();
   }
-  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr, /*touch_memo=*/false);
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr, touch_memo);
 }
 
 void PlacementIndex::ClearTrees() {

@@ -285,6 +285,8 @@ class PlacementIndex {
   void CopyFrom(const PlacementIndex& other);
   void Clear();
   void ClearTrees();  // Empties every tree, keeping which ones exist.
+  // Empties every tree (the views' too) and links every node of `state`.
+  void Relink(const ClusterState& state, bool touch_memo);
 
   bool PlanBinpackShared(const ClusterState& state, const Cluster& cluster,
                          const Request& request, const Demand& demand, Policy& policy,

@@ -23,6 +23,8 @@
 //   sets.Reset(num_nodes);
 //   if (!sets.Add(score, rank)) ...;  // More than kMaxScores scores.
 //   sets.TakeBest(held, [&](uint32_t rank) { ...; return want_more; });
+//   sets.InsertRank(r);  // A node joined the tie order at rank r.
+//   sets.RemoveRank(r);  // The node of rank r left it.
 
 #ifndef GPUSHARE_INTERNAL_SCORE_SETS_H_
 #define GPUSHARE_INTERNAL_SCORE_SETS_H_
