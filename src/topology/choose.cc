@@ -294,12 +294,12 @@ GpuSetChoice Topology::Choose(const std::vector<int>& candidates_in, const std::
       low[to + c] = std::min(low[from + c], w);
     }
   };
+  // (gain, GPUs) of the classes left, for the bound; at most 64 GPUs.
+  std::array<std::pair<double, int>, 64> gains;
   // Whether no completion of `chosen` with `need` GPUs of classes >= cls can
   // beat `best` on (primary, secondary), or meet min_weight: bounds on the
   // weakest pair (it only falls) and on the total (each new GPU adds at most
   // its links to `chosen` plus the best link to every other new GPU).
-  // (gain, GPUs) of the classes left; a node has at most 64 GPUs.
-  std::array<std::pair<double, int>, 64> gains;
   auto hopeless = [&](size_t cls, int need) {
     double sum = total[cls], weakest_link = weakest[cls];
     double reach = 0;  // The best of the future GPUs' weakest link to `chosen`.
