@@ -28,6 +28,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -87,19 +88,28 @@ Fixture& GetFixture(const std::string& policy, int mult, const OpenbTrace& trace
   return *fixture;
 }
 
-void BM_OpenbPlace(benchmark::State& state, std::string policy) {
+// The warm fixture of (policy, state.range(0)) and a policy object in *p;
+// nullptr, after SkipWithError(), when either is missing.
+Fixture* SetUp(benchmark::State& state, const std::string& policy, std::unique_ptr<Policy>* p) {
   const OpenbTrace& trace = DefaultOpenbTrace();
   if (!trace.ok) {
     state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
-    return;
+    return nullptr;
   }
-  const int mult = static_cast<int>(state.range(0));
-  Fixture& fx = GetFixture(policy, mult, trace);
-  std::unique_ptr<Policy> p = NewPolicy(policy, trace);
-  if (!fx.ok || p == nullptr) {
+  Fixture& fx = GetFixture(policy, static_cast<int>(state.range(0)), trace);
+  *p = NewPolicy(policy, trace);
+  if (!fx.ok || *p == nullptr) {
     state.SkipWithError("set-up failed");
-    return;
+    return nullptr;
   }
+  return &fx;
+}
+
+void BM_OpenbPlace(benchmark::State& state, std::string policy) {
+  std::unique_ptr<Policy> p;
+  const Fixture* fixture = SetUp(state, policy, &p);
+  if (fixture == nullptr) return;
+  const Fixture& fx = *fixture;
   int64_t placed = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -119,36 +129,30 @@ void BM_OpenbPlace(benchmark::State& state, std::string policy) {
       tasks * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-// The pass of BM_OpenbPlace with a node joining before every `every`-th task
-// (a copy of a trace node under a new name, at its place in the random tie
-// order): what node joins cost a running scheduler's indexes and memos. Its
-// time less BM_OpenbPlace's, over the joins, is the cost of one join.
-void BM_OpenbJoin(benchmark::State& state, std::string policy) {
-  const OpenbTrace& trace = DefaultOpenbTrace();
-  if (!trace.ok) {
-    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
+// The pass of BM_OpenbPlace with change(cluster, k) made before every
+// state.range(1)-th task (k counts the changes of the pass from 0); false
+// from it fails the benchmark. Counts the last pass's changes.
+template <typename Change>
+void PassesWithChanges(benchmark::State& state, const std::string& policy, Change change) {
+  std::unique_ptr<Policy> p;
+  const Fixture* fixture = SetUp(state, policy, &p);
+  if (fixture == nullptr) return;
+  const Fixture& fx = *fixture;
+  const int64_t every = state.range(1);
+  if (every < 1) {
+    state.SkipWithError("every must be at least 1");
     return;
   }
-  const int mult = static_cast<int>(state.range(0));
-  const int every = static_cast<int>(state.range(1));
-  Fixture& fx = GetFixture(policy, mult, trace);
-  std::unique_ptr<Policy> p = NewPolicy(policy, trace);
-  if (!fx.ok || p == nullptr || every < 1) {
-    state.SkipWithError("set-up failed");
-    return;
-  }
-  int64_t placed = 0, joined = 0;
+  int64_t placed = 0, changes = 0;
   for (auto _ : state) {
     state.PauseTiming();
     auto cluster = std::make_unique<Cluster>(fx.cluster);
     state.ResumeTiming();
-    placed = joined = 0;
+    placed = changes = 0;
     for (size_t i = 0; i < fx.requests.size(); ++i) {
-      if (i % every == 0) {
-        Node node = trace.nodes[joined % trace.nodes.size()];
-        node.name = absl::StrCat(node.name, "~joined", joined++);
-        if (!cluster->AddNode(node).ok()) {
-          state.SkipWithError("join failed");
+      if (static_cast<int64_t>(i) % every == 0) {
+        if (!change(*cluster, changes++)) {
+          state.SkipWithError("a change failed");
           return;
         }
       }
@@ -159,50 +163,38 @@ void BM_OpenbJoin(benchmark::State& state, std::string policy) {
     state.ResumeTiming();
   }
   state.counters["placed"] = static_cast<double>(placed);
-  state.counters["joins"] = static_cast<double>(joined);
+  state.counters["changes"] = static_cast<double>(changes);
 }
 
-// The pass of BM_OpenbPlace with a node leaving before every `every`-th task
-// (the next empty one of the last copy, "n~<mult - 1>", in trace order): what
-// node removals cost a running scheduler. Its time less BM_OpenbPlace's, over
-// the removals, is the cost of one.
+// A node joins before every `every`-th task (a copy of a trace node under a
+// new name, at its place in the random tie order): what node joins cost a
+// running scheduler's indexes and memos. Its time less BM_OpenbPlace's,
+// over the joins, is the cost of one join.
+void BM_OpenbJoin(benchmark::State& state, std::string policy) {
+  const OpenbTrace& trace = DefaultOpenbTrace();
+  PassesWithChanges(state, policy, [&](Cluster& cluster, int64_t k) {
+    Node node = trace.nodes[static_cast<size_t>(k) % trace.nodes.size()];
+    node.name = absl::StrCat(node.name, "~joined", k);
+    return cluster.AddNode(node).ok();
+  });
+}
+
+// A node leaves before every `every`-th task (the next empty one of the
+// last copy, "n~<mult - 1>", in trace order): what node removals cost a
+// running scheduler. Its time less BM_OpenbPlace's, over the removals, is
+// the cost of one.
 void BM_OpenbLeave(benchmark::State& state, std::string policy) {
   const OpenbTrace& trace = DefaultOpenbTrace();
-  if (!trace.ok) {
-    state.SkipWithError("openb trace not found (set GPUSHARE_SHARED_DIR)");
-    return;
-  }
-  const int mult = static_cast<int>(state.range(0));
-  const int every = static_cast<int>(state.range(1));
-  Fixture& fx = GetFixture(policy, mult, trace);
-  std::unique_ptr<Policy> p = NewPolicy(policy, trace);
-  if (!fx.ok || p == nullptr || every < 1 || mult < 2) {
-    state.SkipWithError("set-up failed");
-    return;
-  }
-  int64_t placed = 0, left = 0;
-  for (auto _ : state) {
-    state.PauseTiming();
-    auto cluster = std::make_unique<Cluster>(fx.cluster);
-    state.ResumeTiming();
-    placed = left = 0;
-    size_t next = 0;
-    for (size_t i = 0; i < fx.requests.size(); ++i) {
-      if (i % every == 0) {
-        while (next < trace.nodes.size() &&
-               !cluster->RemoveNode(absl::StrCat(trace.nodes[next].name, "~", mult - 1)).ok()) {
-          ++next;  // It holds placements.
-        }
-        left += next++ < trace.nodes.size();
-      }
-      placed += cluster->Place(fx.requests[i], *p).ok();
+  const int64_t copy = state.range(0) - 1;
+  size_t next = 0;
+  PassesWithChanges(state, policy, [&](Cluster& cluster, int64_t k) {
+    if (k == 0) next = 0;  // A new pass.
+    while (next < trace.nodes.size() &&
+           !cluster.RemoveNode(absl::StrCat(trace.nodes[next].name, "~", copy)).ok()) {
+      ++next;  // It holds placements.
     }
-    state.PauseTiming();
-    cluster.reset();
-    state.ResumeTiming();
-  }
-  state.counters["placed"] = static_cast<double>(placed);
-  state.counters["left"] = static_cast<double>(left);
+    return copy > 0 && next++ < trace.nodes.size();
+  });
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
@@ -215,23 +207,20 @@ void BM_OpenbLeave(benchmark::State& state, std::string policy) {
     if (name == "binpack" || name == "spread") b->Arg(80);
     b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(15)->ReportAggregatesOnly(true);
   }
+  // Node joins and removals: a pass each is a few to a few hundred ms.
+  const std::pair<const char*, void (*)(benchmark::State&, std::string)> kChanges[] = {
+      {"BM_OpenbJoin/", BM_OpenbJoin}, {"BM_OpenbLeave/", BM_OpenbLeave}};
   for (const char* policy : {"binpack", "fgd", "dotprod"}) {
-    const std::string name(policy);
-    benchmark::RegisterBenchmark(absl::StrCat("BM_OpenbJoin/", name).c_str(), BM_OpenbJoin, name)
-        ->ArgNames({"mult", "every"})
-        ->Args({8, 100})
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(1)
-        ->Repetitions(15)
-        ->ReportAggregatesOnly(true);
-    benchmark::RegisterBenchmark(absl::StrCat("BM_OpenbLeave/", name).c_str(), BM_OpenbLeave,
-                                 name)
-        ->ArgNames({"mult", "every"})
-        ->Args({8, 100})
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(1)
-        ->Repetitions(5)
-        ->ReportAggregatesOnly(true);
+    for (const auto& [prefix, fn] : kChanges) {
+      const std::string name(policy);
+      benchmark::RegisterBenchmark(absl::StrCat(prefix, name).c_str(), fn, name)
+          ->ArgNames({"mult", "every"})
+          ->Args({8, 100})
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(1)
+          ->Repetitions(fn == BM_OpenbJoin ? 15 : 5)
+          ->ReportAggregatesOnly(true);
+    }
   }
   return true;
 }();

@@ -747,6 +747,21 @@ TEST(ScoreMemoTest, VerdictsThatOutgrowTheNarrowFormStayExact) {
   }
 }
 
+// A request of one of four kinds, by `kind`: a GPU share (compute only), a
+// whole GPU, a share of one GPU's memory and compute, or CPU-only (no GPU).
+Request RequestOfKind(std::string id, int kind) {
+  Request r;
+  r.id = std::move(id);
+  if (kind == 0) r.compute = 300;
+  if (kind == 1) r.whole_gpus = 1;
+  if (kind == 2) {
+    r.gpu_count = 1;
+    r.compute = 200;
+    r.gpu_memory = 2;
+  }
+  return r;
+}
+
 // A node added goes into the tie order at its place, and the shapes that
 // keep their nodes in ScoreSets move their bits along, one inserted rank at
 // a time, when they are behind by at most a few dozen; further behind, or
@@ -775,26 +790,14 @@ TEST(ScoreMemoTest, NodesJoiningOneByOneKeepTheSetsExact) {
       ASSERT_NO_FATAL_FAILURE(join(20));
       int step = 0;
       auto make = [&](int) {
-        Request r;
-        r.id = absl::StrCat("r", step++);
+        const std::string id = absl::StrCat("r", step++);
         if (step % 97 == 0) {  // A rare shape: its sets fall far behind.
-          r.compute = 100 * ops.Uniform(1, 3);
-          r.cpu = 3000;
-          return r;
+          Request rare = RequestOfKind(id, 0);
+          rare.compute = 100 * ops.Uniform(1, 3);
+          rare.cpu = 3000;
+          return rare;
         }
-        switch (ops.Uniform(0, 2)) {
-          case 0:
-            r.compute = 300;
-            break;
-          case 1:
-            r.whole_gpus = 1;
-            break;
-          default:
-            r.gpu_count = 1;
-            r.compute = 200;
-            r.gpu_memory = 2;
-            break;
-        }
+        Request r = RequestOfKind(id, ops.Uniform(0, 2));
         r.cpu = ops.Uniform(0, 2) * 2000;
         return r;
       };
@@ -861,23 +864,7 @@ TEST(ScoreMemoTest, NodesLeavingKeepTheMemoExact) {
       };
       int step = 0;
       auto make = [&](int) {
-        Request r;
-        r.id = absl::StrCat("r", step++);
-        switch (ops.Uniform(0, 3)) {
-          case 0:
-            r.compute = 300;
-            break;
-          case 1:
-            r.whole_gpus = 1;
-            break;
-          case 2:
-            r.gpu_count = 1;
-            r.compute = 200;
-            r.gpu_memory = 2;
-            break;
-          default:  // CPU-only.
-            break;
-        }
+        Request r = RequestOfKind(absl::StrCat("r", step++), ops.Uniform(0, 3));
         r.cpu = ops.Uniform(r.whole_gpus + r.compute + r.gpu_count == 0 ? 1 : 0, 3) * 2000;
         // Shapes that differ only here share their group's evaluations.
         r.host_memory = ops.Uniform(0, 2) * 4096;
