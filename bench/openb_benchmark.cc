@@ -210,7 +210,7 @@ void BM_OpenbLeave(benchmark::State& state, std::string policy) {
   // Node joins and removals: a pass each is a few to a few hundred ms.
   const std::pair<const char*, void (*)(benchmark::State&, std::string)> kChanges[] = {
       {"BM_OpenbJoin/", BM_OpenbJoin}, {"BM_OpenbLeave/", BM_OpenbLeave}};
-  for (const char* policy : {"binpack", "fgd", "dotprod"}) {
+  for (const char* policy : {"binpack", "spread", "fgd", "dotprod"}) {
     for (const auto& [prefix, fn] : kChanges) {
       const std::string name(policy);
       benchmark::RegisterBenchmark(absl::StrCat(prefix, name).c_str(), fn, name)
