@@ -133,6 +133,7 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
   for (const GpuStatus& g : node.gpus) {
     if (!g.uuid.empty()) state_->gpu_uuids.erase(g.uuid);
   }
+  state_->index.RemoveNode(*state_, index);  // While the node is still there.
   state_->node_index.erase(it);
   state_->nodes.erase(state_->nodes.begin() + index);
   state_->tie_keys.erase(state_->tie_keys.begin() + index);
@@ -145,7 +146,6 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
     state_->max_gpus_per_node =
         std::max(state_->max_gpus_per_node, static_cast<int>(n.gpus.size()));
   }
-  state_->index.Rebuild(*state_, index);  // Positions after `index` have moved.
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 // SpreadOrder (src/internal/spread_order.h) against a plain ordered set of
-// the same keys, over random inserts and erases, in both of its forms.
+// the same keys, over random inserts, erases and node removals (the later
+// slots move down), in both of its forms.
 
 #include "src/internal/spread_order.h"
 
@@ -90,9 +91,10 @@ void ExpectFindsHeld(const SpreadOrder& order, const std::map<uint32_t, Held>& h
 }
 
 // What RandomOperations() does: `steps` random inserts, erases and re-keys
-// of up to `slots` nodes of `memory` units with at most `used_most` used;
-// with `odd_memory_at` >= 0, the node inserted at that step has other GPU
-// memory. Then every node is erased.
+// of up to `slots` nodes of `memory` units with at most `used_most` used,
+// and now and then a node's removal from the cluster; with `odd_memory_at`
+// >= 0, the node inserted at that step has other GPU memory. Then every node
+// is erased.
 struct Workload {
   int64_t memory = 64;
   int64_t used_most = 64;
@@ -112,6 +114,23 @@ void RandomOperations(uint64_t seed, const Workload& run, bool* ended_bucketed) 
   };
   for (int step = 0; step < run.steps; ++step) {
     const uint32_t slot = static_cast<uint32_t>(gen.Uniform(0, static_cast<int>(run.slots) - 1));
+    if (gen.Uniform(0, 49) == 0) {
+      // The node leaves: its key is erased, and the later slots move down.
+      if (auto it = held.find(slot); it != held.end()) {
+        order.Erase(it->second.key, it->second.pool);
+        held.erase(it);
+      }
+      order.SlotRemoved(slot);
+      std::map<uint32_t, Held> moved;
+      for (const auto& [s, h] : held) {
+        Held renumbered = h;
+        renumbered.key.slot = s > slot ? s - 1 : s;
+        moved.emplace(renumbered.key.slot, renumbered);
+      }
+      held = std::move(moved);
+      check(step);
+      continue;
+    }
     auto it = held.find(slot);
     if (it != held.end()) {
       // Every other erase by slot while in buckets, as a release does.

@@ -414,6 +414,16 @@ bool PlacementIndex::GpuTrees::AddSlot(const ClusterState& state, uint32_t slot)
   return true;
 }
 
+bool PlacementIndex::GpuTrees::RemoveSlot(uint32_t slot) {
+  if (slot >= key.size()) return false;
+  slot_of[key[slot]] = kNoSlot;
+  key.erase(key.begin() + slot);
+  for (uint32_t& s : slot_of) s -= s != kNoSlot && s > slot;
+  order.erase(std::find(order.begin(), order.end(), slot));
+  for (uint32_t& s : order) s -= s > slot;
+  return true;
+}
+
 GpuBuckets& PlacementIndex::GpuTrees::For(const std::string& model) {
   if (const int id = IdOf(model); id >= 0) return trees[id];
   auto [it, added] = ids.try_emplace(model, static_cast<int>(trees.size()));
@@ -426,22 +436,61 @@ GpuBuckets& PlacementIndex::GpuTrees::For(const std::string& model) {
 
 void PlacementIndex::Rebuild(const ClusterState& state) {
   memo_.Clear();
-  Relink(state, /*touch_memo=*/true);
-}
-
-void PlacementIndex::Rebuild(const ClusterState& state, uint32_t removed) {
-  memo_.NodeRemoved(removed);
-  Relink(state, /*touch_memo=*/false);
-}
-
-void PlacementIndex::Relink(const ClusterState& state, bool touch_memo) {
   ClearTrees();
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
     view->ClearTrees();
   }
-  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr, touch_memo);
+  for (uint32_t i = 0; i < state.nodes.size(); ++i) Link(state, i, nullptr);
+}
+
+void PlacementIndex::RemoveNode(const ClusterState& state, uint32_t slot) {
+  for (const auto& entry : views_) {
+    PlacementIndex* view = entry.load(std::memory_order_acquire);
+    if (view == nullptr) break;
+    view->RemoveOwn(state, slot);
+  }
+  RemoveOwn(state, slot);
+}
+
+namespace {
+
+// Renumbers the keys of `tree` for the removal of the node in `slot` (whose
+// keys are gone): the later slots move down by one. The slot is every key's
+// last part in the order, so the order stays; the keys go into a new tree in
+// it, each at the end.
+template <typename Tree>
+void RenumberAfter(Tree& tree, uint32_t slot) {
+  std::vector<typename Tree::value_type> keys(tree.begin(), tree.end());
+  for (auto& k : keys) k.slot -= k.slot > slot;
+  tree = Tree(keys.begin(), keys.end());
+}
+
+}  // namespace
+
+void PlacementIndex::RemoveOwn(const ClusterState& state, uint32_t slot) {
+  // The node's keys go: Unlink() erases them but for the shape keys, which
+  // it notes for the Link() that would follow.
+  UnlinkOwn(state, slot, nullptr);
+  if (GpuTrees* trees = gpu_.load(std::memory_order_acquire); trees != nullptr &&
+                                                              !trees->RemoveSlot(slot)) {
+    delete gpu_.exchange(nullptr);
+  }
+  for (int i = 0; i < kShapeSlots; ++i) {
+    ShapeTree* t = shape_[i].load(std::memory_order_acquire);
+    if (t == nullptr) break;
+    if (pending_.valid[i]) EraseUnique(t->keys, pending_.keys[i]);
+    RenumberAfter(t->keys, slot);
+  }
+  pending_.slot = kNoSlot;
+  pending_spread_.valid = false;
+  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) RenumberAfter(*t, slot);
+  for (int m = 0; m < kSpreadSlots; ++m) {
+    if (SpreadOrder* t = spread_[m].load(std::memory_order_acquire)) t->SlotRemoved(slot);
+    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) RenumberAfter(*t, slot);
+  }
+  if (filter_ == nullptr) memo_.NodeRemoved(slot);
 }
 
 void PlacementIndex::ClearTrees() {
@@ -464,8 +513,13 @@ void PlacementIndex::Unlink(const ClusterState& state, uint32_t slot,
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
-    view->Unlink(state, slot, gpus);
+    view->UnlinkOwn(state, slot, gpus);
   }
+  UnlinkOwn(state, slot, gpus);
+}
+
+void PlacementIndex::UnlinkOwn(const ClusterState& state, uint32_t slot,
+                               const std::vector<int>* gpus) {
   const NodeStatus& node = state.nodes[slot];
   pending_.slot = slot;
   pending_.valid.fill(false);
@@ -507,14 +561,14 @@ void PlacementIndex::LinkShapes(const NodeStatus& node, uint32_t slot, uint64_t 
 }
 
 void PlacementIndex::Link(const ClusterState& state, uint32_t slot,
-                          const std::vector<int>* gpus, bool touch_memo) {
+                          const std::vector<int>* gpus) {
   for (const auto& entry : views_) {
     PlacementIndex* view = entry.load(std::memory_order_acquire);
     if (view == nullptr) break;
     view->Link(state, slot, gpus);
   }
   const NodeStatus& node = state.nodes[slot];
-  if (filter_ == nullptr && touch_memo) memo_.Touch(slot, node);
+  if (filter_ == nullptr) memo_.Touch(slot, node);
   if (GpuTrees* trees = gpu_.load(std::memory_order_acquire)) {
     // A new node takes a key, if one is free at its place in the order; a
     // node with more GPUs than the positions per node, or none free, drops

@@ -46,7 +46,8 @@
 // Each index is built on the first Plan() that needs it and kept exact from
 // then on, so a workload pays upkeep only for the kinds of request it makes
 // (the GPU index, whose positions follow the tie-break order, is dropped
-// when a node is added or removed, and built again when next needed).
+// when a node added finds no room at its place in it, and built again when
+// next needed).
 // Every other policy uses the generic scan, except the fragmentation-aware
 // built-in policies, whose node scores are remembered per request shape in a
 // ScoreMemo (see score_memo.h) kept here as well; so are those of binpack and
@@ -104,10 +105,12 @@ class PlacementIndex {
 
   // Drops everything and indexes every node of `state` again. O(GPUs log GPUs).
   void Rebuild(const ClusterState& state);
-  // As Rebuild(), after the node in slot `removed` left `state` and the
-  // slots after it moved down by one, except that the score memo keeps what
-  // it knows of the others, renumbered (ScoreMemo::NodeRemoved()).
-  void Rebuild(const ClusterState& state, uint32_t removed);
+  // The node in `slot` of `state` is about to leave it: the caller erases it
+  // next, and the slots after it move down by one. Its keys go, every other
+  // node's keys stay, renumbered, and so does what the score memo knows of
+  // the others (ScoreMemo::NodeRemoved()). O(nodes + keys), without a key
+  // computed or a tree searched for the others.
+  void RemoveNode(const ClusterState& state, uint32_t slot);
 
   // Remove / insert the entries of node `slot` as it is now. `gpus` names the
   // GPUs whose counters change (a placement's GPUs); nullptr means all of
@@ -115,9 +118,7 @@ class PlacementIndex {
   // Unlink() must be followed by the Link() of the same slot, with nothing
   // in between but the change itself.
   void Unlink(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
-  // `touch_memo` false: the node did not change (Rebuild()).
-  void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus,
-            bool touch_memo = true);
+  void Link(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
   // Fetches ahead what Link(state, slot, ...) writes of the score memo (only
   // where Link() may be called).
   void PrefetchLink(uint32_t slot) const { memo_.PrefetchTouch(slot); }
@@ -222,9 +223,9 @@ class PlacementIndex {
   // pairs: a GPU's position is its node's key shifted left by `shift`, plus
   // its index, where node keys increase along the tie-break order (tie key
   // desc, slot) with room left between them and at both ends. A node added
-  // later takes a free key between its neighbours (AddSlot()); when there is
-  // none, or a node leaves (slots move), the index is dropped and the next
-  // Plan() that needs it builds it again.
+  // later takes a free key between its neighbours (AddSlot()), and a node
+  // that leaves frees its own (RemoveSlot()); when no key is free, the index
+  // is dropped and the next Plan() that needs it builds it again.
   struct GpuTrees {
     static constexpr uint32_t kNoSlot = ~uint32_t{0};
     absl::flat_hash_map<std::string, int> ids;
@@ -239,6 +240,10 @@ class PlacementIndex {
     // Gives the node just added at `slot` (the last) a key; false when no
     // key is free at its place in the order, or it has too many GPUs.
     bool AddSlot(const ClusterState& state, uint32_t slot);
+    // Frees the key of the node in `slot`, whose GPUs were erased, as it
+    // leaves: the later slots move down by one, and every other key, so
+    // every position in the sets, stays. False when `slot` has no key.
+    bool RemoveSlot(uint32_t slot);
     // The set of `model`, made on first use.
     GpuBuckets& For(const std::string& model);
     // The id of `model`'s set, or -1. A few models (the usual cluster) are
@@ -282,11 +287,13 @@ class PlacementIndex {
   // the caller computes the key from all of them.
   bool UpdateFirstSpreadKey(const NodeStatus& node, uint32_t slot, uint64_t tie,
                             const std::vector<int>& gpus, bool insert, bool after_unlink);
+  // Unlink() of this index alone, not its views.
+  void UnlinkOwn(const ClusterState& state, uint32_t slot, const std::vector<int>* gpus);
+  // RemoveNode() of this index alone, not its views.
+  void RemoveOwn(const ClusterState& state, uint32_t slot);
   void CopyFrom(const PlacementIndex& other);
   void Clear();
   void ClearTrees();  // Empties every tree, keeping which ones exist.
-  // Empties every tree (the views' too) and links every node of `state`.
-  void Relink(const ClusterState& state, bool touch_memo);
 
   bool PlanBinpackShared(const ClusterState& state, const Cluster& cluster,
                          const Request& request, const Demand& demand, Policy& policy,

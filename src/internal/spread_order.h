@@ -12,9 +12,10 @@
 // kFlatMost of them, in a B-tree above): a place or release searches the
 // nodes with its node's memory use, not the whole cluster. The first node
 // of another kind puts every key into one B-tree, as it is for mixed
-// clusters, until the order is cleared. The buckets cost 48 bytes per
-// amount of memory a node has (30 KiB for 8 GPUs of 80 units) besides their
-// entries; nodes of more than kMaxBuckets units keep one tree.
+// clusters, until the order is cleared (that node leaving does not clear
+// it: a removal renumbers the keys where they are). The buckets cost 48
+// bytes per amount of memory a node has (30 KiB for 8 GPUs of 80 units)
+// besides their entries; nodes of more than kMaxBuckets units keep one tree.
 // While in buckets the order also remembers each node's entry by slot (32
 // bytes a node), so that Find() gives a node's key without reading it.
 //
@@ -118,6 +119,22 @@ class SpreadOrder {
   bool EraseSlot(uint32_t slot) {
     const Held* h = HeldAt(slot);
     return h != nullptr && EraseEntry(static_cast<size_t>(h->bucket), h->entry);
+  }
+
+  // The node in `slot`, whose key was erased, left the cluster, and the
+  // slots after it moved down by one: so do their keys' slots (the slot is
+  // the keys' last part in the order, which stays).
+  void SlotRemoved(uint32_t slot) {
+    auto renumber = [slot](uint32_t& s) { s -= s > slot; };
+    if (mode_ == Mode::kTree) {
+      std::vector<SpreadKey> keys(tree_.begin(), tree_.end());
+      for (SpreadKey& k : keys) renumber(k.slot);
+      tree_ = Tree(keys.begin(), keys.end());
+      return;
+    }
+    for (Bucket& b : buckets_) b.Renumber(renumber);
+    if (slot < held_.size()) held_.erase(held_.begin() + slot);
+    for (Held& h : held_) renumber(h.entry.slot);
   }
 
   void clear() {
@@ -255,6 +272,17 @@ class SpreadOrder {
         return true;
       };
       return tree_.empty() ? walk(flat_) : walk(tree_);
+    }
+    // Applies `renumber` to each entry's slot; it must keep their order.
+    template <typename F>
+    void Renumber(F&& renumber) {
+      if (tree_.empty()) {
+        for (Entry& e : flat_) renumber(e.slot);
+        return;
+      }
+      std::vector<Entry> entries(tree_.begin(), tree_.end());
+      for (Entry& e : entries) renumber(e.slot);
+      tree_ = absl::btree_set<Entry, EntryLess>(entries.begin(), entries.end());
     }
     bool empty() const { return flat_.empty() && tree_.empty(); }
     size_t size() const { return flat_.size() + tree_.size(); }
