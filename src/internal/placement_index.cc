@@ -454,21 +454,6 @@ void PlacementIndex::RemoveNode(const ClusterState& state, uint32_t slot) {
   RemoveOwn(state, slot);
 }
 
-namespace {
-
-// Renumbers the keys of `tree` for the removal of the node in `slot` (whose
-// keys are gone): the later slots move down by one. The slot is every key's
-// last part in the order, so the order stays; the keys go into a new tree in
-// it, each at the end.
-template <typename Tree>
-void RenumberAfter(Tree& tree, uint32_t slot) {
-  std::vector<typename Tree::value_type> keys(tree.begin(), tree.end());
-  for (auto& k : keys) k.slot -= k.slot > slot;
-  tree = Tree(keys.begin(), keys.end());
-}
-
-}  // namespace
-
 void PlacementIndex::RemoveOwn(const ClusterState& state, uint32_t slot) {
   // The node's keys go: Unlink() erases them but for the shape keys, which
   // it notes for the Link() that would follow.
@@ -481,14 +466,16 @@ void PlacementIndex::RemoveOwn(const ClusterState& state, uint32_t slot) {
     ShapeTree* t = shape_[i].load(std::memory_order_acquire);
     if (t == nullptr) break;
     if (pending_.valid[i]) EraseUnique(t->keys, pending_.keys[i]);
-    RenumberAfter(t->keys, slot);
+    RenumberAfterRemoval(t->keys, slot);
   }
   pending_.slot = kNoSlot;
   pending_spread_.valid = false;
-  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) RenumberAfter(*t, slot);
+  if (ExclusiveTree* t = exclusive_.load(std::memory_order_acquire)) {
+    RenumberAfterRemoval(*t, slot);
+  }
   for (int m = 0; m < kSpreadSlots; ++m) {
     if (SpreadOrder* t = spread_[m].load(std::memory_order_acquire)) t->SlotRemoved(slot);
-    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) RenumberAfter(*t, slot);
+    if (PackTree* t = pack_[m].load(std::memory_order_acquire)) RenumberAfterRemoval(*t, slot);
   }
   if (filter_ == nullptr) memo_.NodeRemoved(slot);
 }

@@ -125,16 +125,13 @@ class SpreadOrder {
   // slots after it moved down by one: so do their keys' slots (the slot is
   // the keys' last part in the order, which stays).
   void SlotRemoved(uint32_t slot) {
-    auto renumber = [slot](uint32_t& s) { s -= s > slot; };
     if (mode_ == Mode::kTree) {
-      std::vector<SpreadKey> keys(tree_.begin(), tree_.end());
-      for (SpreadKey& k : keys) renumber(k.slot);
-      tree_ = Tree(keys.begin(), keys.end());
+      RenumberAfterRemoval(tree_, slot);
       return;
     }
-    for (Bucket& b : buckets_) b.Renumber(renumber);
+    for (Bucket& b : buckets_) b.SlotRemoved(slot);
     if (slot < held_.size()) held_.erase(held_.begin() + slot);
-    for (Held& h : held_) renumber(h.entry.slot);
+    for (Held& h : held_) h.entry.slot -= h.entry.slot > slot;
   }
 
   void clear() {
@@ -273,16 +270,10 @@ class SpreadOrder {
       };
       return tree_.empty() ? walk(flat_) : walk(tree_);
     }
-    // Applies `renumber` to each entry's slot; it must keep their order.
-    template <typename F>
-    void Renumber(F&& renumber) {
-      if (tree_.empty()) {
-        for (Entry& e : flat_) renumber(e.slot);
-        return;
-      }
-      std::vector<Entry> entries(tree_.begin(), tree_.end());
-      for (Entry& e : entries) renumber(e.slot);
-      tree_ = absl::btree_set<Entry, EntryLess>(entries.begin(), entries.end());
+    // SpreadOrder::SlotRemoved() of the entries here.
+    void SlotRemoved(uint32_t slot) {
+      for (Entry& e : flat_) e.slot -= e.slot > slot;
+      if (!tree_.empty()) RenumberAfterRemoval(tree_, slot);
     }
     bool empty() const { return flat_.empty() && tree_.empty(); }
     size_t size() const { return flat_.size() + tree_.size(); }
