@@ -114,7 +114,7 @@ void RandomOperations(uint64_t seed, const Workload& run, bool* ended_bucketed) 
   };
   for (int step = 0; step < run.steps; ++step) {
     const uint32_t slot = static_cast<uint32_t>(gen.Uniform(0, static_cast<int>(run.slots) - 1));
-    if (gen.Uniform(0, 49) == 0) {
+    if (step != run.odd_memory_at && gen.Uniform(0, 49) == 0) {
       // The node leaves: its key is erased, and the later slots move down.
       if (auto it = held.find(slot); it != held.end()) {
         order.Erase(it->second.key, it->second.pool);
