@@ -431,8 +431,8 @@ struct ScoreMemo::Data {
   int64_t entries = 0;  // Verdicts held, over every shape.
   // The nodes in the tie order (TieBefore()), for the shapes' ScoreSets:
   // slot_at[r] is the node of rank r, rank_of[slot] its rank. Made for the
-  // node count of the last EnsureRanks(), numbered by ranks_version. (Only
-  // an added node changes the order: a removed one clears the memo.)
+  // node count of the last EnsureRanks(), numbered by ranks_version (each
+  // node added or removed moves the ranks after its own: a new version).
   std::vector<uint32_t> rank_of, slot_at;
   uint64_t ranks_version = 0;
   // The rank each version from inserts_base + 1 on inserted, in order
