@@ -39,10 +39,16 @@ set -euo pipefail
 b() { buildah --storage-driver vfs "$@"; }
 c=$(b from "$1"); m=$(b mount "$c")
 pid=""
-finish() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; b umount "$c" >/dev/null; b rm "$c" >/dev/null; }
+# The server is stopped and waited for before the root file system goes.
+finish() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  b umount "$c" >/dev/null; b rm "$c" >/dev/null
+}
 trap finish EXIT
-as_user() { chroot --userspec=65532:65532 "$m" "$@"; }
-as_user /usr/local/bin/kubectl-inspect-gpushare --help | grep -q "^usage: kubectl inspect gpushare"
+# exec: in the background, $! is then the program itself (chroot execs it),
+# not a subshell that would outlive a kill and leave the server running.
+as_user() { exec chroot --userspec=65532:65532 "$m" "$@"; }
+(as_user /usr/local/bin/kubectl-inspect-gpushare --help) | grep -q "^usage: kubectl inspect gpushare"
 cp extender/samples/nodes.json extender/samples/pods.json "$m/tmp/"
 as_user /usr/local/bin/gpushare-extender --nodes /tmp/nodes.json --pods /tmp/pods.json \
   --address 127.0.0.1 --port 0 --port-file /tmp/port > "$m/tmp/log" 2>&1 &
