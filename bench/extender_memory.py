@@ -1,7 +1,7 @@
 """Memory of gpushare-extender for the largest realistic request bodies.
 
 Starts the extender on loopback with N realistic GPU nodes
-(extender/realistic_nodes.py), then posts one filter with all N nodes in
+(tests/extender/realistic_nodes.py), then posts one filter with all N nodes in
 full (ExtenderArgs for nodeCacheCapable: false) and reports the body size,
 the filter's latency, the server's RSS before, its peak during (VmHWM, reset
 through /proc/PID/clear_refs first) and its RSS afterwards.
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "extender"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "extender"))
 import realistic_nodes  # noqa: E402
 
 

@@ -24,6 +24,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -62,6 +63,49 @@ absl::StatusCode StatusCodeOfHttp(unsigned s) {
 
 bool IsGone(const absl::Status& status) {
   return status.code() == absl::StatusCode::kOutOfRange;
+}
+
+std::string EscapePathSegment(std::string_view segment) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(segment.size());
+  for (const char ch : segment) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+        c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(ch);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  // "." and ".." are path steps, not names.
+  if (out == ".") return "%2E";
+  if (out == "..") return "%2E%2E";
+  return out;
+}
+
+std::string PodPath(std::string_view pod_namespace, std::string_view pod_name) {
+  return absl::StrCat("/api/v1/namespaces/", EscapePathSegment(pod_namespace), "/pods/",
+                      EscapePathSegment(pod_name));
+}
+
+bool IsSafeHeaderValue(std::string_view text) {
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+  }
+  return true;
+}
+
+bool IsSafeTarget(std::string_view text) {
+  if (text.empty() || text.front() != '/') return false;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c >= 0x7f) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -251,12 +295,25 @@ struct ApiClient::Impl {
   absl::StatusOr<http::request<http::string_body>> MakeRequest(
       http::verb method, const std::string& path, const std::string& body,
       const char* content_type) const {
-    http::request<http::string_body> req{method, url.prefix + path, 11};
+    const std::string target = url.prefix + path;
+    if (!IsSafeTarget(target)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("refusing to send request target \"", absl::CHexEscape(target.substr(0, 200)),
+                       "\": it must start with '/' and hold no space, control or non-ASCII byte"));
+    }
+    if (!IsSafeHeaderValue(content_type == nullptr ? "" : content_type)) {
+      return absl::InvalidArgumentError("refusing to send a Content-Type with a control byte");
+    }
+    http::request<http::string_body> req{method, target, 11};
     req.set(http::field::host, url.host);
     req.set(http::field::user_agent, options.user_agent);
     req.set(http::field::accept, "application/json");
     absl::StatusOr<std::string> token = tokens.Get();
     if (!token.ok()) return absl::UnauthenticatedError(std::string(token.status().message()));
+    if (!IsSafeHeaderValue(*token)) {
+      return absl::InvalidArgumentError(
+          "refusing to send the bearer token: it holds a control byte (CR, LF, NUL, ...)");
+    }
     if (!token->empty()) req.set(http::field::authorization, "Bearer " + *token);
     if (method != http::verb::get) {
       req.set(http::field::content_type, content_type);
@@ -426,7 +483,7 @@ absl::StatusOr<std::string> ApiClient::Call(http::verb method, const std::string
 
 absl::Status ApiClient::Bind(const k8s::BindTarget& t, const k8s::BindResult& r,
                              const std::function<absl::Status()>& may_write) const {
-  const std::string pod = "/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name;
+  const std::string pod = PodPath(t.pod_namespace, t.pod_name);
   if (may_write) {
     if (absl::Status s = may_write(); !s.ok()) {
       return absl::FailedPreconditionError(std::string(s.message()) + " (nothing written)");
@@ -512,7 +569,7 @@ absl::Status ApiClient::Stream(const std::string& path,
 }
 
 absl::StatusOr<std::string> ApiClient::GetPod(const k8s::BindTarget& t) const {
-  return Get("/api/v1/namespaces/" + t.pod_namespace + "/pods/" + t.pod_name);
+  return Get(PodPath(t.pod_namespace, t.pod_name));
 }
 
 }  // namespace gpushare::extender

@@ -53,6 +53,21 @@ absl::StatusCode StatusCodeOfHttp(unsigned http_status);
 // must list again.
 bool IsGone(const absl::Status& status);
 
+// `segment` as one segment of a request path: every byte but the unreserved
+// ones of RFC 3986 (letters, digits, '-', '.', '_', '~') percent-encoded, so
+// that no name can add a segment, a query, a space or a line to the request.
+std::string EscapePathSegment(std::string_view segment);
+
+// "/api/v1/namespaces/<namespace>/pods/<name>", each name escaped.
+std::string PodPath(std::string_view pod_namespace, std::string_view pod_name);
+
+// Whether `text` may be sent as a request target or a header value: no byte
+// below 0x20 (CR, LF, NUL and the other controls) and no DEL; a target also
+// no space. ApiClient refuses anything else before a byte is written,
+// whatever its caller passes.
+bool IsSafeHeaderValue(std::string_view text);
+bool IsSafeTarget(std::string_view text);
+
 struct ClientOptions {
   // Client-side rate limit: a token bucket of `burst` requests refilled at
   // `qps` per second (qps <= 0: unlimited). client-go's defaults (5/10) are
@@ -94,7 +109,9 @@ class ApiClient {
   // status (message: method, path, status and the API's message), after the
   // retries above; Unavailable for transport errors (TLS verification
   // failures say why: "certificate has expired", "hostname mismatch", ...);
-  // DeadlineExceeded when a reply takes longer than options.timeout.
+  // DeadlineExceeded when a reply takes longer than options.timeout;
+  // InvalidArgument, with nothing sent, for a path that is not IsSafeTarget()
+  // or a content type or bearer token that is not IsSafeHeaderValue().
   absl::StatusOr<std::string> Call(boost::beast::http::verb method, const std::string& path,
                                    const std::string& body = "",
                                    const char* content_type = "application/json") const;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "extender/api_client.h"
 #include "nlohmann/json.hpp"
 
 namespace gpushare::extender {
@@ -45,8 +46,9 @@ LeaderElector::LeaderElector(LeaseOptions options, LeaseCall call,
       wall_(std::move(wall)) {}
 
 std::string LeaderElector::Path() const {
-  return absl::StrCat("/apis/coordination.k8s.io/v1/namespaces/", options_.namespace_name,
-                      "/leases/", options_.name);
+  return absl::StrCat("/apis/coordination.k8s.io/v1/namespaces/",
+                      EscapePathSegment(options_.namespace_name), "/leases/",
+                      EscapePathSegment(options_.name));
 }
 
 std::string LeaderElector::WallTime() const {
@@ -111,8 +113,8 @@ bool LeaderElector::TryAcquireOrRenew() {
     lock.unlock();
     absl::StatusOr<std::string> created =
         call_(http::verb::post,
-              absl::StrCat("/apis/coordination.k8s.io/v1/namespaces/", options_.namespace_name,
-                           "/leases"),
+              absl::StrCat("/apis/coordination.k8s.io/v1/namespaces/",
+                           EscapePathSegment(options_.namespace_name), "/leases"),
               LeaseJson(options_.identity, duration_s, 0, acquire, ""));
     lock.lock();
     if (!created.ok()) return lose_if_stale();

@@ -261,6 +261,9 @@ void DeclareMetrics(gpushare::extender::Metrics& m) {
             "status (none: no reply).");
   m.Declare("gpushare_extender_api_errors_total", T::kCounter,
             "Requests to the API server that failed (no reply, or status 400 and above).");
+  m.Declare("gpushare_extender_objects_skipped_total", T::kCounter,
+            "Nodes and pods of the start-up lists that could not be read and were left out "
+            "(each named in a warning), by kind.");
 }
 
 bool ParseBool(const std::string& v, bool* out) {
@@ -504,14 +507,30 @@ int main(int argc, char** argv) {
   }
 
   // Each list is parsed once: the pods serve the rebuild and the extender.
+  // One object that cannot be read (the API server accepts a Node with 65
+  // GPUs) is left out with a warning, as the watch does: it must not stop
+  // every replica from starting.
   gpushare::k8s::RebuildReport report;
-  absl::StatusOr<std::vector<gpushare::Node>> nodes = gpushare::k8s::ParseNodeList(nodes_json);
+  std::vector<gpushare::k8s::SkippedItem> skipped_nodes, skipped_pods;
+  absl::StatusOr<std::vector<gpushare::Node>> nodes =
+      gpushare::k8s::ParseNodeList(nodes_json, &skipped_nodes);
   absl::StatusOr<std::vector<gpushare::k8s::Pod>> pods =
-      nodes.ok() ? gpushare::k8s::ParsePodList(pods_json)
+      nodes.ok() ? gpushare::k8s::ParsePodList(pods_json, &skipped_pods)
                  : absl::StatusOr<std::vector<gpushare::k8s::Pod>>(nodes.status());
+  using Skipped = std::pair<const char*, const std::vector<gpushare::k8s::SkippedItem>*>;
+  for (const auto& [kind, skipped] : {Skipped{"node", &skipped_nodes}, Skipped{"pod", &skipped_pods}}) {
+    for (const gpushare::k8s::SkippedItem& s : *skipped) {
+      std::cerr << "warning: " << kind << " " << (s.name.empty() ? "(unnamed)" : s.name)
+                << " skipped: " << s.message << "\n";
+      metrics.Add("gpushare_extender_objects_skipped_total", {{"kind", kind}});
+    }
+  }
+  if (!pods.ok()) {
+    std::cerr << "gpushare-extender: cannot read the lists: " << pods.status() << "\n";
+    return 1;
+  }
   absl::StatusOr<gpushare::Cluster> cluster =
-      pods.ok() ? gpushare::k8s::RebuildCluster(*nodes, *pods, {}, &report)
-                : gpushare::k8s::RebuildCluster(nodes_json, pods_json, {}, &report);
+      gpushare::k8s::RebuildCluster(*nodes, *pods, {}, &report);
   if (!cluster.ok()) {
     std::cerr << "gpushare-extender: cannot rebuild the state: " << cluster.status() << "\n";
     return 1;
@@ -656,7 +675,7 @@ int main(int argc, char** argv) {
         return names;
       };
       ro.patch = [&](const std::string& ns, const std::string& name, const std::string& patch) {
-        return api->Call(http::verb::patch, "/api/v1/namespaces/" + ns + "/pods/" + name, patch,
+        return api->Call(http::verb::patch, gpushare::extender::PodPath(ns, name), patch,
                          "application/merge-patch+json")
             .status();
       };
@@ -665,6 +684,8 @@ int main(int argc, char** argv) {
   }
 
   flags.serving.ready = ready;
+  // The API's watch is the truth: nobody may end a placement by HTTP.
+  flags.serving.lifecycle_routes = files;
   // Binds reaching a follower go to the leader (extender/forward.h).
   std::unique_ptr<gpushare::extender::BindForwarder> forwarder;
   if (elector) {

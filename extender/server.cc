@@ -131,6 +131,12 @@ Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
     return FromStatus(plan);
   }
   if (verb == "preempt") return FromStatus(ext.Preempt(body));
+  if ((verb == "confirm" || verb == "forget" || verb == "release") && !hooks.lifecycle_routes) {
+    return {http::status::forbidden,
+            k8s::ErrorJson(absl::PermissionDeniedError(
+                verb + " is off: the extender follows the Kubernetes API, whose watch ends "
+                       "placements (a pod that ends or is deleted frees its GPUs)"))};
+  }
   if (verb == "confirm") return FromStatus(ext.Confirm(body));
   if (verb == "forget") return FromStatus(ext.Forget(body));
   if (verb == "release") return FromStatus(ext.Release(body));
@@ -800,7 +806,8 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       const std::string_view target(req->target().data(), req->target().size());
       const auto began = Clock::now();
       Reply reply = Route(*self->impl_->ext_, req->method(), target, req->body(),
-                          RouteHooks{o.ready, o.before_bind, o.metrics, o.role});
+                          RouteHooks{o.ready, o.before_bind, o.metrics, o.role,
+                                                     o.lifecycle_routes});
       if (o.on_request) {
         o.on_request(RouteName(target), reply,
                      std::chrono::duration<double>(Clock::now() - began).count());

@@ -103,6 +103,12 @@ struct RouteHooks {
   // The replica's role, added to /readyz's 200 body as "role" (e.g. "leader",
   // "follower (leader: b)"); empty: left out.
   std::function<std::string()> role;
+  // Whether POST confirm, forget and release are served. With the Kubernetes
+  // API as the source of truth the watch alone ends placements (a pod that
+  // ends or is deleted), kube-scheduler never sends these, and a release from
+  // anyone else could free the GPUs of a running pod for another: there they
+  // are off and answer 403 Forbidden. On (the default) for file-fed state.
+  bool lifecycle_routes = true;
 };
 
 // Routes one request to `ext`. `target` is the request target (a query
@@ -168,6 +174,7 @@ struct ServerOptions {
       before_bind;                           // See RouteHooks.
   std::function<std::string()> metrics;    // See RouteHooks.
   std::function<std::string()> role;       // See RouteHooks.
+  bool lifecycle_routes = true;            // See RouteHooks.
   // Called on the worker thread after each routed request with its
   // RouteName(), the reply, and the seconds Route() took (for metrics).
   std::function<void(const std::string& route, const Reply& reply, double seconds)> on_request;

@@ -20,6 +20,7 @@ namespace {
 
 using ::gpushare::testing::StatusIs;
 using ::nlohmann::json;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -662,15 +663,21 @@ TEST(SyncTest, RestoresPodsBoundElsewhereAndReplacesIdleChangedNodes) {
   });
 }
 
-TEST(SyncTest, MalformedListsChangeNothing) {
+TEST(SyncTest, MalformedListsChangeNothingAndBadObjectsAreSkipped) {
   auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
   Extender ext(scheduler.get());
   const std::string before = json::parse(*ext.Inspect()).dump();
   EXPECT_THAT(ext.Sync("{", PodList({}).dump(), 0), StatusIs(absl::StatusCode::kInvalidArgument));
   json bad_pod = GpuPod("bad", 1);
   bad_pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "lots";
-  EXPECT_THAT(ext.Sync(NodeList({}).dump(), PodList({bad_pod}).dump(), 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, "lots"));
+  EXPECT_THAT(ext.Sync(NodeList({}).dump(), "{\"items\":7}", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(json::parse(*ext.Inspect()).dump(), before);
+  // One unreadable object is left out with a warning, not a failed Sync.
+  ASSERT_OK_AND_ASSIGN(
+      SyncReport r,
+      ext.Sync(NodeList({GpuNode("n1", "10.0.0.1", 1, 14)}).dump(), PodList({bad_pod}).dump(), 0));
+  EXPECT_THAT(r.warnings, ElementsAre(AllOf(HasSubstr("pod default/bad skipped"), HasSubstr("lots"))));
   EXPECT_EQ(json::parse(*ext.Inspect()).dump(), before);
 }
 

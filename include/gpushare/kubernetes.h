@@ -66,6 +66,24 @@ absl::StatusOr<int64_t> QuantityMiB(std::string_view text);
 // "500m" are InvalidArgument.
 absl::StatusOr<int64_t> QuantityInteger(std::string_view text);
 
+// ---- Names ------------------------------------------------------------------------
+//
+// Kubernetes' own rules for object names, as the API server applies them:
+// pods and nodes are named by a DNS-1123 subdomain (at most 253 characters;
+// dot-separated parts of lower-case letters, digits and '-', each starting and
+// ending with a letter or digit), namespaces by a DNS-1123 label (one such
+// part, at most 63 characters). Every entry of the extender protocol checks
+// the names it is given against them (Extender below), so a name that the
+// API server could never have issued is refused before it reaches a URL, a
+// log line or the state. OK, or InvalidArgument naming `field` and quoting
+// the value (escaped, cut to a readable length):
+//   ValidateDns1123Label("PodNamespace", "Kube_System")
+//   -> PodNamespace "Kube_System" is not a valid Kubernetes name: it must be
+//      lower-case letters, digits and '-' (a DNS-1123 label), at most 63
+//      characters, starting and ending with a letter or digit
+absl::Status ValidateDns1123Subdomain(std::string_view field, std::string_view value);
+absl::Status ValidateDns1123Label(std::string_view field, std::string_view value);
+
 // ---- Objects ---------------------------------------------------------------------
 
 // One requirement of a node selector term (operators In, NotIn, Exists,
@@ -169,6 +187,24 @@ absl::StatusOr<Cluster> RebuildCluster(std::string_view nodes_json,
 // first malformed item (as ParsePod() / ParseNode() name it).
 absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json);
 absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json);
+
+// An item of a list that a lenient read left out.
+struct SkippedItem {
+  // "<namespace>/<name>" (a namespaced object) or "<name>" from its
+  // metadata when they could be read, else "".
+  std::string name;
+  std::string message;  // Why: the error ParsePod() / ParseNode() gave.
+};
+
+// The same, leniently, for a host that must not let one bad object stop it
+// (a Node with 65 GPUs, say, which the API server accepts): an item that
+// ParsePod() / ParseNode() refuses is left out and described in `skipped`
+// (in list order); the others are returned. Errors: InvalidArgument only for
+// malformed JSON or a text that is not a list.
+absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json,
+                                              std::vector<SkippedItem>* skipped);
+absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json,
+                                                std::vector<SkippedItem>* skipped);
 
 // RebuildCluster() from parsed lists. Errors: InvalidArgument for a node
 // listed twice.
@@ -374,8 +410,12 @@ class Extender {
   //    does not hold is restored as a confirmed placement (as RebuildCluster()
   //    does), whatever happened to an earlier reservation of it; a conflict
   //    (the GPUs are held by others) is a warning;
-  //  - the pods are remembered as by RememberPods().
-  // Errors: InvalidArgument for malformed JSON or objects; nothing changes.
+  //  - the pods are remembered as by RememberPods();
+  //  - an object that cannot be read (a Node with more GPUs than a node may
+  //    have, say) is left out with a warning: a node so listed is neither
+  //    added nor removed, a pod so listed keeps what it holds.
+  // Errors: InvalidArgument for malformed JSON or a text that is not a list;
+  // nothing changes.
   absl::StatusOr<SyncReport> Sync(std::string_view nodes_json, std::string_view pods_json,
                                   uint64_t mark);
 

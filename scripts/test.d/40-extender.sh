@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of extender/ (gpushare-extender) over loopback HTTP: starts the built
 # gpushare-extender on 127.0.0.1 on a free port with the sample state, runs
-# extender/e2e_test.py (standard-library HTTP client, JSON shaped like
+# tests/extender/e2e_test.py (standard-library HTTP client, JSON shaped like
 # kube-scheduler's), and always stops the server on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,5 +12,5 @@ echo "extender listening on 127.0.0.1:$port"
 # once in the usual order and once reversed.
 for order in forward reverse; do
   GPUSHARE_EXTENDER_URL="http://127.0.0.1:$port" GPUSHARE_EXTENDER="$bin" E2E_ORDER=$order \
-    python3 extender/e2e_test.py -v
+    python3 tests/extender/e2e_test.py -v
 done

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # gpushare-extender under hostile traffic and over HTTPS, on loopback:
-#  1. extender/hostile_test.py: oversized bodies, bad Content-Length, long
+#  1. tests/extender/hostile_test.py: oversized bodies, bad Content-Length, long
 #     lines and headers, slowloris, many large bodies at once (RSS read from
 #     /proc), TLS certificates and client certificates, the access log. Each
 #     test starts servers of its own.
-#  2. extender/e2e_test.py once over HTTPS: a CA and a server certificate for
+#  2. tests/extender/e2e_test.py once over HTTPS: a CA and a server certificate for
 #     127.0.0.1 made with the openssl command, verified by the client.
 # About a minute; the server is always stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/extender.sh
 
-(cd extender && GPUSHARE_EXTENDER="$bin" python3 hostile_test.py -v)
+(cd tests/extender && GPUSHARE_EXTENDER="$bin" python3 hostile_test.py -v)
 
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=gpushare e2e CA" \
         -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
@@ -25,5 +25,5 @@ start_sample_extender --tls-cert-file "$tmp/server.crt" --tls-private-key-file "
                       --access-log "$tmp/access.log"
 echo "extender listening on https://127.0.0.1:$port"
 GPUSHARE_EXTENDER_URL="https://127.0.0.1:$port" GPUSHARE_EXTENDER_CA="$tmp/ca.crt" \
-  GPUSHARE_EXTENDER="$bin" python3 extender/e2e_test.py -v ExtenderE2ETest
+  GPUSHARE_EXTENDER="$bin" python3 tests/extender/e2e_test.py -v ExtenderE2ETest
 echo "$(wc -l <"$tmp/access.log") requests served over HTTPS"

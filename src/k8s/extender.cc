@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gpushare/device_plugin.h"
 #include "gpushare/kubernetes.h"
 #include "src/internal/cluster_state.h"
 #include "src/internal/json_text.h"
+#include "src/internal/text.h"
 #include "src/internal/status_macros.h"
 #include "src/k8s/json_util.h"
 
@@ -157,6 +159,13 @@ absl::Status Invalid(std::string_view what) {
   return absl::InvalidArgumentError(std::string(what));
 }
 
+// A pod given in a request must carry names the API server could have issued.
+absl::Status CheckPodNames(const Pod& pod, std::string_view where) {
+  GPUSHARE_RETURN_IF_ERROR(
+      ValidateDns1123Label(std::string(where) + " metadata.namespace", pod.namespace_name));
+  return ValidateDns1123Subdomain(std::string(where) + " metadata.name", pod.name);
+}
+
 // The parsed ExtenderArgs.
 struct Args {
   Pod pod;
@@ -173,13 +182,18 @@ absl::StatusOr<Args> ParseArgs(std::string_view body) {
   const json* pod = Member(j, "Pod");
   if (pod == nullptr) return Invalid("ExtenderArgs has no Pod");
   GPUSHARE_ASSIGN_OR_RETURN(args.pod, internal::PodFromJson(*pod));
+  GPUSHARE_RETURN_IF_ERROR(CheckPodNames(args.pod, "ExtenderArgs.Pod"));
   const json* nodes = Member(j, "Nodes");
   const json* names = Member(j, "NodeNames");
+  absl::flat_hash_set<std::string> seen;  // A node named twice is considered once.
   if (nodes != nullptr) {
     GPUSHARE_ASSIGN_OR_RETURN(const json* items, internal::ListItems(*nodes, "ExtenderArgs.Nodes"));
     args.with_nodes = true;
     for (const json& item : *items) {
       GPUSHARE_ASSIGN_OR_RETURN(Node node, internal::NodeFromJson(item));
+      GPUSHARE_RETURN_IF_ERROR(
+          ValidateDns1123Subdomain("ExtenderArgs.Nodes metadata.name", node.name));
+      if (!seen.insert(node.name).second) continue;  // Asked once, answered once.
       args.names.push_back(node.name);
       args.nodes.push_back(std::move(node));
       args.node_objects.push_back(item);
@@ -188,7 +202,9 @@ absl::StatusOr<Args> ParseArgs(std::string_view body) {
     if (!names->is_array()) return Invalid("ExtenderArgs.NodeNames must be an array of strings");
     for (const json& n : *names) {
       if (!n.is_string()) return Invalid("ExtenderArgs.NodeNames must be an array of strings");
-      args.names.push_back(n.get<std::string>());
+      const std::string& name = n.get_ref<const std::string&>();
+      GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain("ExtenderArgs.NodeNames item", name));
+      if (seen.insert(name).second) args.names.push_back(name);
     }
   } else {
     return Invalid("ExtenderArgs has neither Nodes nor NodeNames");
@@ -576,6 +592,11 @@ absl::StatusOr<std::string> Extender::Bind(std::string_view body) {
   GPUSHARE_ASSIGN_OR_RETURN(target.pod_uid,
                             internal::StringMember(j, "PodUID", "ExtenderBindingArgs"));
   if (target.pod_namespace.empty()) target.pod_namespace = "default";
+  // These names become the path of the API server's PATCH and Binding.
+  GPUSHARE_RETURN_IF_ERROR(
+      ValidateDns1123Label("ExtenderBindingArgs.PodNamespace", target.pod_namespace));
+  GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain("ExtenderBindingArgs.PodName", target.pod_name));
+  GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain("ExtenderBindingArgs.Node", target.node));
   absl::StatusOr<BindResult> bound = BindPod(target);
   if (!bound.ok()) return Reply(std::string(bound.status().message()));
   json reply{{"Error", ""},
@@ -592,6 +613,7 @@ absl::StatusOr<std::string> Extender::Preempt(std::string_view body) {
   const json* pod_json = Member(j, "Pod");
   if (pod_json == nullptr) return Invalid("ExtenderPreemptionArgs has no Pod");
   GPUSHARE_ASSIGN_OR_RETURN(Pod pod, internal::PodFromJson(*pod_json));
+  GPUSHARE_RETURN_IF_ERROR(CheckPodNames(pod, "ExtenderPreemptionArgs.Pod"));
 
   struct Victim {
     std::string uid;
@@ -609,6 +631,8 @@ absl::StatusOr<std::string> Extender::Preempt(std::string_view body) {
   if (map != nullptr) {
     if (!map->is_object()) return Invalid("NodeNameToVictims must be an object");
     for (const auto& [node, victims] : map->items()) {
+      GPUSHARE_RETURN_IF_ERROR(
+          ValidateDns1123Subdomain("ExtenderPreemptionArgs victims' node", node));
       const std::string where = absl::StrCat("victims of node ", node);
       if (!victims.is_object()) return Invalid(absl::StrCat(where, " must be an object"));
       Candidate c;
@@ -709,7 +733,15 @@ absl::StatusOr<PodRef> ParsePodRef(std::string_view body, const char* what) {
   if (name.empty() && ref.uid.empty()) {
     return Invalid(absl::StrCat(what, " has no PodName or PodUID"));
   }
-  if (!name.empty()) ref.id = absl::StrCat(ns.empty() ? "default" : ns, "/", name);
+  if (!name.empty()) {
+    if (ns.empty()) ns = "default";
+    GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Label(absl::StrCat(what, " PodNamespace"), ns));
+    GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain(absl::StrCat(what, " PodName"), name));
+    ref.id = absl::StrCat(ns, "/", name);
+  } else if (!ns.empty()) {
+    return Invalid(absl::StrCat(what, " has PodNamespace \"", ::gpushare::internal::Echo(ns),
+                                "\" without PodName"));
+  }
   return ref;
 }
 
@@ -773,16 +805,29 @@ bool SameNode(const Node& node, const NodeStatus& status) {
 absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
                                           std::string_view pods_json, uint64_t mark) {
   // Parse and validate everything before changing anything.
+  // One object the API server accepted but gpushare cannot read (a Node
+  // with 65 GPUs) is left as it was, with a warning, never a failed Sync.
   std::vector<Node> nodes;
   std::vector<Pod> pods;
-  GPUSHARE_RETURN_IF_ERROR(internal::ReadLists(nodes_json, pods_json, &nodes, &pods));
+  std::vector<SkippedItem> skipped_nodes, skipped_pods;
+  GPUSHARE_RETURN_IF_ERROR(
+      internal::ReadLists(nodes_json, pods_json, &nodes, &pods, &skipped_nodes, &skipped_pods));
 
   SyncReport r;
   auto warn = [&](auto&&... parts) { r.warnings.push_back(absl::StrCat(parts...)); };
+  std::set<std::string> listed;  // Nodes in the list, read or not.
+  std::set<std::string> unread_pods;
+  for (const SkippedItem& s : skipped_nodes) {
+    warn("node ", s.name.empty() ? "(unnamed)" : s.name, " skipped: ", s.message);
+    listed.insert(s.name);
+  }
+  for (const SkippedItem& s : skipped_pods) {
+    warn("pod ", s.name.empty() ? "(unnamed)" : s.name, " skipped: ", s.message);
+    unread_pods.insert(s.name.find('/') == std::string::npos ? "default/" + s.name : s.name);
+  }
 
   // 1. Nodes: add the new ones, replace the changed ones that hold nothing,
   //    follow cordons.
-  std::set<std::string> listed;
   for (const Node& node : nodes) {
     listed.insert(node.name);
     std::optional<NodeStatus> known;
@@ -832,6 +877,7 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
   for (const Held& h : held) {
     // The lists may predate this bind, or it is being settled right now.
     if (cache_->BoundAfter(h.id, mark) || cache_->InFlightNow(h.id)) continue;
+    if (unread_pods.count(h.id)) continue;  // Listed, but unreadable: keep what it holds.
     auto it = by_id.find(h.id);
     const Pod* pod = it == by_id.end() ? nullptr : it->second;
     // A pod of the same name with another UID: the one we placed is gone.

@@ -303,11 +303,25 @@ std::optional<std::optional<sj::array>> FastItems(sj::element root) {
 
 thread_local int fast_items = 0;
 
+// The name of a list item the readers refused, if it has one: metadata.name,
+// after "<metadata.namespace>/" when there is one.
+std::string NameOf(const json& item) {
+  const json* metadata = Member(item, "metadata");
+  const json* name = metadata == nullptr ? nullptr : Member(*metadata, "name");
+  if (name == nullptr || !name->is_string()) return "";
+  const json* ns = Member(*metadata, "namespace");
+  if (ns != nullptr && ns->is_string() && !ns->get_ref<const std::string&>().empty()) {
+    return absl::StrCat(ns->get_ref<const std::string&>(), "/", name->get_ref<const std::string&>());
+  }
+  return name->get<std::string>();
+}
+
 // Reads every item with `fast`, else with `reference` on the item's own text;
 // nullopt when the whole text must go to the reference reader.
 template <typename T, typename FastFn, typename ReferenceFn>
 std::optional<absl::StatusOr<std::vector<T>>> ReadList(std::string_view text, FastFn fast,
-                                                       ReferenceFn reference) {
+                                                       ReferenceFn reference,
+                                                       std::vector<SkippedItem>* skipped) {
   fast_items = 0;
   sj::parser parser;
   sj::element root;
@@ -323,6 +337,10 @@ std::optional<absl::StatusOr<std::vector<T>>> ReadList(std::string_view text, Fa
       const json j = json::parse(simdjson::minify(item), nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded()) return std::nullopt;
       absl::StatusOr<T> slow = reference(j);
+      if (!slow.ok() && skipped != nullptr) {
+        skipped->push_back({NameOf(j), std::string(slow.status().message())});
+        continue;
+      }
       if (!slow.ok()) return absl::StatusOr<std::vector<T>>(slow.status());
       value = *std::move(slow);
     } else {
@@ -342,14 +360,20 @@ namespace {
 // The reference reader of a whole list: nlohmann/json, `from_json` per item.
 template <typename T>
 absl::StatusOr<std::vector<T>> ReadListReference(std::string_view text, const char* what,
-                                                 absl::StatusOr<T> (*from_json)(const json&)) {
+                                                 absl::StatusOr<T> (*from_json)(const json&),
+                                                 std::vector<SkippedItem>* skipped = nullptr) {
   GPUSHARE_ASSIGN_OR_RETURN(json list, ParseJson(text, what));
   GPUSHARE_ASSIGN_OR_RETURN(const json* items, ListItems(list, what));
   std::vector<T> out;
   out.reserve(items->size());
   for (const json& item : *items) {
-    GPUSHARE_ASSIGN_OR_RETURN(T value, from_json(item));
-    out.push_back(std::move(value));
+    absl::StatusOr<T> value = from_json(item);
+    if (!value.ok() && skipped != nullptr) {
+      skipped->push_back({NameOf(item), std::string(value.status().message())});
+      continue;
+    }
+    if (!value.ok()) return value.status();
+    out.push_back(*std::move(value));
   }
   return out;
 }
@@ -364,23 +388,31 @@ absl::StatusOr<std::vector<Node>> ReadNodeListReference(std::string_view text) {
   return ReadListReference<Node>(text, "node list", NodeFromJson);
 }
 
-absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text) {
-  auto read = ReadList<Pod>(text, FastPod, PodFromJson);
+absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text,
+                                             std::vector<SkippedItem>* skipped) {
+  const size_t before = skipped == nullptr ? 0 : skipped->size();
+  auto read = ReadList<Pod>(text, FastPod, PodFromJson, skipped);
   if (read.has_value()) return *std::move(read);
-  return ReadPodListReference(text);
+  if (skipped != nullptr) skipped->resize(before);  // The reference reads it all again.
+  return ReadListReference<Pod>(text, "pod list", PodFromJson, skipped);
 }
 
-absl::StatusOr<std::vector<Node>> ReadNodeList(std::string_view text) {
-  auto read = ReadList<Node>(text, FastNode, NodeFromJson);
+absl::StatusOr<std::vector<Node>> ReadNodeList(std::string_view text,
+                                               std::vector<SkippedItem>* skipped) {
+  const size_t before = skipped == nullptr ? 0 : skipped->size();
+  auto read = ReadList<Node>(text, FastNode, NodeFromJson, skipped);
   if (read.has_value()) return *std::move(read);
-  return ReadNodeListReference(text);
+  if (skipped != nullptr) skipped->resize(before);
+  return ReadListReference<Node>(text, "node list", NodeFromJson, skipped);
 }
 
 absl::Status ReadLists(std::string_view nodes_json, std::string_view pods_json,
-                       std::vector<Node>* nodes, std::vector<Pod>* pods) {
-  absl::StatusOr<std::vector<Node>> n = ReadNodeList(nodes_json);
+                       std::vector<Node>* nodes, std::vector<Pod>* pods,
+                       std::vector<SkippedItem>* skipped_nodes,
+                       std::vector<SkippedItem>* skipped_pods) {
+  absl::StatusOr<std::vector<Node>> n = ReadNodeList(nodes_json, skipped_nodes);
   absl::StatusOr<std::vector<Pod>> p =
-      n.ok() ? ReadPodList(pods_json) : absl::StatusOr<std::vector<Pod>>(n.status());
+      n.ok() ? ReadPodList(pods_json, skipped_pods) : absl::StatusOr<std::vector<Pod>>(n.status());
   if (n.ok() && p.ok()) {
     *nodes = *std::move(n);
     *pods = *std::move(p);

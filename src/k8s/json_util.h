@@ -82,8 +82,12 @@ absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& an
 absl::StatusOr<std::vector<Pod>> ReadPodListReference(std::string_view text);
 absl::StatusOr<std::vector<Node>> ReadNodeListReference(std::string_view text);
 
-absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text);
-absl::StatusOr<std::vector<Node>> ReadNodeList(std::string_view text);
+// With `skipped` set, items the reference refuses are left out and
+// described there instead of failing the read (ParsePodList(text, skipped)).
+absl::StatusOr<std::vector<Pod>> ReadPodList(std::string_view text,
+                                             std::vector<SkippedItem>* skipped = nullptr);
+absl::StatusOr<std::vector<Node>> ReadNodeList(std::string_view text,
+                                               std::vector<SkippedItem>* skipped = nullptr);
 
 // For tests: how many items the last ReadPodList() / ReadNodeList() on this
 // thread read without the nlohmann readers.
@@ -92,8 +96,12 @@ int FastItemsOfLastRead();
 // Both lists, with the errors of parsing both texts, then checking both
 // lists, then reading the nodes, then the pods (as Extender::Sync() reports
 // them).
+// With `skipped_nodes` and `skipped_pods` set, both lists are read
+// leniently and what was left out is described there.
 absl::Status ReadLists(std::string_view nodes_json, std::string_view pods_json,
-                       std::vector<Node>* nodes, std::vector<Pod>* pods);
+                       std::vector<Node>* nodes, std::vector<Pod>* pods,
+                       std::vector<SkippedItem>* skipped_nodes = nullptr,
+                       std::vector<SkippedItem>* skipped_pods = nullptr);
 
 }  // namespace gpushare::k8s::internal
 

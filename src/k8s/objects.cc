@@ -635,4 +635,14 @@ absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json) {
   return internal::ReadNodeList(nodes_json);
 }
 
+absl::StatusOr<std::vector<Pod>> ParsePodList(std::string_view pods_json,
+                                              std::vector<SkippedItem>* skipped) {
+  return internal::ReadPodList(pods_json, skipped);
+}
+
+absl::StatusOr<std::vector<Node>> ParseNodeList(std::string_view nodes_json,
+                                                std::vector<SkippedItem>* skipped) {
+  return internal::ReadNodeList(nodes_json, skipped);
+}
+
 }  // namespace gpushare::k8s

@@ -81,8 +81,13 @@ absl::StatusOr<std::string> Extender::PlanMigrations(std::string_view body) cons
   std::optional<Pod> pod;
   if (pod_json != nullptr) {
     GPUSHARE_ASSIGN_OR_RETURN(pod, internal::PodFromJson(*pod_json));
+    GPUSHARE_RETURN_IF_ERROR(
+        ValidateDns1123Label("plan request Pod metadata.namespace", pod->namespace_name));
+    GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain("plan request Pod metadata.name", pod->name));
   } else if (!pod_name.empty()) {
     if (pod_ns.empty()) pod_ns = "default";
+    GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Label("plan request PodNamespace", pod_ns));
+    GPUSHARE_RETURN_IF_ERROR(ValidateDns1123Subdomain("plan request PodName", pod_name));
     const std::string id = absl::StrCat(pod_ns, "/", pod_name);
     pod = RememberedPod(id);
     if (!pod.has_value()) {

@@ -465,6 +465,52 @@ TEST(ApiClientTest, BindMapsAConflictToAlreadyExists) {
   EXPECT_EQ(server.seen()[1].target, "/api/v1/namespaces/d/pods/p/binding");
 }
 
+TEST(ApiClientTest, EscapesEveryPathSegmentItBuilds) {
+  EXPECT_EQ(EscapePathSegment("web-0.v1"), "web-0.v1");
+  EXPECT_EQ(EscapePathSegment("a/b c?d#e%f"), "a%2Fb%20c%3Fd%23e%25f");
+  EXPECT_EQ(EscapePathSegment("x\r\nHost: y"), "x%0D%0AHost%3A%20y");
+  EXPECT_EQ(EscapePathSegment(std::string("a\0b", 3)), "a%00b");
+  EXPECT_EQ(EscapePathSegment(".."), "%2E%2E");
+  EXPECT_EQ(EscapePathSegment("."), "%2E");
+  EXPECT_EQ(PodPath("d", "p"), "/api/v1/namespaces/d/pods/p");
+  EXPECT_EQ(PodPath("../x", "p/binding"), "/api/v1/namespaces/..%2Fx/pods/p%2Fbinding");
+  EXPECT_TRUE(IsSafeTarget("/api/v1/pods?watch=1&resourceVersion=5"));
+  EXPECT_FALSE(IsSafeTarget("/api/v1/pods HTTP/1.1"));
+  EXPECT_FALSE(IsSafeTarget("/a\r\nb"));
+  EXPECT_FALSE(IsSafeTarget(std::string("/a\0", 3)));
+  EXPECT_FALSE(IsSafeTarget("/caf\xc3\xa9"));
+  EXPECT_FALSE(IsSafeTarget("api/v1"));
+  EXPECT_TRUE(IsSafeHeaderValue("Bearer abc.def"));
+  EXPECT_FALSE(IsSafeHeaderValue("abc\r\nX-Evil: 1"));
+}
+
+// The smuggling reproducer: a pod name that would end the request line and
+// start a second request. Bind writes one PATCH and one Binding of that one
+// pod, with the name escaped into a single segment; the server sees no other
+// request.
+TEST(ApiClientTest, ANameCannotSmuggleASecondRequest) {
+  TestServer server([](const auto&) { return Response(); });
+  ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(server.url()));
+  const std::string evil =
+      "x HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/namespaces/default/pods/victim";
+  k8s::BindTarget target{"default", evil, "uid-x", "n1"};
+  k8s::BindResult result;
+  result.patch = "{\"metadata\":{\"annotations\":{}}}";
+  EXPECT_OK(api->Bind(target, result));
+  ASSERT_EQ(server.seen().size(), 2u);
+  for (const Seen& s : server.seen()) {
+    EXPECT_NE(s.method, "DELETE");
+    EXPECT_EQ(s.target.find_first_of(" \r\n"), std::string::npos) << s.target;
+    EXPECT_THAT(s.target, HasSubstr("/pods/x%20HTTP%2F1.1%0D%0AHost%3A%20x"));
+  }
+  EXPECT_EQ(server.seen()[1].target.substr(server.seen()[1].target.size() - 8), "/binding");
+  // A raw path with CR/LF is refused before anything is sent.
+  EXPECT_THAT(api->Get("/api/v1/pods\r\nDELETE /x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "refusing to send request target"));
+  EXPECT_THAT(api->Get("/api/v1/pods HTTP/1.0"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(server.seen().size(), 2u);
+}
+
 TEST(ApiClientTest, BindAsksBeforeEachWriteAndStopsWhenRefused) {
   TestServer server([](const auto&) { return Response(); });
   ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(server.url()));

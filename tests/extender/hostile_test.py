@@ -9,7 +9,7 @@ complete quickly, and that its memory (VmRSS / VmHWM from /proc) stays
 bounded and returns afterwards. Then HTTPS (certificates made by the openssl
 command) and the access log. Standard library only; every loop is bounded.
 
-Run: GPUSHARE_EXTENDER=build/extender/gpushare-extender python3 extender/hostile_test.py -v
+Run: GPUSHARE_EXTENDER=build/extender/gpushare-extender python3 tests/extender/hostile_test.py -v
 """
 
 import http.client
@@ -23,8 +23,10 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
-from e2e_test import SAMPLES, make_pod, start_server, stop_server
+from e2e_test import (Client, FakeApiServer, SAMPLES, extender_args, make_pod, start_server,
+                      stop_server, wait_for)
 import realistic_nodes
 
 HOST = "127.0.0.1"
@@ -506,6 +508,94 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(timed_filter(port_of(url))[0], 200)  # 1 KiB is enough.
             finally:
                 stop_server(proc)
+
+
+class ApiModeAttackTest(unittest.TestCase):
+    """Attacks on an extender that follows an API server (the fake one of
+    e2e_test.py): names that would smuggle a request into the API server with
+    the extender's credentials, a release from a stranger, one bad Node."""
+
+    def setUp(self):
+        self.binary = os.environ.get("GPUSHARE_EXTENDER")
+        if not self.binary:
+            self.skipTest("GPUSHARE_EXTENDER is not set")
+        with open(NODES) as f:
+            self.nodes = json.load(f)["items"]
+        with open(PODS) as f:
+            self.pods = json.load(f)["items"]
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.proc = None
+        self.addCleanup(lambda: self.proc and stop_server(self.proc))
+
+    def start(self, nodes=None):
+        self.api = FakeApiServer(self.nodes if nodes is None else nodes, self.pods)
+        self.addCleanup(self.api.stop)
+        self.proc, self.url = start_server(
+            self.binary, None, None, self.tmp.name,
+            extra=("--apiserver", self.api.url, "--resync-ms", "600000"))
+        client = Client(self.url)
+        self.addCleanup(client.close)
+        self.assertTrue(wait_for(lambda: client.request("GET", "/readyz")[0] == 200, 15))
+        return client
+
+    def test_a_pod_name_cannot_smuggle_a_request_into_the_api_server(self):
+        client = self.start()
+        evil = ("x HTTP/1.1\r\nHost: x\r\n\r\n"
+                "DELETE /api/v1/namespaces/default/pods/victim")
+        before = client.inspect()
+        pod = make_pod("x", 2)
+        pod["metadata"]["name"] = evil
+        status, reply = client.post("filter", extender_args(pod, ["sd-cluster-04"]))
+        self.assertEqual(status, 400, reply)
+        self.assertIn("ExtenderArgs.Pod metadata.name", reply["Error"])
+        status, reply = client.post("bind", {"PodName": evil, "PodNamespace": "default",
+                                             "PodUID": "uid-x", "Node": "sd-cluster-04"})
+        self.assertEqual(status, 400, reply)
+        self.assertIn("ExtenderBindingArgs.PodName", reply["Error"])
+        self.assertNotIn("\r", reply["Error"])
+        for ns in ["default/../kube-system", "a b", "UPPER"]:
+            status, reply = client.post("bind", {"PodName": "p", "PodNamespace": ns,
+                                                 "PodUID": "u", "Node": "sd-cluster-04"})
+            self.assertEqual(status, 400, (ns, reply))
+        # Nothing reached the API server, nothing is held.
+        with self.api.lock:
+            self.assertEqual(self.api.calls, [])
+        self.assertEqual(client.inspect(), before)
+
+    def test_a_release_from_anyone_cannot_free_a_running_pods_gpus(self):
+        client = self.start()
+        pod = make_pod("runner", 14)
+        self.api.add_pod(json.loads(json.dumps(pod)))
+        status, result = client.post("filter", extender_args(pod, ["sd-cluster-05"]))
+        self.assertEqual((status, result["NodeNames"]), (200, ["sd-cluster-05"]), result)
+        status, reply = client.post("bind", {"PodName": "runner", "PodNamespace": "default",
+                                             "PodUID": pod["metadata"]["uid"],
+                                             "Node": "sd-cluster-05"})
+        self.assertEqual((status, reply["Error"]), (200, ""), reply)
+        held = client.inspect("sd-cluster-05")
+        for verb in ["release", "forget", "confirm"]:
+            status, reply = client.post(verb, {"PodNamespace": "default", "PodName": "runner"})
+            self.assertEqual(status, 403, (verb, reply))
+            self.assertIn("is off", reply["Error"])
+            self.assertEqual(client.inspect("sd-cluster-05"), held)
+        # The GPU stays full: another 14-unit pod does not fit there.
+        other = make_pod("second", 14)
+        self.api.add_pod(json.loads(json.dumps(other)))
+        status, result = client.post("filter", extender_args(other, ["sd-cluster-05"]))
+        self.assertEqual((status, result["NodeNames"]), (200, []), result)
+
+    def test_one_unreadable_node_does_not_stop_start_up(self):
+        huge = json.loads(json.dumps(self.nodes[0]))
+        huge["metadata"]["name"] = "sixty-five-gpus"
+        huge["status"]["capacity"]["aliyun.com/gpu-count"] = "65"
+        huge["status"]["capacity"]["aliyun.com/gpu-mem"] = str(65 * 16)
+        client = self.start(self.nodes + [huge])
+        names = [n["name"] for n in client.inspect()["nodes"]]
+        self.assertEqual(sorted(names), sorted(SAMPLE_NODES))
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        self.assertIn('gpushare_extender_objects_skipped_total{kind="node"} 1', text)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ library. Environment:
   GPUSHARE_EXTENDER_CA   with an https:// URL: the PEM CA that signed the
                          server's certificate
 
-Run: python3 extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
+Run: python3 tests/extender/e2e_test.py -v  (E2E_ORDER=reverse to reverse
 the order of the tests, which must not matter).
 """
 
@@ -29,7 +29,7 @@ import unittest
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLES = os.path.join(HERE, "samples")
+SAMPLES = os.path.join(HERE, "..", "..", "extender", "samples")
 # The annotation of the extender's requeue nudge (extender/requeue.h).
 REQUEUE_ANNOTATION = "scheduler.framework.gpushare.requeue-at"
 

@@ -9,7 +9,7 @@ nodeInfo and the images list (kubelet reports at most 50 images, the
 --node-status-max-images default). managedFields are left out: kube-scheduler
 strips them from its informer cache.
 
-  python3 extender/realistic_nodes.py --nodes 10000 --out args.json
+  python3 tests/extender/realistic_nodes.py --nodes 10000 --out args.json
 writes an ExtenderArgs body (one GPU-sharing pod, 10,000 nodes) and prints its
 size. Standard library only; deterministic for a given --seed.
 """
