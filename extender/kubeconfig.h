@@ -4,8 +4,9 @@
 // finds it: a kubeconfig file (--kubeconfig, else the first file of
 // $KUBECONFIG), else the in-cluster service account, else nothing.
 //
-//   absl::StatusOr<RestConfig> config =
-//       ResolveRestConfig({.kubeconfig = "/etc/kubernetes/scheduler.conf"});
+//   ConfigFlags flags;
+//   flags.kubeconfig = "/etc/kubernetes/scheduler.conf";
+//   absl::StatusOr<RestConfig> config = ResolveRestConfig(flags);
 //   // config->server: "https://10.0.0.1:6443"; config->ca_pem: the cluster's CA.
 //
 // Supported kubeconfig fields (YAML, or the same document written as JSON):
