@@ -28,6 +28,7 @@
 #define GPUSHARE_EXTENDER_API_CLIENT_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -83,6 +84,9 @@ struct ClientOptions {
   std::chrono::milliseconds backoff_initial{200};  // Doubles each retry, +/- 25% jitter.
   std::chrono::milliseconds backoff_max{10'000};
   int max_idle = 4;  // Kept-alive idle connections.
+  // The largest reply body Call() reads; a larger one is ResourceExhausted
+  // and not retried. A list of 10,000 full Node objects is about 130 MiB.
+  uint64_t max_reply_bytes = 1ull << 30;
   std::string user_agent = "gpushare-extender";
   // Called after every attempt of Call() (retries included) with its method
   // and the reply's HTTP status, 0 when none came (connection failure,

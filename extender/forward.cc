@@ -4,7 +4,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gpushare/kubernetes.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::extender {
 
@@ -30,6 +32,10 @@ std::optional<Reply> BindForwarder::BeforeBind(std::string_view target, std::str
     return Refuse("this replica does not bind and knows no leader to forward to: " +
                   view_.describe());
   }
+  if (options_.require_https && url.rfind("https://", 0) != 0) {
+    return Refuse("the leader's URL " + url +
+                  " is not https://; this replica forwards binds only over TLS");
+  }
   std::shared_ptr<ApiClient> client;
   {
     std::lock_guard lock(mu_);
@@ -37,7 +43,10 @@ std::optional<Reply> BindForwarder::BeforeBind(std::string_view target, std::str
       RestConfig config;
       config.server = url;
       config.ca_pem = options_.ca_pem;
+      config.client_cert_pem = options_.client_cert_pem;
+      config.client_key_pem = options_.client_key_pem;
       ClientOptions co;
+      co.max_reply_bytes = options_.max_reply_bytes;
       co.max_attempts = 1;
       co.timeout = options_.timeout;
       co.qps = 0;
@@ -55,11 +64,23 @@ std::optional<Reply> BindForwarder::BeforeBind(std::string_view target, std::str
   absl::StatusOr<std::string> reply =
       client->Call(http::verb::post, kForwardedBindTarget, std::string(body));
   if (!reply.ok()) {
-    return Refuse(view_.describe() + ": forwarding the bind failed: " +
-                  std::string(reply.status().message()));
+    // The canonical code only: the message may hold what the other host said.
+    return Refuse(absl::StrCat(view_.describe(), ": forwarding the bind to ", url, " failed (",
+                               absl::StatusCodeToString(reply.status().code()), ")"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(*reply, nullptr, /*allow_exceptions=*/false);
+  const auto error = j.is_object() ? j.find("Error") : j.end();
+  if (!j.is_object() || error == j.end() || !error->is_string()) {
+    return Refuse(absl::StrCat(view_.describe(), ": the leader at ", url,
+                               " did not answer with a bind result"));
+  }
+  nlohmann::json result{{"Error", *error}};
+  for (const char* key : {"Placement", "Annotations"}) {
+    const auto it = j.find(key);
+    if (it != j.end() && it->is_object()) result[key] = *it;
   }
   if (options_.count) options_.count("forwarded");
-  Reply r{http::status::ok, *std::move(reply)};
+  Reply r{http::status::ok, result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
   r.forwarded = true;
   return r;
 }

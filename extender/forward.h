@@ -19,6 +19,7 @@
 #define GPUSHARE_EXTENDER_FORWARD_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,17 @@ struct LeaderView {
 
 struct ForwardOptions {
   std::string ca_pem;  // CAs of an https leader URL; empty: the system's.
+  // The certificate and key this replica presents to the leader (whose
+  // listener verifies client certificates); both or neither.
+  std::string client_cert_pem;
+  std::string client_key_pem;
+  // Forward only to an https:// leader URL (set when this replica serves
+  // TLS): a Lease naming a plain-HTTP URL is refused, so a host without the
+  // leader's certificate cannot answer for it.
+  bool require_https = false;
+  // The largest reply accepted from the leader (a bind result is a few
+  // hundred bytes).
+  uint64_t max_reply_bytes = 1 << 20;
   // One try; within kube-scheduler's usual 10 s httpTimeout.
   std::chrono::milliseconds timeout{8'000};
   // Called with "forwarded" or "not_leader" for each bind handled (metrics).
@@ -56,8 +68,12 @@ class BindForwarder {
   BindForwarder(LeaderView view, ForwardOptions options);
 
   // RouteHooks::before_bind: nullopt when this replica may bind; else the
-  // leader's reply to the forwarded request (Reply::forwarded set), or 503
-  // with k8s::ErrorJson() saying why not.
+  // leader's reply to the forwarded request (Reply::forwarded set), rebuilt
+  // from its fields once checked to be a bind result (a JSON object with a
+  // string "Error"; "Placement" and "Annotations" kept when they are
+  // objects), or 503 with k8s::ErrorJson() saying why not. What another host
+  // answered in an error, or in a reply that is not a bind result, is never
+  // passed on.
   std::optional<Reply> BeforeBind(std::string_view target, std::string_view body);
 
  private:

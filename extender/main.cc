@@ -130,6 +130,8 @@ struct Flags {
   bool requeue = true;
   bool leader_elect = false;
   std::string forward_ca;  // CA of the leader's serving certificate (forwarded binds).
+  std::string forward_cert;  // Client certificate shown to the leader (default: the serving one).
+  std::string forward_key;
   gpushare::extender::LeaseOptions lease;
   gpushare::extender::ServerOptions serving;  // Serving flags (ParseServingFlag).
 };
@@ -175,6 +177,10 @@ void Help(std::ostream& out) {
          "                           (default none: followers answer /bind with 503)\n"
          "  --leader-forward-ca FILE PEM CAs of the leader's certificate for an https\n"
          "                           leader URL (default: the system's)\n"
+         "  --leader-forward-cert FILE, --leader-forward-key FILE  the client certificate\n"
+         "                           and key shown to the leader (default: --tls-cert-file\n"
+         "                           and --tls-private-key-file). A replica serving TLS\n"
+         "                           forwards only to an https:// leader URL\n"
          "Files instead of the API (reserve only; no binding):\n"
          "  --nodes FILE --pods FILE `kubectl get nodes -o json`, `kubectl get pods -A -o json`\n"
          "Serving:\n"
@@ -353,6 +359,10 @@ int main(int argc, char** argv) {
       flags.lease.url = v;
     } else if (arg == "--leader-forward-ca" && (v = value())) {
       flags.forward_ca = v;
+    } else if (arg == "--leader-forward-cert" && (v = value())) {
+      flags.forward_cert = v;
+    } else if (arg == "--leader-forward-key" && (v = value())) {
+      flags.forward_key = v;
     } else if (arg == "--leader-elect-identity" && (v = value())) {
       flags.lease.identity = v;
     } else if (arg == "--leader-elect-lease-duration-ms" && (v = value())) {
@@ -698,6 +708,16 @@ int main(int argc, char** argv) {
     gpushare::extender::ForwardOptions fo;
     if (!flags.forward_ca.empty() && !ReadFile(flags.forward_ca, &fo.ca_pem)) {
       return Usage("cannot read --leader-forward-ca " + flags.forward_ca);
+    }
+    // A replica that serves TLS forwards over TLS only, presenting its own
+    // certificate (or --leader-forward-cert) to the leader's listener.
+    fo.require_https = !flags.serving.tls_cert_file.empty();
+    const std::string cert = !flags.forward_cert.empty() ? flags.forward_cert
+                                                         : flags.serving.tls_cert_file;
+    const std::string key = !flags.forward_key.empty() ? flags.forward_key
+                                                       : flags.serving.tls_private_key_file;
+    if (!cert.empty() && (!ReadFile(cert, &fo.client_cert_pem) || !ReadFile(key, &fo.client_key_pem))) {
+      return Usage("cannot read the forwarding certificate " + cert + " or its key " + key);
     }
     fo.count = [&metrics](const char* result) {
       metrics.Add("gpushare_extender_binds_total", {{"result", result}});

@@ -5,6 +5,9 @@
 #include "extender/forward.h"
 
 #include <atomic>
+#include <utility>
+
+#include <boost/asio.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,9 +153,112 @@ TEST_F(ForwardTest, RefusesWith503WhenItCannotOrMustNotForward) {
   // A leader that cannot be reached.
   holder_ = "a";
   url_ = "http://127.0.0.1:1";
-  refused("/gpushare-scheduler/bind", "forwarding the bind failed");
+  refused("/gpushare-scheduler/bind", "forwarding the bind to http://127.0.0.1:1 failed");
   EXPECT_TRUE(Saw().empty());
   EXPECT_EQ(counted_, std::vector<std::string>(4, "not_leader"));
+}
+
+// A host that is not the leader (the Lease names it; it answers anything):
+// each connection gets `reply`, a whole raw HTTP response, then is closed.
+class ForeignHost {
+ public:
+  explicit ForeignHost(std::string reply)
+      : reply_(std::move(reply)), acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this] {
+      for (;;) {
+        boost::asio::ip::tcp::socket socket(io_);
+        boost::system::error_code ec;
+        acceptor_.accept(socket, ec);
+        if (ec || stop_) return;
+        std::string request;
+        char buf[4096];
+        // Headers, then the Content-Length the request announced.
+        while (request.find("\r\n\r\n") == std::string::npos) {
+          const size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+          if (ec) break;
+          request.append(buf, n);
+        }
+        boost::asio::write(socket, boost::asio::buffer(reply_), ec);
+        socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+      }
+    });
+  }
+  ~ForeignHost() {
+    stop_ = true;
+    boost::system::error_code ec;
+    boost::asio::ip::tcp::socket poke(io_);
+    poke.connect(acceptor_.local_endpoint(), ec);
+    thread_.join();
+  }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+ private:
+  std::string reply_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string RawReply(int status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\n"
+         "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+         body;
+}
+
+// What another host answers is checked, capped and never passed on.
+TEST_F(ForwardTest, AForeignHostCannotAnswerForTheLeader) {
+  struct Case {
+    std::string reply;
+    const char* why;
+  };
+  const Case cases[] = {
+      // "Bound", from a host that is not a gpushare leader, but not a bind result.
+      {RawReply(200, R"(["SECRET-1"])"), "did not answer with a bind result"},
+      {RawReply(200, R"({"Error":7,"x":"SECRET-2"})"), "did not answer with a bind result"},
+      {RawReply(200, "SECRET-3 not json"), "did not answer with a bind result"},
+      // Its error bodies are not echoed.
+      {RawReply(500, R"({"Error":"SECRET-4"})"), "failed (UNAVAILABLE)"},
+      {RawReply(403, "SECRET-5"), "failed (PERMISSION_DENIED)"},
+      // A huge reply is refused past 1 MiB, not read into memory.
+      {RawReply(200, R"({"Error":")" + std::string(2 << 20, 'a') + "\"}"),
+       "failed (RESOURCE_EXHAUSTED)"},
+  };
+  for (const Case& c : cases) {
+    ForeignHost host(c.reply);
+    url_ = host.url();
+    BindForwarder f(View(), Options());
+    std::optional<Reply> r = f.BeforeBind("/gpushare-scheduler/bind", bind_);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, http::status::service_unavailable) << c.why;
+    EXPECT_FALSE(r->forwarded);
+    const std::string error = json::parse(r->body)["Error"];
+    EXPECT_THAT(error, HasSubstr(c.why));
+    EXPECT_EQ(error.find("SECRET"), std::string::npos) << error;
+    EXPECT_LT(r->body.size(), 1000u);
+  }
+  // A bind result is passed on rebuilt from its fields: nothing else travels.
+  ForeignHost host(RawReply(200, R"({"Error":"","Placement":{"node":"n1"},"Extra":"SECRET-6"})"));
+  url_ = host.url();
+  BindForwarder f(View(), Options());
+  std::optional<Reply> r = f.BeforeBind("/gpushare-scheduler/bind", bind_);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, http::status::ok);
+  EXPECT_EQ(json::parse(r->body), json::parse(R"({"Error":"","Placement":{"node":"n1"}})"));
+}
+
+TEST_F(ForwardTest, AReplicaServingTlsForwardsOnlyOverTls) {
+  url_ = leader_url_;  // http://
+  ForwardOptions o = Options();
+  o.require_https = true;
+  BindForwarder f(View(), o);
+  std::optional<Reply> r = f.BeforeBind("/gpushare-scheduler/bind", bind_);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, http::status::service_unavailable);
+  EXPECT_THAT(json::parse(r->body)["Error"].get<std::string>(), HasSubstr("is not https://"));
+  EXPECT_TRUE(Saw().empty());
 }
 
 }  // namespace
