@@ -134,8 +134,19 @@ absl::StatusOr<Url> ParseUrl(const std::string& url) {
   if (slash != std::string::npos) {
     u.prefix = rest.substr(slash);
     rest.resize(slash);
-    while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
   }
+  if (rest.find('@') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "API server URL '" + url.substr(0, url.find("://") + 3) + "...@" +
+        rest.substr(rest.rfind('@') + 1) +
+        "' holds credentials (user:password@), which are not sent: authenticate with a token "
+        "or a client certificate in the kubeconfig");
+  }
+  if (!IsSafeTarget(u.prefix.empty() ? "/" : u.prefix)) {
+    return absl::InvalidArgumentError("API server URL '" + absl::CHexEscape(url) +
+                                      "' has a path with a space or a control byte");
+  }
+  while (!u.prefix.empty() && u.prefix.back() == '/') u.prefix.pop_back();
   size_t colon = rest.rfind(':');
   if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
     const size_t close = rest.find(']');

@@ -115,7 +115,19 @@ absl::StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view text, const s
     return s;
   }
   const YAML::Node insecure = (*cluster)["insecure-skip-tls-verify"];
-  if (insecure && insecure.IsScalar()) c.insecure_skip_tls_verify = insecure.as<bool>();
+  if (insecure && !insecure.IsNull()) {
+    // A YAML boolean, as client-go reads it; a quoted "yes" or "true" is a
+    // string there and an error, never a way to turn verification off.
+    bool v = false;
+    const bool quoted = insecure.IsScalar() && insecure.Tag() == "!";
+    if (!insecure.IsScalar() || quoted || !YAML::convert<bool>::decode(insecure, v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          cluster_where, ": insecure-skip-tls-verify must be a YAML boolean (true or false), not ",
+          quoted ? "the string " : "", "'", insecure.IsScalar() ? insecure.Scalar() : "(not a scalar)",
+          "'"));
+    }
+    c.insecure_skip_tls_verify = v;
+  }
   if (c.insecure_skip_tls_verify) {
     c.warnings.push_back(cluster_where +
                          " sets insecure-skip-tls-verify: the API server's certificate is NOT "

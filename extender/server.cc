@@ -80,6 +80,16 @@ std::string RouteName(std::string_view target) {
 Reply Route(k8s::Extender& ext, http::verb method, std::string_view target,
             std::string_view body, const RouteHooks& hooks) {
   const std::string path(target.substr(0, target.find('?')));
+  const bool read = method == http::verb::get || method == http::verb::head;
+  if (!read && method != http::verb::post) {
+    return {http::status::method_not_allowed,
+            k8s::ErrorJson(absl::InvalidArgumentError("method not allowed: only GET, HEAD and POST"))};
+  }
+  if (!read && (path == "/healthz" || path == "/readyz" || path == "/version" ||
+                path == "/gpushare-scheduler/version")) {
+    return {http::status::method_not_allowed,
+            k8s::ErrorJson(absl::InvalidArgumentError(path.substr(1) + " takes GET"))};
+  }
   if (path == "/healthz") return {http::status::ok, "{\"status\":\"ok\"}"};
   if (path == "/readyz") {
     const absl::Status s = hooks.ready ? hooks.ready() : absl::OkStatus();
@@ -733,11 +743,10 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     start_ = Clock::now();
     start_wall_ = std::chrono::system_clock::now();
     if (ec == http::error::header_limit) {
-      // The request line alone too long: 414; else the headers: 431.
-      const std::string_view data(static_cast<const char*>(buffer_.data().data()),
-                                  buffer_.size());
-      const size_t eol = data.find("\r\n");
-      if (eol == std::string_view::npos || eol + 2 > limits().max_header_bytes) {
+      // The request line alone too long: 414; else the headers: 431. The
+      // parser takes the request line as soon as it is whole, so a parsed
+      // target means the headers are what overflowed.
+      if (parser_->get().target().empty()) {
         return Fail(http::status::uri_too_long, "request line longer than " +
                                                     std::to_string(limits().max_header_bytes) +
                                                     " bytes");

@@ -385,6 +385,16 @@ TEST_F(TlsTest, RejectsBadPemAndMismatchedKeys) {
 
 // ---- Status mapping, retries, streams (plain HTTP) ------------------------------------
 
+TEST(ApiClientTest, AServerUrlWithCredentialsIsRefusedClearly) {
+  auto c = ApiClient::Create("https://admin:hunter2@10.0.0.1:6443");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                   "holds credentials (user:password@)"));
+  EXPECT_EQ(std::string(c.status().message()).find("hunter2"), std::string::npos);
+  EXPECT_THAT(ApiClient::Create("https://10.0.0.1:6443/a b").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "space or a control byte"));
+}
+
 TEST(ApiClientTest, MapsStatusesInOnePlace) {
   EXPECT_EQ(StatusCodeOfHttp(201), absl::StatusCode::kOk);
   EXPECT_EQ(StatusCodeOfHttp(409), absl::StatusCode::kAlreadyExists);

@@ -209,6 +209,14 @@ class DefaultLimitsTest(ServerCase):
             self.port, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
         self.assert_json_error(status, body, 414, "request line")
 
+    def test_one_long_header_value_gets_431_and_an_unknown_method_405(self):
+        for size in (17 << 10, 20 << 10):
+            status, _, body = raw_exchange(self.port, (
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n" % ("v" * size)).encode())
+            self.assert_json_error(status, body, 431, "headers")
+        status, _, body = raw_exchange(self.port, b"FOO /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assert_json_error(status, body, 405, "method not allowed")
+
     def test_long_headers_get_431(self):
         headers = "".join("X-Filler-%d: %s\r\n" % (i, "v" * 1000) for i in range(64))
         status, _, body = raw_exchange(

@@ -137,6 +137,27 @@ TEST(KubeconfigTest, ReadsTheJsonForm) {
   EXPECT_THAT(c.warnings, ::testing::ElementsAre(HasSubstr("insecure-skip-tls-verify")));
 }
 
+// client-go reads insecure-skip-tls-verify as a YAML boolean: a quoted
+// 'yes' is a string there, an error, and must never turn verification off.
+TEST(KubeconfigTest, InsecureSkipTlsVerifyIsABooleanOnly) {
+  auto with = [](const std::string& v) {
+    return ParseKubeconfig(
+        TwoContexts("    server: https://a:6443\n    insecure-skip-tls-verify: " + v, "    token: t"),
+        "/", "");
+  };
+  for (const char* quoted : {"'yes'", "\"true\"", "'on'", "maybe", "[true]"}) {
+    EXPECT_THAT(with(quoted), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       "insecure-skip-tls-verify must be a YAML boolean"))
+        << quoted;
+  }
+  EXPECT_THAT(with("'yes'"), StatusIs(absl::StatusCode::kInvalidArgument, "the string 'yes'"));
+  ASSERT_OK_AND_ASSIGN(RestConfig on, with("true"));
+  EXPECT_TRUE(on.insecure_skip_tls_verify);
+  ASSERT_OK_AND_ASSIGN(RestConfig off, with("false"));
+  EXPECT_FALSE(off.insecure_skip_tls_verify);
+  EXPECT_TRUE(off.warnings.empty());
+}
+
 TEST(KubeconfigTest, ErrorsNameWhatIsMissingOrWrong) {
   const std::string good = TwoContexts("    server: https://a:6443", "    token: t");
   EXPECT_THAT(LoadKubeconfig("/nonexistent/kubeconfig", ""),

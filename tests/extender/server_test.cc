@@ -195,6 +195,25 @@ TEST(RouteTest, RepeatedNodeNamesAreAnsweredOnce) {
   EXPECT_EQ(nlohmann::json::parse(p.body).size(), 2u);
 }
 
+TEST(RouteTest, UnknownAndWrongMethodsGet405) {
+  auto cluster = k8s::RebuildCluster("{\"items\":[]}", "{\"items\":[]}");
+  ASSERT_TRUE(cluster.ok());
+  auto scheduler = Scheduler::Create(*std::move(cluster));
+  ASSERT_TRUE(scheduler.ok());
+  k8s::Extender ext(scheduler->get());
+  for (const char* path : {"/healthz", "/readyz", "/version", "/gpushare-scheduler/filter",
+                           "/nowhere"}) {
+    EXPECT_EQ(Route(ext, http::verb::unknown, path, "").status, http::status::method_not_allowed)
+        << path;
+    EXPECT_EQ(Route(ext, http::verb::delete_, path, "").status, http::status::method_not_allowed)
+        << path;
+  }
+  for (const char* path : {"/healthz", "/readyz", "/version"}) {
+    EXPECT_EQ(Route(ext, http::verb::post, path, "").status, http::status::method_not_allowed);
+    EXPECT_EQ(Route(ext, http::verb::get, path, "").status, http::status::ok);
+  }
+}
+
 TEST(RouteTest, RouteNamesAreBounded) {
   EXPECT_EQ(RouteName("/gpushare-scheduler/bind"), "bind");
   EXPECT_EQ(RouteName("/gpushare-scheduler/filter?x=1"), "filter");
