@@ -767,6 +767,22 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     if (ec) return Close();
     // A chunked body may grow to the limit: reserve that much.
     want_ = parser_->chunked() ? limits().max_body_bytes : parser_->content_length().value_or(0);
+    if (want_ == 0 || parser_->is_done()) return AcquireBudget();
+    // The budget is taken once the body starts to arrive: a connection that
+    // sends only headers holds none of it.
+    if (buffer_.size() > 0) return StartBody();
+    // The first bytes (at most one TLS record's worth) are read unbudgeted,
+    // through the stream so that TLS data already taken off the socket counts.
+    Lowest().expires_after(limits().header_timeout);
+    stream_.async_read_some(buffer_.prepare(kFirstBodyRead),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec) return self->Close();
+                              self->buffer_.commit(n);
+                              self->StartBody();
+                            });
+  }
+
+  void StartBody() {
     budget_deadline_ = Clock::now() + limits().budget_wait;
     AcquireBudget();
   }
@@ -788,12 +804,25 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     });
   }
 
+  // Reads the body piece by piece. Each piece must come before the time by
+  // which the minimum rate would have brought the bytes so far plus one, after
+  // the header timeout's allowance from the body's start: a client that stops
+  // sending is cut within header_timeout, not only at the end of the whole
+  // body's allowance, so held budget cannot be kept by a stalled sender.
   void ReadBody() {
-    Lowest().expires_after(TransferTime(held_));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnBody(ec);
-                     });
+    body_start_ = Clock::now();
+    ReadBodySome();
+  }
+
+  void ReadBodySome() {
+    if (parser_->is_done()) return OnBody({});
+    const uint64_t got = parser_->get().body().size();
+    Lowest().expires_at(body_start_ + TransferTime(got + 1));
+    http::async_read_some(stream_, buffer_, *parser_,
+                          [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                            if (ec) return self->OnBody(ec);
+                            self->ReadBodySome();
+                          });
   }
 
   void OnBody(beast::error_code ec) {
@@ -935,6 +964,9 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
   uint64_t want_ = 0;  // Budget this request needs.
   uint64_t held_ = 0;  // Budget held by this connection (not yet by a worker).
   Clock::time_point budget_deadline_;
+  Clock::time_point body_start_;
+  // The most of a body read before its budget is taken (one TLS record).
+  static constexpr size_t kFirstBodyRead = 16 << 10;
   Clock::time_point start_;
   std::chrono::system_clock::time_point start_wall_;
   std::string method_, target_;

@@ -26,17 +26,22 @@
 //   * Header deadline: a request's line and headers must arrive within
 //     header_timeout of its first byte (an idle keep-alive connection may wait
 //     idle_timeout for that first byte).
-//   * Minimum body rate: the body must arrive within
-//     header_timeout + Content-Length / min_body_rate.
+//   * Minimum body rate: from the body's first byte, each byte must arrive
+//     by the time the minimum rate gives it after a header_timeout allowance
+//     (byte k by start + header_timeout + k / min_body_rate), checked at every
+//     read: a sender that stalls is cut within header_timeout, and the whole
+//     body arrives within header_timeout + Content-Length / min_body_rate.
 //   * Size limits, answered before the body is read: Content-Length above
 //     max_body_bytes gets 413; a request line longer than max_header_bytes 414;
 //     headers beyond max_header_bytes 431; a malformed request (a negative,
 //     overflowing or repeated Content-Length, bad syntax) 400. Each with the
 //     JSON error body {"Error","Code"}, then the connection is closed.
 //   * Memory budget: a request's Content-Length is reserved from
-//     body_budget_bytes before its body is read and returned once the reply is
-//     built, so at most body_budget_bytes of bodies are being received or
-//     parsed at once (parsing costs a multiple of the body; see README). A
+//     body_budget_bytes once its body starts to arrive (a connection that
+//     sends only headers holds none; at most 16 KiB of a body, one TLS
+//     record, is read before) and returned once the reply is built, so at
+//     most body_budget_bytes of bodies are being received or parsed at once
+//     (parsing costs a multiple of the body; see docs/kubernetes.md). A
 //     request that does not fit waits up to budget_wait, then gets 503 with
 //     Retry-After (kube-scheduler retries the pod). After a body of at least
 //     trim_bytes the freed memory is returned to the system (malloc_trim).

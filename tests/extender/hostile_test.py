@@ -261,16 +261,57 @@ class TightLimitsTest(ServerCase):
         idle.close()
         partial.close()
 
+    def test_a_stalled_body_is_cut_at_the_header_timeout_not_the_whole_allowance(self):
+        s = socket.create_connection((HOST, self.port), timeout=15)
+        s.sendall(b"POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Length: 16777216\r\n\r\n{")
+        t = time.monotonic()
+        # 1 s of allowance, not 1 s + 16 MiB at 1 MiB/s = 17 s.
+        self.assertEqual(s.recv(1024), b"")
+        self.assertLess(time.monotonic() - t, 3.0)
+        self.assertGreater(time.monotonic() - t, 0.8)
+        s.close()
+        self.assertEqual(timed_filter(self.port)[0], 200)  # Its budget came back.
+
     def test_a_body_slower_than_the_minimum_rate_is_cut(self):
         s = socket.create_connection((HOST, self.port), timeout=15)
         s.sendall(b"POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Length: 2097152\r\n\r\n{")
+                  b"Content-Length: 2097152\r\n\r\n")
         t = time.monotonic()
-        self.assertEqual(s.recv(1024), b"")  # 1 s + 2 MiB at 1 MiB/s = 3 s.
-        self.assertLess(time.monotonic() - t, 6.0)
-        self.assertGreater(time.monotonic() - t, 2.0)
+        sent = 0
+        try:  # 200 KiB/s, a fifth of --min-body-rate: cut well before the 2 MiB are in.
+            while sent < 2097152 and time.monotonic() - t < 8:
+                s.sendall(b" " * (100 << 10))
+                sent += 100 << 10
+                time.sleep(0.5)
+        except OSError:
+            pass
+        s.settimeout(5)
+        try:
+            self.assertEqual(s.recv(1024), b"")
+        except ConnectionResetError:
+            pass
+        self.assertLess(sent, 2097152)
+        self.assertLess(time.monotonic() - t, 4.0)
         s.close()
-        timed_filter(self.port)  # Its budget came back.
+        timed_filter(self.port)
+
+    def test_connections_that_send_only_headers_hold_no_budget(self):
+        idle = []
+        for _ in range(8):  # 8 x 16 MiB announced: 8 budgets' worth.
+            c = socket.create_connection((HOST, self.port), timeout=5)
+            c.sendall(b"POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 16777216\r\n\r\n")
+            idle.append(c)
+        time.sleep(0.2)
+        try:
+            for _ in range(3):
+                status, seconds = timed_filter(self.port)
+                self.assertEqual(status, 200)
+                self.assertLess(seconds, FILTER_DEADLINE_S)
+        finally:
+            for c in idle:
+                c.close()
 
     def test_requests_beyond_the_budget_get_503_with_retry_after(self):
         hog = socket.create_connection((HOST, self.port), timeout=5)
@@ -343,7 +384,10 @@ class MemoryBudgetTest(ServerCase):
         # The budget admits one 12 MiB body at a time: 8 at once cost about
         # as much as one, not 8 times as much.
         self.assertLess(peak, 2.0 * one + 32)
-        self.assertLess(after, 48)
+        # Most of the peak comes back. Runs keep either about 43 or about 55
+        # MiB (one 12 MiB body's worth more, left in an allocator arena that
+        # malloc_trim does not give back), whichever arena the last body used.
+        self.assertLess(after, 64)
 
 
 def openssl(*args, cwd):
