@@ -123,6 +123,7 @@ struct Flags {
       policy = "binpack", port_file, target_workload;
   int port = 32766;
   int64_t ttl_ms = 60'000;
+  int64_t plan_deadline_ms = gpushare::k8s::ExtenderOptions{}.plan_deadline_ms;
   int64_t resync_ms = 300'000;
   int64_t startup_timeout_ms = 120'000;
   double qps = gpushare::extender::ClientOptions{}.qps;
@@ -193,6 +194,8 @@ void Help(std::ostream& out) {
          "                           fragmentation against, as JSON (`gpushare\n"
          "                           typical-tasks --pods PODS.json` writes it)\n"
          "  --ttl-ms MS              reservation time-to-live (default 60000)\n"
+         "  --plan-deadline-ms MS    the longest a POST /plan searches; then it answers\n"
+         "                           with what it found, not proven (default 5000)\n"
          "  --help                   this text\n"
       << gpushare::extender::ServingFlagsHelp();
 }
@@ -321,6 +324,12 @@ int main(int argc, char** argv) {
       flags.target_workload = v;
     } else if (arg == "--ttl-ms" && (v = value())) {
       flags.ttl_ms = std::atoll(v);
+    } else if (arg == "--plan-deadline-ms" && (v = value())) {
+      char* end = nullptr;
+      flags.plan_deadline_ms = std::strtoll(v, &end, 10);
+      if (*end != '\0' || flags.plan_deadline_ms < 1 || flags.plan_deadline_ms > 600'000) {
+        return Usage("--plan-deadline-ms takes milliseconds in 1..600000, not " + std::string(v));
+      }
     } else if (arg == "--port-file" && (v = value())) {
       flags.port_file = v;
     } else if (arg == "--apiserver" && (v = value())) {
@@ -557,6 +566,7 @@ int main(int argc, char** argv) {
   }
   gpushare::k8s::ExtenderOptions ext_options;
   ext_options.version = std::string("gpushare-extender ") + gpushare::Version();
+  ext_options.plan_deadline_ms = flags.plan_deadline_ms;
   std::unique_ptr<gpushare::extender::LeaderElector> elector;
   if (lease_api) {
     elector = std::make_unique<gpushare::extender::LeaderElector>(

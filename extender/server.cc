@@ -18,6 +18,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -237,7 +238,9 @@ bool ParseServingFlag(const std::string& arg, const std::function<const char*()>
   };
   const IntFlag int_flags[] = {{"--max-connections", &l.max_connections, 1, 1'000'000},
                                {"--io-threads", &options->io_threads, 1, 256},
-                               {"--worker-threads", &options->worker_threads, 1, 1024}};
+                               {"--worker-threads", &options->worker_threads, 1, 1024},
+                               {"--plan-threads", &options->plan_threads, 1, 64},
+                               {"--max-plans", &options->max_plans, 1, 1024}};
   for (const IntFlag& f : int_flags) {
     if (arg != f.name) continue;
     const char* v = value();
@@ -322,7 +325,11 @@ std::string ServingFlagsHelp() {
       o.io_threads,
       ")\n"
       "  --worker-threads N          request-handling threads (",
-      o.worker_threads, ")\n");
+      o.worker_threads, ")\n",
+      "  --plan-threads N            threads for POST /plan, apart from the others (",
+      o.plan_threads, ")\n",
+      "  --max-plans N               plans at once, one per client; beyond: 429 (",
+      o.max_plans, ")\n");
 }
 
 namespace {
@@ -531,12 +538,27 @@ class Server::Impl {
         limits_(options.limits),
         budget_(options.limits.body_budget_bytes),
         workers_(static_cast<size_t>(options.worker_threads)),
+        planners_(static_cast<size_t>(std::max(1, options.plan_threads))),
         acceptor_(asio::make_strand(io_)) {}
 
   ~Impl() {
     beast::error_code ec;
     acceptor_.close(ec);
     workers_.join();
+    planners_.join();
+  }
+
+  // Admits a /plan from `client` (its address without the port) to the
+  // planners' pool: at most one at a time per client and max_plans in all,
+  // so plans never occupy the workers that serve filters and binds.
+  bool AdmitPlan(const std::string& client) {
+    std::lock_guard lock(plans_mu_);
+    if (static_cast<int>(planning_.size()) >= std::max(1, options_.max_plans)) return false;
+    return planning_.insert(client).second;
+  }
+  void PlanDone(const std::string& client) {
+    std::lock_guard lock(plans_mu_);
+    planning_.erase(client);
   }
 
   absl::Status Init() {
@@ -628,6 +650,9 @@ class Server::Impl {
   int evicting_ = 0;  // Sessions marked `evicting`, under mu_.
   asio::io_context io_;
   asio::thread_pool workers_;
+  asio::thread_pool planners_;                  // /plan only.
+  std::mutex plans_mu_;
+  std::set<std::string> planning_;              // Clients with a plan running, under plans_mu_.
   tcp::acceptor acceptor_;
 
  private:
@@ -836,9 +861,28 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     if (ec) return Close();
     auto req = std::make_shared<http::request<http::string_body>>(parser_->release());
     parser_.reset();
+    // A plan runs on the planners' pool, one per client at a time.
+    const bool plan = req->method() == http::verb::post &&
+                      RouteName(std::string_view(req->target().data(), req->target().size())) ==
+                          "plan";
+    std::string client;
+    if (plan) {
+      client = peer_.substr(0, peer_.rfind(':'));
+      if (!impl_->AdmitPlan(client)) {
+        ReleaseBudget();
+        const size_t in = req->body().size();
+        return Respond(
+            Reply{http::status::too_many_requests,
+                  k8s::ErrorJson(absl::ResourceExhaustedError(
+                      "a plan of this client is running, or the most plans at once are; "
+                      "retry when it is done"))},
+            *req, in);
+      }
+    }
     // The worker returns the budget once the body is parsed and freed.
-    asio::post(impl_->workers_, [self = this->shared_from_this(), req,
-                                 held = std::exchange(held_, 0)] {
+    asio::post(plan ? impl_->planners_ : impl_->workers_,
+               [self = this->shared_from_this(), req, held = std::exchange(held_, 0), plan,
+                client] {
       const size_t in = req->body().size();
       const ServerOptions& o = self->impl_->options_;
       const std::string_view target(req->target().data(), req->target().size());
@@ -854,6 +898,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       std::string().swap(req->body());
       if (held > 0) self->impl_->budget_.Release(held);
       if (std::max<uint64_t>(in, held) >= self->limits().trim_bytes) malloc_trim(0);
+      if (plan) self->impl_->PlanDone(client);
       asio::post(self->stream_.get_executor(), [self, req, in, reply = std::move(reply)]() mutable {
         self->Respond(std::move(reply), *req, in);
       });

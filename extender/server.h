@@ -170,6 +170,11 @@ struct ServerOptions {
   ServerLimits limits;
   int io_threads = 2;       // Threads reading and writing sockets.
   int worker_threads = 8;   // Threads handling requests (binds may block).
+  // POST /plan runs on threads of its own, so that plans never hold up
+  // filters and binds; a client with a plan running, or a plan beyond
+  // max_plans at once, gets 429.
+  int plan_threads = 1;
+  int max_plans = 2;
   std::string tls_cert_file;         // PEM chain; TLS (1.2+) when set.
   std::string tls_private_key_file;  // PEM; required with tls_cert_file.
   std::string client_ca_file;        // PEM CAs; clients must present a cert.

@@ -3,6 +3,7 @@
 // and refusal of a stale plan.
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <random>
 #include <string>
@@ -449,6 +450,41 @@ TEST(PlanMigrationsToLowerFragmentationTest, OverBudgetIsNotProven) {
   EXPECT_FALSE(plan->proven);
   // Whatever it found within the budget never raises the measure.
   EXPECT_LE(plan->fragmentation_after, plan->fragmentation_before);
+}
+
+// A search past its deadline stops as one past its budget does: not proven,
+// and the reason says why. 120 GPUs each hold a 6-unit pod; freeing the three
+// GPUs of one node (or any three) takes three moves, so a search of at most
+// two tries every first move (thousands of candidates) and fails.
+TEST(MigrationDeadlineTest, ASearchPastItsDeadlineIsNotProven) {
+  Cluster c;
+  for (int n = 0; n < 40; ++n) {
+    const std::string name = absl::StrCat("n", n);
+    ASSERT_OK(c.AddNode(SharedNode(name, {16, 16, 16})));
+    for (int g = 0; g < 3; ++g) {
+      ASSERT_OK(c.Commit(At(absl::StrCat(name, "-", g), name, {g}, 6)));
+    }
+  }
+  const Request all = Shared("all", 48, 3);
+  ASSERT_OK_AND_ASSIGN(MigrationPlan unhurried, c.PlanMigrations(all, 2, {}, 1'000'000));
+  EXPECT_FALSE(unhurried.found);
+  EXPECT_TRUE(unhurried.proven);
+  ASSERT_OK_AND_ASSIGN(MigrationPlan hurried,
+                       c.PlanMigrations(all, 2, {}, 1'000'000, std::chrono::steady_clock::now()));
+  EXPECT_FALSE(hurried.found);
+  EXPECT_FALSE(hurried.proven);
+  EXPECT_THAT(hurried.reason, HasSubstr("deadline"));
+  ASSERT_OK_AND_ASSIGN(MigrationPlan freeing,
+                       c.PlanMigrationsToFreeGpus(3, 2, {}, 1'000'000,
+                                                  std::chrono::steady_clock::now()));
+  EXPECT_FALSE(freeing.proven);
+  EXPECT_THAT(freeing.reason, HasSubstr("deadline"));
+  // A deadline far ahead changes nothing.
+  ASSERT_OK_AND_ASSIGN(
+      MigrationPlan later,
+      c.PlanMigrations(all, 2, {}, 1'000'000,
+                       std::chrono::steady_clock::now() + std::chrono::hours(1)));
+  EXPECT_TRUE(later.proven);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #ifndef GPUSHARE_CLUSTER_H_
 #define GPUSHARE_CLUSTER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -334,13 +335,18 @@ class Cluster {
   // must be placed with this shape. Empty: every placed request may move,
   // kept to the GPU models it runs on and to nodes carrying every label of
   // the node it is on (so any selector it had still holds).
+  // `deadline`: the search also stops at this time (checked every few
+  // hundred candidates), as when the budget runs out: the plan is then not
+  // proven, and says so in its reason. A host serving requests sets one.
   // Errors: those of Validate(); AlreadyExists if `request` is placed;
   // InvalidArgument for max_moves outside 0..16, a budget out of range, or a
   // movable request that is not placed with that shape (named).
   absl::StatusOr<MigrationPlan> PlanMigrations(
       const Request& request, int max_moves,
       const std::vector<Request>& movable = {},
-      int64_t search_budget = 200000) const;
+      int64_t search_budget = 200000,
+      std::chrono::steady_clock::time_point deadline =
+          std::chrono::steady_clock::time_point::max()) const;
 
   // The cluster-goal form of PlanMigrations(): the fewest moves after which
   // at least `gpus` healthy GPUs on schedulable nodes hold nothing (free to be
@@ -348,7 +354,9 @@ class Cluster {
   // Errors: InvalidArgument for gpus < 1 and those of PlanMigrations().
   absl::StatusOr<MigrationPlan> PlanMigrationsToFreeGpus(
       int64_t gpus, int max_moves, const std::vector<Request>& movable = {},
-      int64_t search_budget = 200000) const;
+      int64_t search_budget = 200000,
+      std::chrono::steady_clock::time_point deadline =
+          std::chrono::steady_clock::time_point::max()) const;
 
   // The cluster-goal form that lowers the fragmentation measure against
   // `target` (fragmentation.h: Fragmentation(cluster, target).amount) by the

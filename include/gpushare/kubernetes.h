@@ -281,6 +281,9 @@ struct ExtenderOptions {
   // How long a bind waits for a concurrent bind of the same pod to the same
   // node, whose outcome it then returns, milliseconds.
   int64_t bind_wait_ms = 30'000;
+  // How long one PlanMigrations() call may search, in milliseconds: past it
+  // the answer is the search so far, not proven (see PlanMigrations()).
+  int64_t plan_deadline_ms = 5'000;
 };
 
 // The scheduler-extender protocol over a Scheduler. JSON keys are the Go
@@ -361,7 +364,8 @@ class Extender {
   //                                              or remembered (RememberPods);
   //   {"FreeGPUs": k}                            free k whole GPUs;
   // with optional "MaxMoves" (0..16, default 1) and "SearchBudget" (candidate
-  // moves, 1..10,000,000, default 200,000). Only confirmed placements move
+  // moves, 1..1,000,000, default 200,000); the search also ends after
+  // options.plan_deadline_ms (then "Proven" is false and "Reason" says so). Only confirmed placements move
   // (a reservation's bind is in progress); a pod the extender knows keeps its
   // nodeSelector and GPU models, any other (or one with a required node
   // affinity) the GPU models it runs on and every label of its node. Reply:

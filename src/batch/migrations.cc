@@ -1,6 +1,7 @@
 // Cluster::PlanMigrations() and ApplyMigrations(): iterative deepening over
 // moves of placed requests on a scratch copy. See cluster.h.
 
+#include <chrono>
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -181,9 +182,13 @@ class Planner {
   // `every_pod_of`: when set, every placed pod may move (`movable` is then
   // EveryPod() of it), inferred from that cluster.
   Planner(const Cluster& cluster, std::unique_ptr<Goal> goal, std::vector<Movable> movable,
-          const Cluster* every_pod_of, int64_t budget)
+          const Cluster* every_pod_of, int64_t budget,
+          std::chrono::steady_clock::time_point deadline)
       : scratch_(cluster), goal_(std::move(goal)), movable_(std::move(movable)),
-        every_pod_of_(every_pod_of), budget_(budget) {}
+        every_pod_of_(every_pod_of), budget_(budget), deadline_(deadline) {}
+
+  // Whether the search stopped at its deadline (rather than its budget).
+  bool timed_out() const { return timed_out_; }
 
   bool Fits() { return goal_->Holds(scratch_); }
 
@@ -272,6 +277,10 @@ class Planner {
         aborted_ = true;
         break;
       }
+      if ((tried_ & 255) == 0 && std::chrono::steady_clock::now() >= deadline_) {
+        aborted_ = timed_out_ = true;
+        break;
+      }
       if (!scratch_.Commit(to).ok()) continue;
       moves_.push_back({m.request(), from, to});
       found = Visit(left - 1);
@@ -290,9 +299,11 @@ class Planner {
   const Cluster* every_pod_of_;
   absl::flat_hash_map<std::string, size_t> index_;  // id -> movable_, built on use.
   int64_t budget_;
+  std::chrono::steady_clock::time_point deadline_;
   std::vector<Migration> moves_;
   int64_t tried_ = 0;
   bool aborted_ = false;
+  bool timed_out_ = false;
 };
 
 // The movable pods: `movable` checked against the placements, or every
@@ -345,9 +356,10 @@ std::unique_ptr<Planner> Deepen(const Cluster& cluster, std::unique_ptr<Goal> go
                                 std::vector<Movable> pods, const Cluster* every_pod_of,
                                 int max_moves,
                                 int64_t search_budget, const std::string& what,
-                                MigrationPlan& plan) {
+                                MigrationPlan& plan,
+                                std::chrono::steady_clock::time_point deadline) {
   auto planner = std::make_unique<Planner>(cluster, std::move(goal), std::move(pods),
-                                           every_pod_of, search_budget);
+                                           every_pod_of, search_budget, deadline);
   bool aborted = false;
   for (int depth = 0; depth <= max_moves; ++depth) {
     if (planner->Deepen(depth)) {
@@ -361,8 +373,10 @@ std::unique_ptr<Planner> Deepen(const Cluster& cluster, std::unique_ptr<Goal> go
     if (aborted) break;
   }
   plan.proven = !aborted;
-  plan.reason = aborted ? absl::StrCat("no plan found within the search budget of ",
-                                       search_budget, " candidate moves")
+  plan.reason = planner->timed_out()
+                    ? std::string("no plan found before the search's deadline")
+                : aborted ? absl::StrCat("no plan found within the search budget of ",
+                                         search_budget, " candidate moves")
                         : absl::StrCat("no plan of at most ", max_moves, " move",
                                        max_moves == 1 ? "" : "s", " ", what);
   return planner;
@@ -385,7 +399,8 @@ absl::StatusOr<Request> MovableRequestOf(const Cluster& cluster, std::string_vie
 absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
                                                       int max_moves,
                                                       const std::vector<Request>& movable,
-                                                      int64_t search_budget) const {
+                                                      int64_t search_budget,
+                                                      std::chrono::steady_clock::time_point deadline) const {
   if (absl::Status s = Validate(request).status(); !s.ok()) return s;
   if (FindPlacement(request.id) != nullptr) {
     return absl::AlreadyExistsError(
@@ -401,7 +416,7 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
   std::unique_ptr<Planner> planner =
       Deepen(*this, std::make_unique<FitGoal>(request, *Validate(request)), *std::move(pods),
              movable.empty() ? this : nullptr, max_moves, search_budget,
-             absl::StrCat("makes '", request.id, "' fit"), plan);
+             absl::StrCat("makes '", request.id, "' fit"), plan, deadline);
   if (plan.found) {
     absl::StatusOr<Placement> then = planner->scratch().Plan(request, *binpack);
     if (then.ok()) plan.then = *then;
@@ -411,7 +426,7 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrations(const Request& request,
 
 absl::StatusOr<MigrationPlan> Cluster::PlanMigrationsToFreeGpus(
     int64_t gpus, int max_moves, const std::vector<Request>& movable,
-    int64_t search_budget) const {
+    int64_t search_budget, std::chrono::steady_clock::time_point deadline) const {
   if (gpus < 1 || gpus > kMaxQuantity) {
     return absl::InvalidArgumentError(
         absl::StrCat("gpus ", gpus, " is outside 1..", kMaxQuantity));
@@ -423,7 +438,7 @@ absl::StatusOr<MigrationPlan> Cluster::PlanMigrationsToFreeGpus(
   plan.free_gpus_goal = gpus;
   Deepen(*this, std::make_unique<FreeGpusGoal>(gpus), *std::move(pods),
          movable.empty() ? this : nullptr, max_moves, search_budget,
-         absl::StrCat("frees ", gpus, " whole GPU", gpus == 1 ? "" : "s"), plan);
+         absl::StrCat("frees ", gpus, " whole GPU", gpus == 1 ? "" : "s"), plan, deadline);
   return plan;
 }
 

@@ -5,8 +5,15 @@
 
 #include "extender/metrics.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
@@ -212,6 +219,90 @@ TEST(RouteTest, UnknownAndWrongMethodsGet405) {
     EXPECT_EQ(Route(ext, http::verb::post, path, "").status, http::status::method_not_allowed);
     EXPECT_EQ(Route(ext, http::verb::get, path, "").status, http::status::ok);
   }
+}
+
+// One request on a new connection to 127.0.0.1:`port`: status and body.
+std::pair<int, std::string> Post(int port, const std::string& target, const std::string& body) {
+  namespace beast = boost::beast;
+  boost::asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  http::request<http::string_body> req{http::verb::post, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res);
+  beast::error_code ec;
+  stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+  return {res.result_int(), res.body()};
+}
+
+// /plan runs on its own thread with a deadline: filters are answered while
+// it searches, a second plan of the same client is refused with 429, and
+// the plan answers at its deadline, not proven.
+TEST(ServerTest, PlansRunApartWithADeadlineOnePerClient) {
+  Cluster cluster;
+  for (int n = 0; n < 200; ++n) {
+    Node node;
+    node.name = "n" + std::to_string(n);
+    node.labels = {{"gpushare", "true"}};
+    node.gpus.assign(3, Gpu{16, "T4", "", true});
+    ASSERT_TRUE(cluster.AddNode(node).ok());
+    for (int g = 0; g < 3; ++g) {
+      Placement p;
+      p.request_id = "default/" + node.name + "-" + std::to_string(g);
+      p.node = node.name;
+      p.gpus = {g};
+      p.memory_per_gpu = 6;
+      ASSERT_TRUE(cluster.Commit(p).ok());
+    }
+  }
+  auto scheduler = Scheduler::Create(std::move(cluster));
+  ASSERT_TRUE(scheduler.ok());
+  k8s::ExtenderOptions eo;
+  eo.plan_deadline_ms = 1500;
+  k8s::Extender ext(scheduler->get(), eo);
+  ServerOptions o;
+  o.plan_threads = 1;
+  o.max_plans = 2;
+  auto server = Server::Create(&ext, o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = (*server)->Listen("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  std::thread serving([&] { (*server)->Run(); });
+
+  // Three GPUs freed take three moves: a search of two runs to its deadline.
+  const std::string plan = R"({"FreeGPUs":3,"MaxMoves":2,"SearchBudget":1000000})";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::pair<int, std::string> first;
+  std::thread planning([&] { first = Post(*port, "/gpushare-scheduler/plan", plan); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::pair<int, std::string> second = Post(*port, "/gpushare-scheduler/plan", plan);
+  EXPECT_EQ(second.first, 429) << second.second;
+  const auto f0 = std::chrono::steady_clock::now();
+  const std::pair<int, std::string> filter = Post(
+      *port, "/gpushare-scheduler/filter",
+      R"({"Pod":{"metadata":{"name":"p","uid":"u"},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["n0"]})");
+  const auto filter_took = std::chrono::steady_clock::now() - f0;
+  EXPECT_EQ(filter.first, 200) << filter.second;
+  planning.join();
+  const auto plan_took = std::chrono::steady_clock::now() - t0;
+  (*server)->Stop();
+  serving.join();
+  // The filter did not wait for the plan (which was still searching).
+  EXPECT_LT(filter_took, std::chrono::milliseconds(1000));
+  EXPECT_GT(plan_took, filter_took + std::chrono::milliseconds(300));
+  ASSERT_EQ(first.first, 200) << first.second;
+  const nlohmann::json reply = nlohmann::json::parse(first.second);
+  EXPECT_EQ(reply["Found"], false);
+  EXPECT_EQ(reply["Proven"], false);
+  EXPECT_NE(reply["Reason"].get<std::string>().find("deadline"), std::string::npos) << reply;
+  EXPECT_GE(plan_took, std::chrono::milliseconds(1400));
+  EXPECT_LT(plan_took, std::chrono::milliseconds(10'000));
 }
 
 TEST(RouteTest, RouteNamesAreBounded) {
