@@ -1,19 +1,34 @@
 # gpushare: the two commands of the quick start, and a few more.
 #
 #   make demo    install what is missing, build, run the demo
-#   make test    install what is missing, build, run every test (C++ and Python)
-#   make bench   build in Release and run the benchmarks (JSON in build-bench/)
-#   make test-kube         the extender against a real kube-apiserver and kube-scheduler
+#   make test    install what is missing, build, run every test (C++ and Python):
+#                scripts/test.sh, every stage below and those of scripts/test.d/;
+#                about 47 minutes (docs/testing.md)
+#
+# One stage of make test alone (each also runs inside make test):
+#   make test-cpp          the C++ build of build/ and ctest (scripts/test-cpp.sh)
+#   make test-sanitize     the same suite under ASan + UBSan in build-asan/, Debug,
+#                          GPUSHARE_QUICK=1 (scripts/test-cpp.sh --sanitize)
+#   make test-install      examples/consumer built against the installed library
+#                          (builds build/ first; scripts/test.d/10-install.sh)
+#   make test-python       pip install . into a fresh venv, the pytest suite, the
+#                          quickstart (scripts/test.d/20-python.sh)
 #   make test-python-asan  the Python suite against an ASan + UBSan build
-#   make wheel             an sdist and a manylinux wheel that needs only pip, in dist/
-#   make fuzz              build the libFuzzer targets with clang and run each for
-#                          FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
+#   make test-kube         the extender against a real kube-apiserver and kube-scheduler
+#
+# Others:
+#   make build   configure and build $(BUILD) (default build/)
+#   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+#   make wheel   an sdist and a manylinux wheel that needs only pip, in dist/
+#   make fuzz    build the libFuzzer targets with clang and run each for
+#                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
+#   make clean   remove every build folder, .venv-test and dist/
 
 BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-cpp test-sanitize test-python test-install bench fuzz clean
+.PHONY: all deps build demo test test-cpp test-sanitize test-install test-python bench fuzz clean
 
 all: build
 
@@ -29,6 +44,19 @@ demo: build
 
 test: deps
 	@scripts/test.sh
+
+test-cpp: deps
+	@scripts/test-cpp.sh
+
+test-sanitize: deps
+	@scripts/test-cpp.sh --sanitize
+
+test-install: deps
+	@scripts/test-cpp.sh --build-only
+	@scripts/test.d/10-install.sh
+
+test-python: deps
+	@scripts/test.d/20-python.sh
 
 bench: deps
 	@scripts/bench.sh
