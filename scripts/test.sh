@@ -43,7 +43,7 @@ fi
 # this run only).
 reports=(build/Testing/ctest-junit.xml "${GPUSHARE_PY_BUILD_DIR:-build-py}/pytest-junit.xml")
 rm -f "${reports[@]}"
-trap 'python3 scripts/lib/paper_skips.py "${reports[@]}"' EXIT
+trap 'rc=$?; python3 scripts/lib/paper_skips.py "${reports[@]}" || true; exit $rc' EXIT
 
 step "C++ build and tests"
 scripts/test-cpp.sh
