@@ -37,10 +37,10 @@ if env -u GPUSHARE_TEST_RUN python3 scripts/lib/leftovers.py --wait 0 --kill "$G
   exit 1
 fi
 
-# The tests that need the openb traces skip when they are absent, so that a
-# plain clone passes; at the end, even after a failure, one NOTE line says how
-# many skipped (scripts/lib/paper_skips.py reads the runs' JUnit reports, of
-# this run only).
+# The tests that need the FGD paper's data (the openb traces, the golden
+# fragmentation values) skip when it is absent, so that a plain clone passes;
+# at the end, even after a failure, a NOTE line says how many skipped
+# (scripts/lib/paper_skips.py reads the JUnit reports of this run only).
 reports=(build/Testing/ctest-junit.xml "${GPUSHARE_PY_BUILD_DIR:-build-py}/pytest-junit.xml")
 rm -f "${reports[@]}"
 trap 'rc=$?; python3 scripts/lib/paper_skips.py "${reports[@]}" || true; exit $rc' EXIT
