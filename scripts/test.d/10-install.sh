@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs the library into a scratch prefix and builds examples/consumer, a
-# separate CMake project, against it with find_package(gpushare).
+# separate CMake project, against it with find_package(gpushare). Needs the
+# build of build/ (scripts/test-cpp.sh; `make test-install` runs it first).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ ! -f build/build.ninja ]; then
+  echo "10-install: build/ is not built; scripts/test-cpp.sh --build-only (make test-install does)" >&2
+  exit 1
+fi
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install build --prefix "$prefix" >/dev/null

@@ -8,6 +8,9 @@
 # GPUSHARE_PY_VENV, the virtual environment to recreate (default
 # $GPUSHARE_PY_BUILD_DIR/venv). Two checkouts or two runs side by side need
 # different values.
+#
+# pytest's JUnit report, $GPUSHARE_PY_BUILD_DIR/pytest-junit.xml, tells
+# scripts/test.sh which tests skipped for want of the openb traces.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -51,7 +54,9 @@ if not gpushare.__file__.startswith(sys.prefix):
     sys.exit(f"20-python: gpushare was imported from {gpushare.__file__}, not from {sys.prefix}")
 PY
 set +e
-"$py" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests"
+rm -f "$build/pytest-junit.xml"
+"$py" -m pytest -q -p no:cacheprovider --junitxml="$build/pytest-junit.xml" \
+  "$root/bindings/python/tests"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 
 import gpushare as gs
 import pytest
 
-OPENB = pathlib.Path(__file__).resolve().parents[3] / ".." / "shared" / "traces" / "openb"
+# Where the C++ tests look (tests/testing/sim_fixtures.h): $GPUSHARE_SHARED_DIR,
+# else ../shared beside the source tree.
+SHARED = pathlib.Path(os.environ.get("GPUSHARE_SHARED_DIR")
+                      or pathlib.Path(__file__).resolve().parents[3] / ".." / "shared")
+OPENB = SHARED / "traces" / "openb"
 NODES = OPENB / "openb_node_list_gpu_node.csv"
 TASKS = OPENB / "openb_pod_list_default.csv"
 
@@ -136,7 +141,7 @@ def test_typical_tasks_and_fragmentation() -> None:
         gs.fragmentation(c, reqs, resource="disk")
 
 
-@pytest.mark.skipif(not NODES.exists(), reason="openb traces not found under ../shared")
+@pytest.mark.skipif(not NODES.exists(), reason=f"openb traces not found under {SHARED}")
 def test_default_trace_fgd_beats_bestfit() -> None:
     nodes = gs.load_openb_nodes(NODES)
     assert len(nodes) == 1213
@@ -149,7 +154,7 @@ def test_default_trace_fgd_beats_bestfit() -> None:
     assert fgd.seconds < 5.0
 
 
-@pytest.mark.skipif(not NODES.exists(), reason="openb traces not found under ../shared")
+@pytest.mark.skipif(not NODES.exists(), reason=f"openb traces not found under {SHARED}")
 def test_fgd_policies_example_draws_the_curves(tmp_path: pathlib.Path) -> None:
     import subprocess
     import sys
