@@ -87,16 +87,22 @@ TEST(RouteTest, BeforeBindMayAnswerInsteadAndMetricsAreServed) {
   EXPECT_EQ(Route(ext, http::verb::get, "/metrics", "").status, http::status::not_found);
 }
 
+// An extender over one node "n" with one 16-unit GPU.
+struct OneNode {
+  OneNode()
+      : scheduler(*Scheduler::Create(*k8s::RebuildCluster(
+            R"({"items":[{"metadata":{"name":"n"},"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1"}}}]})",
+            R"({"items":[]})"))),
+        ext(scheduler.get()) {}
+  std::unique_ptr<Scheduler> scheduler;
+  k8s::Extender ext;
+};
+
 // In API mode a release from anyone could free a running pod's GPUs for
 // another: the lifecycle routes are off there and change nothing.
 TEST(RouteTest, LifecycleRoutesAreRefusedWhenOffAndChangeNothing) {
-  auto cluster = k8s::RebuildCluster(
-      R"({"items":[{"metadata":{"name":"n"},"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1"}}}]})",
-      "{\"items\":[]}");
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto scheduler = Scheduler::Create(*std::move(cluster));
-  ASSERT_TRUE(scheduler.ok());
-  k8s::Extender ext(scheduler->get());
+  OneNode one;
+  k8s::Extender& ext = one.ext;
   const std::string pod =
       R"({"metadata":{"name":"p","namespace":"default","uid":"u"},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}})";
   ASSERT_EQ(Route(ext, http::verb::post, "/gpushare-scheduler/filter",
@@ -127,13 +133,8 @@ TEST(RouteTest, LifecycleRoutesAreRefusedWhenOffAndChangeNothing) {
 // Every route that takes a pod or node name refuses one the API server could
 // never have issued, with a 400 naming the field, before any state changes.
 TEST(RouteTest, EveryRouteRefusesNamesKubernetesWouldRefuse) {
-  auto cluster = k8s::RebuildCluster(
-      R"({"items":[{"metadata":{"name":"n"},"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1"}}}]})",
-      "{\"items\":[]}");
-  ASSERT_TRUE(cluster.ok());
-  auto scheduler = Scheduler::Create(*std::move(cluster));
-  ASSERT_TRUE(scheduler.ok());
-  k8s::Extender ext(scheduler->get());
+  OneNode one;
+  k8s::Extender& ext = one.ext;
   const std::string before = Route(ext, http::verb::get, "/gpushare-scheduler/inspect", "").body;
   const std::string evil = "x HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nDELETE /victim";
   auto pod = [](const std::string& ns, const std::string& name) {
@@ -180,13 +181,8 @@ TEST(RouteTest, EveryRouteRefusesNamesKubernetesWouldRefuse) {
 
 // A node named twice in NodeNames is answered once.
 TEST(RouteTest, RepeatedNodeNamesAreAnsweredOnce) {
-  auto cluster = k8s::RebuildCluster(
-      R"({"items":[{"metadata":{"name":"n"},"status":{"capacity":{"aliyun.com/gpu-mem":"16","aliyun.com/gpu-count":"1"}}}]})",
-      "{\"items\":[]}");
-  ASSERT_TRUE(cluster.ok());
-  auto scheduler = Scheduler::Create(*std::move(cluster));
-  ASSERT_TRUE(scheduler.ok());
-  k8s::Extender ext(scheduler->get());
+  OneNode one;
+  k8s::Extender& ext = one.ext;
   nlohmann::json names = nlohmann::json::array();
   for (int i = 0; i < 1000; ++i) names.push_back(i % 2 ? "n" : "m");
   const std::string body =

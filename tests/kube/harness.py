@@ -486,8 +486,10 @@ class ControlPlane:
         self.scheduler_serving = pki.issue("scheduler-serving", "/CN=kube-scheduler",
                                            server=True)
         self.extender_client = pki.issue("extender", "/CN=gpushare-extender", client=True)
+        # Serving, and presented by a follower forwarding a bind to the leader,
+        # whose listener verifies client certificates.
         self.extender_serving = pki.issue("extender-serving", "/CN=gpushare-extender",
-                                          server=True)
+                                          server=True, client=True)
         self.sa_key, self.sa_pub = pki.rsa_key("service-account")
 
     def _start_etcd(self):
@@ -580,8 +582,11 @@ class ControlPlane:
                 "--address", "127.0.0.1", "--policy", policy,
                 "--access-log", os.path.join(self.logs, "extender-access.log"), *extra_args]
         if self.extender_tls:
+            # Only clients with a certificate of the cluster's CA are served:
+            # kube-scheduler (its tlsConfig), the other replicas, the tests.
             argv += ["--tls-cert-file", self.extender_serving[0],
-                     "--tls-private-key-file", self.extender_serving[1]]
+                     "--tls-private-key-file", self.extender_serving[1],
+                     "--client-ca-file", self.pki.ca_crt]
         self.extender_scheme = "https" if self.extender_tls else "http"
         argv += ["--port", str(port), "--port-file", port_file]
         p = self._start(name, argv)
@@ -610,6 +615,7 @@ class ControlPlane:
                 "--address", "127.0.0.1", "--port", str(port), "--policy", "binpack",
                 "--tls-cert-file", self.extender_serving[0],
                 "--tls-private-key-file", self.extender_serving[1],
+                "--client-ca-file", self.pki.ca_crt,
                 "--leader-elect", "true", "--leader-elect-namespace", "kube-system",
                 "--leader-elect-identity", name, "--leader-elect-url", url,
                 "--leader-forward-ca", self.pki.ca_crt, *extra_args]
@@ -622,10 +628,13 @@ class ControlPlane:
         """(status, body) of GET path on an extender replica."""
         return self.extender_request(port, "GET", path)
 
-    def extender_request(self, port, method, path, body=None):
+    def extender_request(self, port, method, path, body=None, client_cert=True):
         """(status, body) of a request (body: an object sent as JSON) to an
-        extender replica."""
+        extender replica, presenting the admin's client certificate unless
+        `client_cert` is false."""
         ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
+        if client_cert:
+            ctx.load_cert_chain(*self.admin)
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=REQUEST_TIMEOUT)
         try:
             data = None if body is None else json.dumps(body)
@@ -685,7 +694,11 @@ class ControlPlane:
             }
             if self.extender_scheme == "https":
                 ext["enableHTTPS"] = True
-                ext["tlsConfig"] = {"caFile": self.pki.ca_crt}
+                # kube-scheduler presents its client certificate to the
+                # extender, which serves only certificates of this CA.
+                ext["tlsConfig"] = {"caFile": self.pki.ca_crt,
+                                    "certFile": self.scheduler_client[0],
+                                    "keyFile": self.scheduler_client[1]}
             config["extenders"] = [ext]
         path = os.path.join(self.workdir, "scheduler-config.json")
         with open(path, "w") as f:

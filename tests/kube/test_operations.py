@@ -12,10 +12,12 @@ annotations, events); the metrics are compared with them.
 """
 
 import collections
+import http.client
 import json
 import os
 import random
 import re
+import ssl
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +73,11 @@ def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
     (follower,) = set(ports) - {leader}
     wait_until("the leader synced", lambda: role(cluster, ports[leader]) == "leader", 30)
     assert role(cluster, ports[follower]) == f"follower (leader: {leader})"
+    # Only clients with a certificate of the cluster's CA are served: a
+    # stranger cannot filter, bind or release (kube-scheduler presents its own).
+    for port in ports.values():
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            cluster.extender_request(port, "GET", "/readyz", client_cert=False)
     cluster.start_scheduler(with_extender=True)
 
     rng = random.Random(20240602)
