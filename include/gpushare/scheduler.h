@@ -29,10 +29,13 @@
 // Reserve sees it. Expired reservations are forgotten at the start of every
 // mutating call and by ExpireReservations() (hosts call it from a timer).
 //
-// Locking: one std::shared_mutex guards the cluster and the reservations.
+// Locking: one reader/writer lock guards the cluster and the reservations.
 // Filter, Score, Read, Placements, CheckInvariants and the other const methods
 // take it shared and may run in parallel; Reserve, Confirm, Forget, Release,
-// ExpireReservations and the node edits take it exclusively. Each call is
+// ExpireReservations and the node edits take it exclusively. Writers are
+// preferred: once a writer waits, new readers wait behind it, so a stream of
+// overlapping reads (filters, metrics scrapes) cannot hold a bind back
+// indefinitely. Each call is
 // atomic: a Reserve validates, chooses and commits under one exclusive lock, so
 // its placement can never have been taken by another thread in between.
 // Policies are made per call (Policy objects are single-threaded).

@@ -1,4 +1,5 @@
-// The thread-safe scheduler core: a Cluster behind a shared_mutex, plus
+// The thread-safe scheduler core: a Cluster behind a writer-preferring
+// reader/writer mutex (src/internal/rw_mutex.h), plus
 // reservations with a time-to-live (see gpushare/scheduler.h).
 
 #include "gpushare/scheduler.h"
@@ -16,13 +17,15 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/internal/cluster_state.h"
+#include "src/internal/rw_mutex.h"
 #include "src/internal/status_macros.h"
 #include "src/topology/node_gpus.h"
 
 namespace gpushare {
 
 struct Scheduler::State {
-  mutable std::shared_mutex mu;
+  // Writers first: overlapping readers cannot hold a bind back.
+  mutable internal::WriterPreferringMutex mu;
   Cluster cluster;                                           // Guarded by mu.
   absl::flat_hash_map<std::string, Reservation> reserved;   // Guarded by mu.
   std::deque<std::string> expired_order;                     // Guarded by mu.
