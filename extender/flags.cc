@@ -36,6 +36,10 @@ std::string LongName(const std::string& names) {
 
 std::string Shown(const char* v) { return v == nullptr ? "nothing" : v; }
 
+// CLI11 reads "--flag=" as "--flag" and would take the next argument as its
+// value; Parse() passes "--flag" and this instead, read back as "".
+constexpr char kEmptyValue[] = "\x01(empty)\x01";
+
 }  // namespace
 
 FlagSet::FlagSet(std::string program, std::string usage, std::string about)
@@ -55,7 +59,8 @@ void FlagSet::Add(const std::string& group, const std::string& name,
   app_->add_option_function<std::string>(
           name,
           [this, key](const std::string& v) {
-            if (std::string error = setters_.at(key)(v.c_str()); !error.empty()) {
+            const char* value = v == kEmptyValue ? "" : v.c_str();
+            if (std::string error = setters_.at(key)(value); !error.empty()) {
               throw CLI::ValidationError(error);
             }
           },
@@ -66,7 +71,7 @@ void FlagSet::Add(const std::string& group, const std::string& name,
 }
 
 void FlagSet::AddPositional(const std::string& name, const std::string& help, std::string* out) {
-  app_->add_option(name, *out, help);
+  app_->add_option(name, *out, help)->type_name("");
 }
 
 void FlagSet::AddSwitch(const std::string& group, const std::string& name,
@@ -76,11 +81,22 @@ void FlagSet::AddSwitch(const std::string& group, const std::string& name,
 
 absl::Status FlagSet::Parse(int argc, const char* const* argv) {
   if (app_->get_option_no_throw("--help") == nullptr) {
-    app_->add_flag("-h,--help", help_, "this text");
+    app_->add_flag("-h,--help", help_, "this text")->group("Help");
   }
   help_ = false;
+  std::vector<std::string> args;  // Reversed, as CLI11 takes them.
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string arg = argv[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1 &&
+        setters_.count(arg.substr(0, arg.size() - 1)) > 0) {
+      args.push_back(kEmptyValue);
+      args.push_back(arg.substr(0, arg.size() - 1));
+    } else {
+      args.push_back(arg);
+    }
+  }
   try {
-    app_->parse(argc, argv);
+    app_->parse(args);
   } catch (const CLI::ArgumentMismatch& e) {
     // The last flag lacks its value: its setter says what it takes.
     const std::string what = e.what();
@@ -104,7 +120,7 @@ absl::Status FlagSet::Parse(int argc, const char* const* argv) {
 
 std::string FlagSet::Help() const {
   if (app_->get_option_no_throw("--help") == nullptr) {
-    app_->add_flag("-h,--help", const_cast<FlagSet*>(this)->help_, "this text");
+    app_->add_flag("-h,--help", const_cast<FlagSet*>(this)->help_, "this text")->group("Help");
   }
   return app_->help();
 }

@@ -86,6 +86,13 @@ TEST(ExtenderFlagsTest, ValuesAreKeptWhole) {
   EXPECT_EQ(c->apiserver, "http://h:8001/?a=b");
   EXPECT_EQ(c->port_file, "--odd-name");
   EXPECT_EQ(c->ttl_ms, 5);
+  // "--flag=" is an empty value, not "take the next argument".
+  c = Parse({"--port-file=", "--port", "0", "--leader-elect-url="});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->port_file, "");
+  EXPECT_EQ(c->port, 0);
+  EXPECT_EQ(c->lease.url, "");
+  EXPECT_EQ(Error({"--access-log=", "--port", "1"}), "--access-log takes a file name");
 }
 
 TEST(ExtenderFlagsTest, TheLastOfARepeatedFlagWins) {
