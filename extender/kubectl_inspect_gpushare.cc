@@ -18,17 +18,29 @@
 #include <string>
 
 #include "extender/api_client.h"
+#include "extender/flags.h"
 #include "extender/kubeconfig.h"
 #include "gpushare/gpushare.h"
 #include "gpushare/inspect.h"
 
 namespace {
 
-int Usage(const std::string& why) {
-  std::cerr << "kubectl-inspect-gpushare: " << why
-            << "\nusage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] "
-               "[--context NAME] [--server URL]\n";
+constexpr char kUsage[] =
+    "usage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] [--context NAME] "
+    "[--server URL]";
+
+int Usage(const std::string& why, const gpushare::extender::FlagSet& flags) {
+  std::cerr << "kubectl-inspect-gpushare: " << why << "\n" << flags.Help();
   return 2;
+}
+
+// Sets `out` to the flag's value; `missing` is the message without one.
+gpushare::extender::FlagSet::Setter Set(std::string missing, std::string* out) {
+  return [missing, out](const char* v) -> std::string {
+    if (v == nullptr) return missing;
+    *out = v;
+    return "";
+  };
 }
 
 }  // namespace
@@ -36,38 +48,25 @@ int Usage(const std::string& why) {
 int main(int argc, char** argv) {
   bool details = false;
   std::string node, kubeconfig, context, server;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    if (arg == "-d" || arg == "--details") {
-      details = true;
-    } else if (arg == "-h" || arg == "--help") {
-      std::cout << "usage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] "
-                   "[--context NAME] [--server URL]\n"
-                   "  -d      per node, the GPU memory of each pod on each GPU\n"
-                   "  NODE    only this node (implies -d)\n";
-      return 0;
-    } else if (arg.rfind("--kubeconfig=", 0) == 0) {
-      kubeconfig = arg.substr(13);
-    } else if (arg.rfind("--context=", 0) == 0) {
-      context = arg.substr(10);
-    } else if (arg.rfind("--server=", 0) == 0) {
-      server = arg.substr(9);
-    } else if (arg == "--kubeconfig") {
-      if (!value(&kubeconfig)) return Usage("--kubeconfig needs a file");
-    } else if (arg == "--context") {
-      if (!value(&context)) return Usage("--context needs a name");
-    } else if (arg == "--server" || arg == "-s") {
-      if (!value(&server)) return Usage("--server needs a URL");
-    } else if (!arg.empty() && arg[0] != '-' && node.empty()) {
-      node = arg;
-    } else {
-      return Usage("unknown argument " + arg);
-    }
+  gpushare::extender::FlagSet flags("kubectl-inspect-gpushare", kUsage);
+  const std::string group = "Flags (--flag value or --flag=value)";
+  flags.AddSwitch(group, "-d,--details", "per node, the GPU memory of each pod on each GPU",
+                  &details);
+  flags.AddPositional("NODE", "only this node (implies -d)", &node);
+  flags.Add(group, "--kubeconfig", "FILE",
+            "kubeconfig to use (default: $KUBECONFIG, else the\n"
+            "in-cluster service account)",
+            Set("--kubeconfig needs a file", &kubeconfig));
+  flags.Add(group, "--context", "NAME", "kubeconfig context (default: its current-context)",
+            Set("--context needs a name", &context));
+  flags.Add(group, "-s,--server", "URL", "API server URL; overrides the kubeconfig's server",
+            Set("--server needs a URL", &server));
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    return Usage(std::string(s.message()), flags);
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Help();
+    return 0;
   }
   absl::StatusOr<gpushare::extender::RestConfig> config =
       gpushare::extender::ResolveRestConfig({server, kubeconfig, context});

@@ -96,7 +96,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "extender/api_client.h"
+#include "extender/config.h"
 #include "extender/forward.h"
 #include "extender/kubeconfig.h"
 #include "extender/leader.h"
@@ -116,26 +118,8 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 using gpushare::extender::ApiClient;
+using gpushare::extender::ExtenderConfig;
 using gpushare::extender::Reflector;
-
-struct Flags {
-  std::string nodes, pods, apiserver, kubeconfig, context, address = "127.0.0.1",
-      policy = "binpack", port_file, target_workload;
-  int port = 32766;
-  int64_t ttl_ms = 60'000;
-  int64_t plan_deadline_ms = gpushare::k8s::ExtenderOptions{}.plan_deadline_ms;
-  int64_t resync_ms = 300'000;
-  int64_t startup_timeout_ms = 120'000;
-  double qps = gpushare::extender::ClientOptions{}.qps;
-  int burst = gpushare::extender::ClientOptions{}.burst;
-  bool requeue = true;
-  bool leader_elect = false;
-  std::string forward_ca;  // CA of the leader's serving certificate (forwarded binds).
-  std::string forward_cert;  // Client certificate shown to the leader (default: the serving one).
-  std::string forward_key;
-  gpushare::extender::LeaseOptions lease;
-  gpushare::extender::ServerOptions serving;  // Serving flags (ParseServingFlag).
-};
 
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
@@ -146,63 +130,8 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-void Help(std::ostream& out) {
-  out << "usage: gpushare-extender [flags]   (--flag value or --flag=value)\n"
-         "The Kubernetes API (default): found as client-go finds it.\n"
-         "  --kubeconfig FILE        kubeconfig to use (default: $KUBECONFIG, first file;\n"
-         "                           else the in-cluster service account)\n"
-         "  --context NAME           kubeconfig context (default: its current-context)\n"
-         "  --apiserver URL          API server URL; overrides the kubeconfig's server. Without\n"
-         "                           --kubeconfig it is used alone (no credentials, $KUBECONFIG\n"
-         "                           ignored); http://HOST:PORT is plain HTTP, e.g. kubectl proxy\n"
-         "  --kube-api-qps N         client-side request rate limit, 0 = none (default 100/s)\n"
-         "  --kube-api-burst N       requests allowed in a burst (default 200)\n"
-         "  --resync-ms MS           full list of nodes and pods this often, a safety net\n"
-         "                           beside the watches (default 300000, at least 100)\n"
-         "  --startup-timeout-ms MS  keep trying the first list this long (default 120000)\n"
-         "  --requeue-pending BOOL   touch pending GPU pods that fit after GPUs are freed,\n"
-         "                           so kube-scheduler retries them (default true)\n"
-         "Leader election (several replicas; only the leader binds):\n"
-         "  --leader-elect BOOL      hold a coordination.k8s.io/v1 Lease to bind (default false)\n"
-         "  --leader-elect-namespace NS   the Lease's namespace (default: the service\n"
-         "                           account's namespace, else kube-system)\n"
-         "  --leader-elect-name NAME the Lease's name (default gpushare-extender)\n"
-         "  --leader-elect-identity ID    this replica's name (default: host name + random)\n"
-         "  --leader-elect-lease-duration-ms MS  a takeover waits this long after the\n"
-         "                           last renewal seen (default 15000, whole seconds)\n"
-         "  --leader-elect-renew-deadline-ms MS  the leader stops binding when it could\n"
-         "                           not renew for this long (default 10000)\n"
-         "  --leader-elect-retry-period-ms MS    between tries (default 2000)\n"
-         "  --leader-elect-url URL   where the other replicas reach this one, e.g.\n"
-         "                           http://$(POD_IP):32766; followers forward /bind there\n"
-         "                           (default none: followers answer /bind with 503)\n"
-         "  --leader-forward-ca FILE PEM CAs of the leader's certificate for an https\n"
-         "                           leader URL (default: the system's)\n"
-         "  --leader-forward-cert FILE, --leader-forward-key FILE  the client certificate\n"
-         "                           and key shown to the leader (default: --tls-cert-file\n"
-         "                           and --tls-private-key-file). A replica serving TLS\n"
-         "                           forwards only to an https:// leader URL\n"
-         "Files instead of the API (reserve only; no binding):\n"
-         "  --nodes FILE --pods FILE `kubectl get nodes -o json`, `kubectl get pods -A -o json`\n"
-         "Serving:\n"
-         "  --address A              listen address (default 127.0.0.1)\n"
-         "  --port P                 listen port, 0 = any free one (default 32766)\n"
-         "  --port-file FILE         write the port there once listening\n"
-         "  --policy NAME            placement policy (default binpack; fgdpack for the\n"
-         "                           fewest stranded GPUs, with --target-workload)\n"
-         "  --target-workload FILE   the workload fgd, fgdcpu and fgdpack measure\n"
-         "                           fragmentation against, as JSON (`gpushare\n"
-         "                           typical-tasks --pods PODS.json` writes it)\n"
-         "  --ttl-ms MS              reservation time-to-live (default 60000)\n"
-         "  --plan-deadline-ms MS    the longest a POST /plan searches; then it answers\n"
-         "                           with what it found, not proven (default 5000)\n"
-         "  --help                   this text\n"
-      << gpushare::extender::ServingFlagsHelp();
-}
-
 int Usage(const std::string& why) {
-  std::cerr << "gpushare-extender: " << why << "\n";
-  Help(std::cerr);
+  std::cerr << "gpushare-extender: " << why << "\n" << gpushare::extender::ExtenderHelp();
   return 2;
 }
 
@@ -275,170 +204,121 @@ void DeclareMetrics(gpushare::extender::Metrics& m) {
             "(each named in a warning), by kind.");
 }
 
-bool ParseBool(const std::string& v, bool* out) {
-  if (v == "true" || v == "1") return *out = true, true;
-  if (v == "false" || v == "0") return *out = false, true;
-  return false;
+// --target-workload, read and checked; null without it.
+absl::StatusOr<std::shared_ptr<const gpushare::TargetWorkload>> LoadTargetWorkload(
+    const std::string& path) {
+  if (path.empty()) return nullptr;
+  std::string text;
+  if (!ReadFile(path, &text)) {
+    return absl::InvalidArgumentError("--target-workload: cannot read " + path);
+  }
+  absl::StatusOr<gpushare::TargetWorkload> parsed = gpushare::TargetWorkloadFromJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError("--target-workload " + path + ": " +
+                                      std::string(parsed.status().message()));
+  }
+  return std::make_shared<const gpushare::TargetWorkload>(*std::move(parsed));
+}
+
+// The API server's clients: `api` for lists, watches and requeues; with
+// leader election, `lease_api` (its own connections and rate limit) and
+// `bind_api` (binds' short-lived writes).
+struct ApiClients {
+  std::unique_ptr<ApiClient> api, lease_api, bind_api;
+};
+
+absl::StatusOr<ApiClients> ConnectApi(const ExtenderConfig& c,
+                                      gpushare::extender::Metrics& metrics) {
+  absl::StatusOr<gpushare::extender::RestConfig> config =
+      gpushare::extender::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
+  if (!config.ok()) return config.status();
+  for (const std::string& w : config->warnings) std::cerr << "warning: " << w << "\n";
+  gpushare::extender::ClientOptions client_options;
+  client_options.qps = c.qps;
+  client_options.burst = c.burst;
+  client_options.on_reply = [&metrics](http::verb method, int status) {
+    const std::string m(http::to_string(method));
+    metrics.Add("gpushare_extender_api_requests_total",
+                {{"method", m}, {"code", status == 0 ? "none" : std::to_string(status)}});
+    if (status == 0 || status >= 400) {
+      metrics.Add("gpushare_extender_api_errors_total", {{"method", m}});
+    }
+  };
+  ApiClients clients;
+  if (c.leader_elect) {
+    // One try per round, well within the renew deadline.
+    gpushare::extender::ClientOptions lease_options = client_options;
+    lease_options.max_attempts = 1;
+    lease_options.timeout = c.lease.renew_deadline / 2;
+    lease_options.qps = 0;
+    absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(*config, lease_options);
+    if (!client.ok()) return client.status();
+    clients.lease_api = *std::move(client);
+    gpushare::extender::ClientOptions bind_options = client_options;
+    bind_options.max_attempts = 1;
+    bind_options.timeout = (c.lease.lease_duration - c.lease.renew_deadline) / 2;
+    client = ApiClient::Create(*config, bind_options);
+    if (!client.ok()) return client.status();
+    clients.bind_api = *std::move(client);
+  }
+  absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(*config, client_options);
+  if (!client.ok()) return client.status();
+  clients.api = *std::move(client);
+  std::cout << "gpushare-extender: API server " << config->server << " (" << config->source
+            << ")" << std::endl;
+  return clients;
+}
+
+// The first list of nodes and pods, until the API answers or
+// --startup-timeout-ms is over.
+absl::Status FirstList(const ApiClient& api, int64_t startup_timeout_ms, std::string* nodes_json,
+                       std::string* pods_json) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(startup_timeout_ms);
+  std::chrono::milliseconds pause(500);
+  for (;;) {
+    absl::StatusOr<std::string> nodes = api.Get("/api/v1/nodes");
+    absl::StatusOr<std::string> pods =
+        nodes.ok() ? api.Get("/api/v1/pods") : absl::StatusOr<std::string>(nodes.status());
+    if (pods.ok()) {
+      *nodes_json = *std::move(nodes);
+      *pods_json = *std::move(pods);
+      return absl::OkStatus();
+    }
+    std::cerr << "gpushare-extender: cannot list nodes and pods: " << pods.status() << "\n";
+    if (Clock::now() + pause > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("giving up after --startup-timeout-ms ", startup_timeout_ms));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(10));
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
-  bool lease_namespace_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    // "--flag=value" is "--flag value", as Kubernetes components accept it
-    // (and as deploy/ writes them).
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    bool inline_taken = false;
-    auto value = [&]() -> const char* {
-      if (inline_value.has_value()) {
-        inline_taken = true;
-        return inline_value->c_str();
-      }
-      return i + 1 < argc ? argv[++i] : nullptr;
-    };
-    const char* v = nullptr;
-    std::string error;
-    if (arg == "--help" || arg == "-h") {
-      Help(std::cout);
-      return 0;
-    } else if (gpushare::extender::ParseServingFlag(arg, value, &flags.serving, &error)) {
-      if (!error.empty()) return Usage(error);
-    } else if (arg == "--nodes" && (v = value())) {
-      flags.nodes = v;
-    } else if (arg == "--pods" && (v = value())) {
-      flags.pods = v;
-    } else if (arg == "--address" && (v = value())) {
-      flags.address = v;
-    } else if (arg == "--port" && (v = value())) {
-      flags.port = std::atoi(v);
-    } else if (arg == "--policy" && (v = value())) {
-      flags.policy = v;
-    } else if (arg == "--target-workload" && (v = value())) {
-      flags.target_workload = v;
-    } else if (arg == "--ttl-ms" && (v = value())) {
-      flags.ttl_ms = std::atoll(v);
-    } else if (arg == "--plan-deadline-ms" && (v = value())) {
-      char* end = nullptr;
-      flags.plan_deadline_ms = std::strtoll(v, &end, 10);
-      if (*end != '\0' || flags.plan_deadline_ms < 1 || flags.plan_deadline_ms > 600'000) {
-        return Usage("--plan-deadline-ms takes milliseconds in 1..600000, not " + std::string(v));
-      }
-    } else if (arg == "--port-file" && (v = value())) {
-      flags.port_file = v;
-    } else if (arg == "--apiserver" && (v = value())) {
-      flags.apiserver = v;
-    } else if (arg == "--kubeconfig" && (v = value())) {
-      flags.kubeconfig = v;
-    } else if (arg == "--context" && (v = value())) {
-      flags.context = v;
-    } else if (arg == "--kube-api-qps" && (v = value())) {
-      char* end = nullptr;
-      flags.qps = std::strtod(v, &end);
-      if (end == v || *end != '\0' || !(flags.qps >= 0) || flags.qps > 1e6) {
-        return Usage(std::string("--kube-api-qps takes requests per second in 0..1e6, not ") + v);
-      }
-    } else if (arg == "--kube-api-burst" && (v = value())) {
-      char* end = nullptr;
-      const long burst = std::strtol(v, &end, 10);
-      if (end == v || *end != '\0' || burst < 1 || burst > 1'000'000) {
-        return Usage(std::string("--kube-api-burst takes a count in 1..1000000, not ") + v);
-      }
-      flags.burst = static_cast<int>(burst);
-    } else if (arg == "--resync-ms" && (v = value())) {
-      flags.resync_ms = std::atoll(v);
-    } else if (arg == "--startup-timeout-ms" && (v = value())) {
-      flags.startup_timeout_ms = std::atoll(v);
-    } else if (arg == "--requeue-pending" && (v = value())) {
-      if (!ParseBool(v, &flags.requeue)) return Usage("--requeue-pending takes true or false");
-    } else if (arg == "--leader-elect" && (v = value())) {
-      if (!ParseBool(v, &flags.leader_elect)) return Usage("--leader-elect takes true or false");
-    } else if (arg == "--leader-elect-namespace" && (v = value())) {
-      flags.lease.namespace_name = v;
-      lease_namespace_given = true;
-    } else if (arg == "--leader-elect-name" && (v = value())) {
-      flags.lease.name = v;
-    } else if (arg == "--leader-elect-url" && (v = value())) {
-      flags.lease.url = v;
-    } else if (arg == "--leader-forward-ca" && (v = value())) {
-      flags.forward_ca = v;
-    } else if (arg == "--leader-forward-cert" && (v = value())) {
-      flags.forward_cert = v;
-    } else if (arg == "--leader-forward-key" && (v = value())) {
-      flags.forward_key = v;
-    } else if (arg == "--leader-elect-identity" && (v = value())) {
-      flags.lease.identity = v;
-    } else if (arg == "--leader-elect-lease-duration-ms" && (v = value())) {
-      flags.lease.lease_duration = std::chrono::milliseconds(std::atoll(v));
-    } else if (arg == "--leader-elect-renew-deadline-ms" && (v = value())) {
-      flags.lease.renew_deadline = std::chrono::milliseconds(std::atoll(v));
-    } else if (arg == "--leader-elect-retry-period-ms" && (v = value())) {
-      flags.lease.retry_period = std::chrono::milliseconds(std::atoll(v));
-    } else {
-      return Usage("unknown or incomplete flag " + std::string(argv[i]));
-    }
-    if (inline_value.has_value() && !inline_taken) {
-      return Usage(arg + " takes no value, got " + std::string(argv[i]));
-    }
+  absl::StatusOr<ExtenderConfig> parsed = gpushare::extender::ParseExtenderFlags(argc, argv);
+  if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+  ExtenderConfig& flags = *parsed;
+  if (flags.help) {
+    std::cout << gpushare::extender::ExtenderHelp();
+    return 0;
   }
-  const bool files = !flags.nodes.empty() || !flags.pods.empty();
-  if (files && (flags.nodes.empty() || flags.pods.empty())) {
-    return Usage("--nodes and --pods go together");
-  }
-  if (files && (!flags.apiserver.empty() || !flags.kubeconfig.empty())) {
-    return Usage("--nodes/--pods and --apiserver/--kubeconfig exclude each other");
-  }
-  if (flags.port < 0 || flags.port > 65535) return Usage("--port must be in 0..65535");
-  if (flags.resync_ms < 100) return Usage("--resync-ms must be at least 100");
-  if (flags.burst < 1) return Usage("--kube-api-burst must be at least 1");
-  if (flags.startup_timeout_ms < 0) return Usage("--startup-timeout-ms must not be negative");
-  if (flags.leader_elect) {
-    if (files) return Usage("--leader-elect needs the Kubernetes API, not --nodes/--pods");
-    if (!lease_namespace_given) {
-      std::string ns;
-      if (ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace", &ns) &&
-          !ns.empty()) {
-        flags.lease.namespace_name = ns.substr(0, ns.find_first_of(" \n"));
-      }
-    }
-    if (flags.lease.identity.empty()) {
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      std::random_device rd;
-      std::ostringstream id;
-      id << host << "_" << std::hex << rd() << rd();
-      flags.lease.identity = id.str();
-    }
-    if (absl::Status s = gpushare::extender::ValidateLeaseOptions(flags.lease); !s.ok()) {
-      return Usage(std::string(s.message()));
-    }
+  if (absl::Status s = gpushare::extender::CompleteLeaderElection(&flags); !s.ok()) {
+    return Usage(std::string(s.message()));
   }
   if (absl::Status s = gpushare::extender::ValidateServerOptions(flags.serving); !s.ok()) {
     std::cerr << "gpushare-extender: " << s.message() << "\n";  // Bad TLS files, limits.
     return 2;
   }
-  std::shared_ptr<const gpushare::TargetWorkload> target;
-  if (!flags.target_workload.empty()) {
-    std::string text;
-    if (!ReadFile(flags.target_workload, &text)) {
-      std::cerr << "gpushare-extender: --target-workload: cannot read " << flags.target_workload
-                << "\n";
-      return 2;
-    }
-    absl::StatusOr<gpushare::TargetWorkload> parsed = gpushare::TargetWorkloadFromJson(text);
-    if (!parsed.ok()) {
-      std::cerr << "gpushare-extender: --target-workload " << flags.target_workload << ": "
-                << parsed.status().message() << "\n";
-      return 2;
-    }
-    target = std::make_shared<const gpushare::TargetWorkload>(*std::move(parsed));
+  const bool files = flags.files();
+  absl::StatusOr<std::shared_ptr<const gpushare::TargetWorkload>> loaded =
+      LoadTargetWorkload(flags.target_workload);
+  if (!loaded.ok()) {
+    std::cerr << "gpushare-extender: " << loaded.status().message() << "\n";
+    return 2;
   }
+  const std::shared_ptr<const gpushare::TargetWorkload> target = *std::move(loaded);
 
   using gpushare::extender::Metrics;
   Metrics metrics;
@@ -452,76 +332,18 @@ int main(int argc, char** argv) {
     if (!ReadFile(flags.nodes, &nodes_json)) return Usage("cannot read " + flags.nodes);
     if (!ReadFile(flags.pods, &pods_json)) return Usage("cannot read " + flags.pods);
   } else {
-    absl::StatusOr<gpushare::extender::RestConfig> config = gpushare::extender::ResolveRestConfig(
-        {flags.apiserver, flags.kubeconfig, flags.context});
-    if (!config.ok()) {
-      std::cerr << "gpushare-extender: " << config.status().message() << "\n";
+    absl::StatusOr<ApiClients> clients = ConnectApi(flags, metrics);
+    if (!clients.ok()) {
+      std::cerr << "gpushare-extender: " << clients.status().message() << "\n";
       return 1;
     }
-    for (const std::string& w : config->warnings) std::cerr << "warning: " << w << "\n";
-    gpushare::extender::ClientOptions client_options;
-    client_options.qps = flags.qps;
-    client_options.burst = flags.burst;
-    client_options.on_reply = [&metrics](http::verb method, int status) {
-      const std::string m(http::to_string(method));
-      metrics.Add("gpushare_extender_api_requests_total",
-                  {{"method", m}, {"code", status == 0 ? "none" : std::to_string(status)}});
-      if (status == 0 || status >= 400) {
-        metrics.Add("gpushare_extender_api_errors_total", {{"method", m}});
-      }
-    };
-    if (flags.leader_elect) {
-      // One try per round, well within the renew deadline.
-      gpushare::extender::ClientOptions lease_options = client_options;
-      lease_options.max_attempts = 1;
-      lease_options.timeout = flags.lease.renew_deadline / 2;
-      lease_options.qps = 0;
-      absl::StatusOr<std::unique_ptr<ApiClient>> c = ApiClient::Create(*config, lease_options);
-      if (!c.ok()) {
-        std::cerr << "gpushare-extender: " << c.status().message() << "\n";
-        return 1;
-      }
-      lease_api = *std::move(c);
-      gpushare::extender::ClientOptions bind_options = client_options;
-      bind_options.max_attempts = 1;
-      bind_options.timeout = (flags.lease.lease_duration - flags.lease.renew_deadline) / 2;
-      c = ApiClient::Create(*config, bind_options);
-      if (!c.ok()) {
-        std::cerr << "gpushare-extender: " << c.status().message() << "\n";
-        return 1;
-      }
-      bind_api = *std::move(c);
-    }
-    absl::StatusOr<std::unique_ptr<ApiClient>> client =
-        ApiClient::Create(*config, client_options);
-    if (!client.ok()) {
-      std::cerr << "gpushare-extender: " << client.status().message() << "\n";
+    api = std::move(clients->api);
+    lease_api = std::move(clients->lease_api);
+    bind_api = std::move(clients->bind_api);
+    if (absl::Status s = FirstList(*api, flags.startup_timeout_ms, &nodes_json, &pods_json);
+        !s.ok()) {
+      std::cerr << "gpushare-extender: " << s.message() << "\n";
       return 1;
-    }
-    api = *std::move(client);
-    std::cout << "gpushare-extender: API server " << config->server << " (" << config->source
-              << ")" << std::endl;
-    // The first list, until the API answers or the start-up time is over.
-    const Clock::time_point deadline =
-        Clock::now() + std::chrono::milliseconds(flags.startup_timeout_ms);
-    std::chrono::milliseconds pause(500);
-    for (;;) {
-      absl::StatusOr<std::string> nodes = api->Get("/api/v1/nodes");
-      absl::StatusOr<std::string> pods =
-          nodes.ok() ? api->Get("/api/v1/pods") : absl::StatusOr<std::string>(nodes.status());
-      if (pods.ok()) {
-        nodes_json = *std::move(nodes);
-        pods_json = *std::move(pods);
-        break;
-      }
-      std::cerr << "gpushare-extender: cannot list nodes and pods: " << pods.status() << "\n";
-      if (Clock::now() + pause > deadline) {
-        std::cerr << "gpushare-extender: giving up after --startup-timeout-ms "
-                  << flags.startup_timeout_ms << "\n";
-        return 1;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(10));
     }
   }
 

@@ -190,15 +190,7 @@ struct ServerOptions {
   std::function<void(const std::string& route, const Reply& reply, double seconds)> on_request;
 };
 
-// Parses one serving flag of gpushare-extender (--max-body-bytes and the
-// others listed by ServingFlagsHelp()) into `options`. `value` returns the
-// flag's argument (nullptr when missing). Returns false if `arg` is not a
-// serving flag; sets `error` if it is but its value is bad.
-bool ParseServingFlag(const std::string& arg, const std::function<const char*()>& value,
-                      ServerOptions* options, std::string* error);
-
-// The --help text of the serving flags, with their defaults.
-std::string ServingFlagsHelp();
+// The serving flags that fill ServerOptions: AddServingFlags (extender/config.h).
 
 // Checks options (limits consistent, TLS files readable, key matching the
 // certificate). InvalidArgument naming the bad value.
