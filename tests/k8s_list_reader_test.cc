@@ -131,6 +131,8 @@ TEST(K8sListReaderTest, VariationsAgree) {
       {"\"addresses\": [", "\"addresses\": [{\"type\": \"Hostname\", \"address\": \"h\"}, "},
       {"\"addresses\": [", "\"addresses\": [5, "},
       {"\"capacity\": {", "\"capacity\": {\"aliyun.com/gpu-count\": \"100\", "},
+      {"\"capacity\": {", "\"capacity\": {\"aliyun.com/gpu-count\": \"0\", "},
+      {"\"capacity\": {", "\"capacity\": {\"aliyun.com/gpu-count\": null, "},
       {"\"capacity\": {", "\"capacity\": null, \"x\": {"},
       {"\"items\": [", "\"Items\": [], \"items\": ["},
       {"\"items\": [", "\"items\": 5, \"x\": ["},

@@ -227,6 +227,28 @@ TEST(NodeTest, SplitsGpuMemoryOverTheGpuCount) {
   EXPECT_THAT(ParseNode(bad.dump()), StatusIs(absl::StatusCode::kInvalidArgument, "'lots'"));
 }
 
+TEST(NodeTest, GpuMemOverAnExplicitZeroGpuCountIsRefused) {
+  // The device plugin says there are no GPUs to share: its gpu-mem is not
+  // one GPU's worth, it is a contradiction, named.
+  json zero = GpuNode("z", "10.0.0.9", 1, 16);
+  zero["status"]["capacity"]["aliyun.com/gpu-count"] = "0";
+  EXPECT_THAT(ParseNode(zero.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "node z: capacity aliyun.com/gpu-mem is 16 units but "
+                       "aliyun.com/gpu-count is 0"));
+  // Without gpu-count, gpu-mem alone is one GPU, as before.
+  zero["status"]["capacity"].erase("aliyun.com/gpu-count");
+  ASSERT_OK_AND_ASSIGN(Node one, ParseNode(zero.dump()));
+  ASSERT_EQ(one.gpus.size(), 1u);
+  EXPECT_EQ(one.gpus[0].memory, 16);
+  // gpu-count 0 and no gpu-mem: a node without shared GPUs.
+  json none = GpuNode("n", "10.0.0.10", 1, 16);
+  none["status"]["capacity"]["aliyun.com/gpu-count"] = "0";
+  none["status"]["capacity"]["aliyun.com/gpu-mem"] = "0";
+  ASSERT_OK_AND_ASSIGN(Node n, ParseNode(none.dump()));
+  EXPECT_TRUE(n.gpus.empty());
+}
+
 // ---- Rebuild --------------------------------------------------------------------------
 
 json BoundPod(const std::string& name, int units, const std::string& node, const std::string& idx,

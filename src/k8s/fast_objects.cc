@@ -252,6 +252,7 @@ bool FastNode(sj::element j, Node* node) {
     }
   }
   int64_t memory = 0, count = 0, whole = 0;
+  bool has_count = false;
   if (top_has[2]) {
     if (!KubeMembers(top[2], kStatus, &st, &st_has)) return false;
     const int c = st_has[0] ? 0 : st_has[1] ? 1 : -1;
@@ -264,6 +265,7 @@ bool FastNode(sj::element j, Node* node) {
       for (int r = 0; r < 3; ++r) {
         if (!v_has[r] || v[r].type() == Kind::NULL_VALUE) continue;
         if (!KubeQuantity(v[r], QuantityInteger, out[r])) return false;
+        if (r == 1) has_count = true;
       }
     }
     if (st_has[2] && st[2].type() == Kind::ARRAY) {
@@ -281,7 +283,10 @@ bool FastNode(sj::element j, Node* node) {
       }
     }
   }
-  if (!NodeGpus(memory, count, whole, node).ok()) return false;
+  if (!NodeGpus(memory, has_count ? std::optional<int64_t>(count) : std::nullopt, whole, node)
+           .ok()) {
+    return false;
+  }
   std::map<std::string, std::string> annotations;
   if (!KubeStringMap(m_has[2], m[2], &annotations)) return false;
   return NodeTopologyAndSharing(annotations, memory, node).ok();

@@ -61,9 +61,11 @@ std::string Who(const Node& node);  // "node <name>".
 // The rest of a pod once its fields are read: the gpu-count label and the
 // topology annotation.
 absl::Status PodRequestFromMetadata(Pod* pod);
-// A node's GPUs from its capacity (units of gpu-mem, gpu-count, whole GPUs)
-// and its model labels.
-absl::Status NodeGpus(int64_t memory, int64_t count, int64_t whole, Node* node);
+// A node's GPUs from its capacity (units of gpu-mem, gpu-count — absent when
+// the capacity does not name it — and whole GPUs) and its model labels.
+// InvalidArgument for gpu-mem over an explicit gpu-count of 0.
+absl::Status NodeGpus(int64_t memory, std::optional<int64_t> gpu_count, int64_t whole,
+                      Node* node);
 // A node's topology annotation, and whether it takes shared GPU work.
 absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& annotations,
                                     int64_t memory, Node* node);

@@ -307,7 +307,17 @@ absl::StatusOr<Pod> PodFromJson(const json& j) {
   return pod;
 }
 
-absl::Status NodeGpus(int64_t memory, int64_t count, int64_t whole, Node* node) {
+absl::Status NodeGpus(int64_t memory, std::optional<int64_t> gpu_count, int64_t whole,
+                      Node* node) {
+  // gpu-count, when the device plugin publishes it, is the number of shared
+  // GPUs, even when it is 0. Without it, nvidia.com/gpu counts them, and a
+  // node that offers only gpu-mem has one GPU.
+  if (gpu_count.has_value() && *gpu_count == 0 && memory > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(*node), ": capacity ", kGpuMemResource,
+                                                   " is ", memory, " units but ",
+                                                   kGpuCountResource, " is 0"));
+  }
+  int64_t count = gpu_count.value_or(0);
   if (count == 0) count = whole;
   if (count > kMaxGpusPerNode) {
     return absl::InvalidArgumentError(absl::StrCat(Who(*node), ": ", count, " GPUs exceed the limit of ",
@@ -377,12 +387,13 @@ absl::StatusOr<Node> NodeFromJson(const json& j) {
       node.schedulable = !u->get<bool>();
     }
   }
-  int64_t memory = 0, count = 0, whole = 0;
+  int64_t memory = 0, whole = 0;
+  std::optional<int64_t> count;
   if (const json* status = Member(j, "status")) {
     const json* capacity = Member(*status, "capacity");
     if (capacity == nullptr) capacity = Member(*status, "allocatable");
     if (capacity != nullptr) {
-      auto read = [&](const char* name, int64_t* out) -> absl::Status {
+      auto read = [&](const char* name, auto* out) -> absl::Status {
         auto it = capacity->find(name);
         if (it == capacity->end() || it->is_null()) return absl::OkStatus();
         const std::string at = absl::StrCat(who, " capacity[\"", name, "\"]");

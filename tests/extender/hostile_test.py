@@ -637,17 +637,24 @@ class ApiModeAttackTest(unittest.TestCase):
         status, result = client.post("filter", extender_args(other, ["sd-cluster-05"]))
         self.assertEqual((status, result["NodeNames"]), (200, []), result)
 
-    def test_one_unreadable_node_does_not_stop_start_up(self):
+    def test_unreadable_nodes_do_not_stop_start_up(self):
         huge = json.loads(json.dumps(self.nodes[0]))
         huge["metadata"]["name"] = "sixty-five-gpus"
         huge["status"]["capacity"]["aliyun.com/gpu-count"] = "65"
         huge["status"]["capacity"]["aliyun.com/gpu-mem"] = str(65 * 16)
-        client = self.start(self.nodes + [huge])
+        # gpu-mem over an explicit gpu-count of 0 is not one GPU.
+        none = json.loads(json.dumps(self.nodes[0]))
+        none["metadata"]["name"] = "zero-gpus"
+        none["status"]["capacity"]["aliyun.com/gpu-count"] = "0"
+        none["status"]["capacity"]["aliyun.com/gpu-mem"] = "16"
+        client = self.start(self.nodes + [huge, none])
         names = [n["name"] for n in client.inspect()["nodes"]]
         self.assertEqual(sorted(names), sorted(SAMPLE_NODES))
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
             text = r.read().decode()
-        self.assertIn('gpushare_extender_objects_skipped_total{kind="node"} 1', text)
+        self.assertIn('gpushare_extender_objects_skipped_total{kind="node"} 2', text)
+        status, result = client.post("filter", extender_args(make_pod("z", 1), ["zero-gpus"]))
+        self.assertEqual((status, result["NodeNames"]), (200, []), result)
 
 
 if __name__ == "__main__":
