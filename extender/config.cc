@@ -231,8 +231,8 @@ void AddServingFlags(FlagSet* f, ServerOptions* options) {
                       l.max_connections, ")"),
          SetInt("--max-connections", "a number", 1, 1'000'000, &l.max_connections));
   f->Add(kLimitsGroup, "--trim-bytes", "N",
-         absl::StrCat("return freed memory to the OS after bodies this\n"
-                      "large (",
+         absl::StrCat("return freed memory to the OS after bodies and API\n"
+                      "lists this large (",
                       l.trim_bytes >> 20, "Mi)"),
          SetBytes("--trim-bytes", &l.trim_bytes));
   f->Add(kLimitsGroup, "--io-threads", "N",

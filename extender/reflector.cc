@@ -2,6 +2,8 @@
 
 #include "extender/reflector.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -251,10 +253,22 @@ void RunReflector(Reflector& r, WatchTransport& t, const ReflectorOptions& optio
     t.Sleep(std::chrono::milliseconds(static_cast<int64_t>(base * jitter(rng))));
   };
   auto next_resync = t.Now() + options.resync;
+  uint64_t last_listed = 0;  // The size of the last list applied.
   while (!stop.load()) {
     if (r.needs_list() || t.Now() >= next_resync) {
-      absl::StatusOr<std::string> body = t.List(r.ListPath());
-      absl::Status s = body.ok() ? r.ApplyList(*body) : body.status();
+      uint64_t listed = 0;
+      absl::Status s;
+      {
+        absl::StatusOr<std::string> body = t.List(r.ListPath());
+        s = body.ok() ? r.ApplyList(*body) : body.status();
+        if (body.ok()) listed = body->size();
+      }
+      // The body, the parse and the objects the list replaced are freed now:
+      // after a large list, or a small one that replaced a large one.
+      if (options.trim_bytes > 0 && std::max(listed, last_listed) >= options.trim_bytes) {
+        malloc_trim(0);
+      }
+      if (s.ok()) last_listed = listed;
       if (!s.ok()) {
         r.set_status(r.path() + ": list failed: " + std::string(s.message()));
         r.RequestList();

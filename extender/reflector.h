@@ -164,6 +164,11 @@ struct ReflectorOptions {
   // A server that gives no resourceVersion cannot be watched: it is listed
   // this often instead.
   std::chrono::milliseconds poll_interval{5'000};
+  // After a list is applied whose body, or the previous list's body, is at
+  // least this large, freed memory goes back to the system (malloc_trim): a
+  // relist that drops a large cluster otherwise leaves the process at its
+  // peak. 0: never.
+  uint64_t trim_bytes = 1 << 20;
 };
 
 // Lists and watches until `stop` is set (checked between requests and
