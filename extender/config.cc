@@ -242,8 +242,8 @@ void AddServingFlags(FlagSet* f, ServerOptions* options) {
          absl::StrCat("request-handling threads (", options->worker_threads, ")"),
          SetInt("--worker-threads", "a number", 1, 1024, &options->worker_threads));
   f->Add(kLimitsGroup, "--plan-threads", "N",
-         absl::StrCat("threads for POST /plan, apart from the others (", options->plan_threads,
-                      ")"),
+         absl::StrCat("threads for POST /plan, apart from the others and at a\n"
+                      "lower CPU priority (nice 10) (", options->plan_threads, ")"),
          SetInt("--plan-threads", "a number", 1, 64, &options->plan_threads));
   f->Add(kLimitsGroup, "--max-plans", "N",
          absl::StrCat("plans at once, one per client; beyond: 429 (", options->max_plans, ")"),

@@ -588,6 +588,15 @@ int main(int argc, char** argv) {
     }
     metrics.Add("gpushare_extender_binds_total", {{"result", result}});
   };
+  // The cluster's gauges: only the sample is taken under the scheduler's
+  // lock (binds wait for that, not for the text), and overlapping scrapes
+  // share one render.
+  gpushare::extender::SharedRender cluster_metrics([&] {
+    gpushare::extender::ClusterSample sample;
+    (*scheduler)->Read(
+        [&](const gpushare::Cluster& c) { sample = gpushare::extender::SampleCluster(c); });
+    return gpushare::extender::RenderClusterSample(sample);
+  });
   flags.serving.metrics = [&]() {
     std::string text = metrics.Render();
     std::vector<std::pair<gpushare::extender::Labels, double>> restarts;
@@ -617,8 +626,7 @@ int main(int argc, char** argv) {
           "Leader changes recorded in the Lease (leaseTransitions) when last read.",
           {{{}, double(elector->transitions())}});
     }
-    (*scheduler)->Read(
-        [&](const gpushare::Cluster& c) { text += gpushare::extender::ClusterMetrics(c); });
+    text += cluster_metrics.Get();
     return text;
   };
   absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =

@@ -153,32 +153,41 @@ std::string GaugeFamily(const std::string& name, const std::string& help,
   return out;
 }
 
-std::string ClusterMetrics(const Cluster& cluster) {
-  std::vector<std::pair<Labels, double>> node_total, node_used, model_total, model_used;
-  std::map<std::string, std::pair<int64_t, int64_t>> per_model;  // model -> (total, used)
+ClusterSample SampleCluster(const Cluster& cluster) {
+  ClusterSample sample;
+  sample.nodes.reserve(cluster.node_names().size());
+  auto model_of = [](const std::string& m) -> const std::string& {
+    static const std::string kUnknown = "unknown";
+    return m.empty() ? kUnknown : m;
+  };
+  std::map<std::tuple<int64_t, int, bool>, int> shapes;
+  int placed = 0;
+  // The last model's entry: a node's GPUs are nearly always of one model.
+  std::pair<int64_t, int64_t>* last = nullptr;
+  const std::string* last_model = nullptr;
   for (const std::string& name : cluster.node_names()) {
     const NodeStatus* n = cluster.FindNode(name);
     if (n == nullptr || n->gpus.empty()) continue;
-    const std::string model = n->gpus[0].model.empty() ? "unknown" : n->gpus[0].model;
-    node_total.push_back({{{"node", name}, {"model", model}}, double(n->gpu_memory())});
-    node_used.push_back({{{"node", name}, {"model", model}}, double(n->gpu_memory_used())});
+    sample.nodes.push_back(
+        {name, model_of(n->gpus[0].model), n->gpu_memory(), n->gpu_memory_used()});
     for (const GpuStatus& g : n->gpus) {
-      auto& m = per_model[g.model.empty() ? "unknown" : g.model];
-      m.first += g.memory;
-      m.second += g.memory_used;
+      const std::string& model = model_of(g.model);
+      if (last_model == nullptr || *last_model != model) {
+        last = &sample.models[model];
+        last_model = &model;
+      }
+      last->first += g.memory;
+      last->second += g.memory_used;
     }
-  }
-  for (const auto& [model, tu] : per_model) {
-    model_total.push_back({{{"model", model}}, double(tu.first)});
-    model_used.push_back({{{"model", model}}, double(tu.second)});
-  }
-  // The workload placed now, as FGD's target: shapes weighted by frequency.
-  std::map<std::tuple<int64_t, int, bool>, int> shapes;
-  int placed = 0;
-  for (const Placement& p : cluster.placements()) {
-    if (p.gpus.empty()) continue;
-    ++shapes[{p.exclusive ? 0 : p.memory_per_gpu, static_cast<int>(p.gpus.size()), p.exclusive}];
-    ++placed;
+    // The workload placed now, as FGD's target: shapes weighted by frequency
+    // (found by id: placements() would copy and sort them all).
+    for (const std::string& id : n->requests) {
+      const Placement* p = cluster.FindPlacement(id);
+      if (p == nullptr || p->gpus.empty()) continue;
+      ++shapes[{p->exclusive ? 0 : p->memory_per_gpu, static_cast<int>(p->gpus.size()),
+                p->exclusive}];
+      ++placed;
+    }
   }
   TargetWorkload target;
   target.resource = FragResource::kMemory;
@@ -189,8 +198,26 @@ std::string ClusterMetrics(const Cluster& cluster) {
     t.weight = static_cast<double>(n) / placed;
     target.tasks.push_back(t);
   }
-  const ClusterFragmentation frag =
-      target.tasks.empty() ? ClusterFragmentation{} : Fragmentation(cluster, target);
+  if (!target.tasks.empty()) {
+    const ClusterFragmentation frag = Fragmentation(cluster, target);
+    sample.fragmentation = frag.amount;
+    sample.fragmentation_rate = frag.rate;
+  }
+  return sample;
+}
+
+std::string RenderClusterSample(const ClusterSample& sample) {
+  std::vector<std::pair<Labels, double>> node_total, node_used, model_total, model_used;
+  node_total.reserve(sample.nodes.size());
+  node_used.reserve(sample.nodes.size());
+  for (const ClusterSample::Node& n : sample.nodes) {
+    node_total.push_back({{{"node", n.name}, {"model", n.model}}, double(n.total)});
+    node_used.push_back({{{"node", n.name}, {"model", n.model}}, double(n.used)});
+  }
+  for (const auto& [model, tu] : sample.models) {
+    model_total.push_back({{{"model", model}}, double(tu.first)});
+    model_used.push_back({{{"model", model}}, double(tu.second)});
+  }
   return GaugeFamily("gpushare_node_gpu_memory_total_units",
                      "GPU memory of a node's GPUs, memory units (aliyun.com/gpu-mem).",
                      node_total) +
@@ -204,9 +231,50 @@ std::string ClusterMetrics(const Cluster& cluster) {
          GaugeFamily("gpushare_gpu_memory_fragmentation_units",
                      "Free GPU memory that the workload placed now could not use (FGD "
                      "fragmentation), memory units.",
-                     {{{}, frag.amount}}) +
+                     {{{}, sample.fragmentation}}) +
          GaugeFamily("gpushare_gpu_memory_fragmentation_ratio",
-                     "Fragmented share of the free GPU memory (0..1).", {{{}, frag.rate}});
+                     "Fragmented share of the free GPU memory (0..1).",
+                     {{{}, sample.fragmentation_rate}});
+}
+
+std::string SharedRender::Get() {
+  std::unique_lock lock(mu_);
+  const uint64_t want = started_ + 1;  // The first render to start from now.
+  while (done_ < want) {
+    if (busy_) {
+      done_cv_.wait(lock);
+      continue;
+    }
+    busy_ = true;
+    ++started_;
+    lock.unlock();
+    std::string text;
+    try {
+      text = render_();
+    } catch (...) {
+      lock.lock();
+      busy_ = false;
+      ++done_;
+      text_.clear();
+      done_cv_.notify_all();
+      throw;
+    }
+    lock.lock();
+    busy_ = false;
+    ++done_;
+    text_ = std::move(text);
+    done_cv_.notify_all();
+  }
+  return text_;
+}
+
+uint64_t SharedRender::renders() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+std::string ClusterMetrics(const Cluster& cluster) {
+  return RenderClusterSample(SampleCluster(cluster));
 }
 
 }  // namespace gpushare::extender

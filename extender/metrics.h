@@ -21,6 +21,9 @@
 #ifndef GPUSHARE_EXTENDER_METRICS_H_
 #define GPUSHARE_EXTENDER_METRICS_H_
 
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -95,6 +98,49 @@ std::string GaugeFamily(const std::string& name, const std::string& help,
 // the workload placed now (the shapes of the current placements weighted by
 // how often each occurs): 0 when nothing is placed.
 std::string ClusterMetrics(const Cluster& cluster);
+
+// The numbers behind ClusterMetrics(), taken from the cluster in one pass of
+// arithmetic and copies (no formatting), so that the scheduler's lock is
+// held for that pass only and the text is rendered after it is released:
+//
+//   ClusterSample sample;
+//   scheduler->Read([&](const Cluster& c) { sample = SampleCluster(c); });
+//   text += RenderClusterSample(sample);
+//
+// ClusterMetrics(c) == RenderClusterSample(SampleCluster(c)).
+struct ClusterSample {
+  struct Node {
+    std::string name, model;
+    int64_t total = 0, used = 0;  // GPU memory units.
+  };
+  std::vector<Node> nodes;                                    // In node_names() order.
+  std::map<std::string, std::pair<int64_t, int64_t>> models;  // model -> (total, used)
+  double fragmentation = 0, fragmentation_rate = 0;
+};
+ClusterSample SampleCluster(const Cluster& cluster);
+std::string RenderClusterSample(const ClusterSample& sample);
+
+// Renders shared by callers that overlap: Get() returns the text of a render
+// that started after the call began (so it is never older than the call),
+// and callers that arrive while one runs wait and share the next one instead
+// of each starting their own. Many scrapers at once thus cost about one
+// render at a time, not one each. Thread-safe; `render` runs unlocked.
+class SharedRender {
+ public:
+  explicit SharedRender(std::function<std::string()> render) : render_(std::move(render)) {}
+  std::string Get();
+  // Renders run so far, for tests.
+  uint64_t renders() const;
+
+ private:
+  const std::function<std::string()> render_;
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  uint64_t started_ = 0;  // Renders started; guarded by mu_.
+  uint64_t done_ = 0;     // Renders finished; text_ is the last one's.
+  bool busy_ = false;
+  std::string text_;
+};
 
 // A series' label set as written between braces: a="x",b="y".
 std::string RenderLabels(const Labels& labels);

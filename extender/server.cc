@@ -7,6 +7,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -705,6 +707,13 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     asio::post(plan ? impl_->planners_ : impl_->workers_,
                [self = this->shared_from_this(), req, held = std::exchange(held_, 0), plan,
                 client] {
+      // A plan is a long search: its thread yields the CPU to filters and
+      // binds (nice 10 for this thread only; Linux applies it per thread).
+      if (plan) {
+        static thread_local const bool lowered =
+            setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10) == 0;
+        (void)lowered;
+      }
       const size_t in = req->body().size();
       const ServerOptions& o = self->impl_->options_;
       const std::string_view target(req->target().data(), req->target().size());

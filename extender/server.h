@@ -170,8 +170,8 @@ struct ServerOptions {
   ServerLimits limits;
   int io_threads = 2;       // Threads reading and writing sockets.
   int worker_threads = 8;   // Threads handling requests (binds may block).
-  // POST /plan runs on threads of its own, so that plans never hold up
-  // filters and binds; a client with a plan running, or a plan beyond
+  // POST /plan runs on threads of its own, at a lower CPU priority (nice 10),
+  // so that plans never hold up filters and binds; a client with a plan running, or a plan beyond
   // max_plans at once, gets 429.
   int plan_threads = 1;
   int max_plans = 2;

@@ -116,22 +116,19 @@ absl::StatusOr<std::string> Extender::PlanMigrations(std::string_view body) cons
   // A copy of the state, and the pods that may move: confirmed placements.
   std::optional<Cluster> copy;
   std::vector<Request> movable;
-  absl::Status inferred = absl::OkStatus();
+  // Only the copy is made under the scheduler's lock: binds wait for that,
+  // not for the rest.
+  std::set<std::string> reserved;
   scheduler_->Read([&](const Cluster& c, const std::vector<Reservation>& reservations) {
     copy.emplace(c);
-    std::set<std::string> reserved;
     for (const Reservation& r : reservations) reserved.insert(r.placement.request_id);
-    for (const Placement& p : c.placements()) {
-      if (reserved.count(p.request_id)) continue;
-      absl::StatusOr<Request> r = ::gpushare::internal::MovableRequestOf(c, p.request_id);
-      if (!r.ok()) {
-        inferred = r.status();
-        return;
-      }
-      movable.push_back(*std::move(r));
-    }
   });
-  GPUSHARE_RETURN_IF_ERROR(inferred);
+  for (const Placement& p : copy->placements()) {
+    if (reserved.count(p.request_id)) continue;
+    absl::StatusOr<Request> r = ::gpushare::internal::MovableRequestOf(*copy, p.request_id);
+    GPUSHARE_RETURN_IF_ERROR(r.status());
+    movable.push_back(*std::move(r));
+  }
   // The inferred selector is every label of the pod's node, and a real node
   // carries a unique kubernetes.io/hostname: such a pod could never move. A
   // pod the extender knows keeps its own nodeSelector and GPU models instead,

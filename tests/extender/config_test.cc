@@ -215,7 +215,7 @@ TEST(ExtenderFlagsTest, HelpListsEveryFlagWithItsDefault) {
   // Defaults come from the options' own defaults.
   EXPECT_THAT(help, HasSubstr("(default 32766)"));
   EXPECT_THAT(help, HasSubstr("(default 5000)"));
-  EXPECT_THAT(help, HasSubstr("threads for POST /plan, apart from the others (" +
+  EXPECT_THAT(help, HasSubstr("lower CPU priority (nice 10) (" +
                               std::to_string(ServerOptions{}.plan_threads) + ")"));
 }
 

@@ -4,7 +4,14 @@
 
 #include "extender/metrics.h"
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -116,6 +123,67 @@ TEST(MetricsTest, AnEmptyClusterHasNoFragmentation) {
   const std::string text = ClusterMetrics(cluster);
   EXPECT_THAT(text, HasSubstr("gpushare_gpu_memory_fragmentation_units 0\n"));
   EXPECT_THAT(text, HasSubstr("gpushare_gpu_memory_fragmentation_ratio 0\n"));
+}
+
+TEST(SharedRenderTest, EachCallSeesARenderThatStartedAfterIt) {
+  int state = 0;
+  SharedRender r([&] { return std::to_string(state); });
+  EXPECT_EQ(r.Get(), "0");
+  state = 1;
+  EXPECT_EQ(r.Get(), "1");  // Never an older text.
+  EXPECT_EQ(r.renders(), 2u);
+}
+
+TEST(SharedRenderTest, CallersArrivingDuringARenderShareTheNextOne) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int entered = 0;
+  bool release = false;
+  std::atomic<int> state{0};
+  SharedRender r([&] {
+    const std::string text = std::to_string(state.load());
+    std::unique_lock lock(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    return text;
+  });
+  std::string first;
+  std::thread t0([&] { first = r.Get(); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered == 1; });
+  }
+  // The first render has read state 0 and is blocked. Eight callers arrive
+  // after a change: none may take the first render's text.
+  state = 7;
+  std::vector<std::string> got(8);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 8; ++i) callers.emplace_back([&, i] { got[i] = r.Get(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  t0.join();
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(first, "0");
+  for (const std::string& g : got) EXPECT_EQ(g, "7");
+  // The eight shared renders: at most one each, in practice one in all.
+  EXPECT_LE(r.renders(), 9u);
+  EXPECT_GE(r.renders(), 2u);
+}
+
+TEST(SharedRenderTest, AFailedRenderDoesNotBlockTheNext) {
+  bool fail = true;
+  SharedRender r([&]() -> std::string {
+    if (fail) throw std::runtime_error("render failed");
+    return "ok";
+  });
+  EXPECT_THROW(r.Get(), std::runtime_error);
+  fail = false;
+  EXPECT_EQ(r.Get(), "ok");
 }
 
 }  // namespace
