@@ -184,7 +184,8 @@ void AddServingFlags(FlagSet* f, ServerOptions* options) {
          "its PEM private key (required with --tls-cert-file)",
          SetFile("--tls-private-key-file", &options->tls_private_key_file));
   f->Add(kServingGroup, "--client-ca-file", "FILE",
-         "require client certificates signed by these PEM CAs",
+         "require client certificates signed by these PEM CAs;\n"
+         "without one only GET /healthz and /readyz (probes)",
          SetFile("--client-ca-file", &options->client_ca_file));
   f->Add(kServingGroup, "--access-log", "FILE|-",
          "one line per request: time peer method target status\n"

@@ -59,6 +59,20 @@ Reply FromStatus(const absl::StatusOr<std::string>& r) {
   return {code, k8s::ErrorJson(r.status())};
 }
 
+// The client showed a certificate and it verified against --client-ca-file.
+bool ShowedVerifiedCertificate(SSL* ssl) {
+  X509* cert = SSL_get1_peer_certificate(ssl);
+  const bool ok = cert != nullptr && SSL_get_verify_result(ssl) == X509_V_OK;
+  X509_free(cert);
+  return ok;
+}
+
+// What the kubelet's probes ask for: served without a client certificate.
+bool IsProbe(http::verb method, std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return method == http::verb::get && (path == "/healthz" || path == "/readyz");
+}
+
 }  // namespace
 
 std::string RouteName(std::string_view target) {
@@ -206,7 +220,9 @@ absl::StatusOr<std::unique_ptr<ssl::context>> MakeTlsContext(const ServerOptions
       return absl::InvalidArgumentError("--client-ca-file " + o.client_ca_file +
                                         " holds no PEM certificates: " + OpenSslError());
     }
-    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+    // A certificate, when shown, must verify; a client without one (the
+    // kubelet's probes) may reach only the probe routes (Session::OnHeader).
+    ctx->set_verify_mode(ssl::verify_peer);
   }
   return ctx;
 }
@@ -537,6 +553,8 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
         self->stream_.async_handshake(ssl::stream_base::server,
                                       [self](beast::error_code ec) {
                                         if (ec) return self->Close();
+                                        self->certified_ = ShowedVerifiedCertificate(
+                                            self->stream_.native_handle());
                                         self->ReadIdle();
                                       });
       }
@@ -614,6 +632,13 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       return Fail(http::status::bad_request, "malformed request: " + ec.message());
     }
     if (ec) return Close();
+    if (!impl_->options_.client_ca_file.empty() && !certified_ &&
+        !IsProbe(parser_->get().method(),
+                 std::string_view(parser_->get().target().data(), parser_->get().target().size()))) {
+      return Fail(http::status::forbidden,
+                  "a client certificate signed by a CA of --client-ca-file is required; "
+                  "without one only GET /healthz and /readyz are served");
+    }
     // A chunked body may grow to the limit: reserve that much.
     want_ = parser_->chunked() ? limits().max_body_bytes : parser_->content_length().value_or(0);
     if (want_ == 0 || parser_->is_done()) return AcquireBudget();
@@ -833,6 +858,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
 
   Stream stream_;
   const std::string peer_;
+  bool certified_ = false;  // TLS: the client showed a certificate that verified.
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;

@@ -177,7 +177,10 @@ struct ServerOptions {
   int max_plans = 2;
   std::string tls_cert_file;         // PEM chain; TLS (1.2+) when set.
   std::string tls_private_key_file;  // PEM; required with tls_cert_file.
-  std::string client_ca_file;        // PEM CAs; clients must present a cert.
+  // PEM CAs. A client that shows a certificate must have one they signed;
+  // a client without one (the kubelet's probes) is served GET /healthz and
+  // /readyz only, and gets 403 for anything else.
+  std::string client_ca_file;
   std::string access_log;            // File path, "-" for stdout, "" for none.
   ReadinessCheck ready;              // For /readyz (see Route()); empty: ready.
   std::function<std::optional<Reply>(std::string_view target, std::string_view body)>

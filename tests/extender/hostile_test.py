@@ -453,11 +453,44 @@ class TlsTest(ServerCase):
         with self.assertRaises((http.client.HTTPException, ConnectionError)):
             timed_filter(self.port)
 
-    def test_client_ca_requires_a_client_certificate(self):
+    def test_client_ca_requires_a_client_certificate_except_for_probes(self):
         self.start(self.tls_flags(client_ca=True))
-        with self.assertRaises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
-            timed_filter(self.port, self.context())
         self.assertEqual(timed_filter(self.port, self.context(cert="client"))[0], 200)
+
+        def call(method, path, cert=None, body=None):
+            conn = http.client.HTTPSConnection(HOST, self.port, timeout=10,
+                                               context=self.context(cert=cert))
+            try:
+                conn.request(method, path, body=body,
+                             headers={"Content-Type": "application/json"} if body else {})
+                resp = conn.getresponse()
+                return resp.status, resp.read().decode()
+            finally:
+                conn.close()
+
+        # Without a certificate: the kubelet's probes, and nothing else.
+        self.assertEqual(call("GET", "/healthz")[0], 200)
+        self.assertEqual(call("GET", "/readyz?verbose=1")[0], 200)
+        for method, path in [("POST", "/gpushare-scheduler/filter"),
+                             ("POST", "/gpushare-scheduler/bind"),
+                             ("POST", "/gpushare-scheduler/release"),
+                             ("POST", "/gpushare-scheduler/plan"),
+                             ("GET", "/metrics"), ("GET", "/inspect"),
+                             ("POST", "/healthz"), ("GET", "/healthz/../inspect")]:
+            status, body = call(method, path, body="{}" if method == "POST" else None)
+            self.assertEqual(status, 403, (method, path, body))
+            self.assertIn("client certificate", json.loads(body)["Error"])
+        # A certificate of another CA is refused at the handshake.
+        other = self.pem("other.crt")
+        if not os.path.exists(other):
+            for args in (["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=other",
+                          "-keyout", "other.key", "-out", "other.csr"],
+                         ["x509", "-req", "-in", "other.csr", "-CA", "other-ca.crt",
+                          "-CAkey", "other-ca.key", "-CAcreateserial", "-days", "2",
+                          "-extfile", "client.ext", "-out", "other.crt"]):
+                openssl(*args, cwd=self.tmp)
+        with self.assertRaises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            call("GET", "/healthz", cert="other")
 
     def test_bad_certificate_files_are_clear_startup_errors(self):
         cases = [
