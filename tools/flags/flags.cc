@@ -1,4 +1,4 @@
-#include "extender/flags.h"
+#include "tools/flags/flags.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace gpushare::extender {
+namespace gpushare::flags {
 
 namespace {
 
@@ -213,4 +213,4 @@ FlagSet::Setter SetBool(const std::string& flag, bool* out) {
   };
 }
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::flags

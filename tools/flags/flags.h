@@ -22,8 +22,8 @@
 // error message naming the flag and the value, so messages and rules stay
 // ours rather than the parser's. A flag given twice keeps its last value.
 
-#ifndef GPUSHARE_EXTENDER_FLAGS_H_
-#define GPUSHARE_EXTENDER_FLAGS_H_
+#ifndef GPUSHARE_TOOLS_FLAGS_FLAGS_H_
+#define GPUSHARE_TOOLS_FLAGS_FLAGS_H_
 
 #include <chrono>
 #include <cstdint>
@@ -38,7 +38,7 @@ namespace CLI {
 class App;
 }  // namespace CLI
 
-namespace gpushare::extender {
+namespace gpushare::flags {
 
 class FlagSet {
  public:
@@ -97,6 +97,6 @@ bool ParseBytes(const char* text, uint64_t* out);
 // A whole number in lo..hi, nothing after it.
 bool ParseInt(const char* text, int64_t lo, int64_t hi, int64_t* out);
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::flags
 
-#endif  // GPUSHARE_EXTENDER_FLAGS_H_
+#endif  // GPUSHARE_TOOLS_FLAGS_FLAGS_H_
