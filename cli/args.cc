@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -93,6 +94,22 @@ flags::FlagSet::Setter SetPolicies(std::vector<std::string>* out) {
     *out = std::move(names);
     return "";
   };
+}
+
+void AddExperimentFlags(flags::FlagSet* f, const std::string& group,
+                        const std::string& policies_flag, std::vector<std::string>* policies,
+                        std::vector<uint64_t>* seeds, int* threads) {
+  f->Add(group, policies_flag, "LIST",
+         absl::StrCat("comma-separated policy names (default: the six\n"
+                      "of the FGD paper,\n",
+                      kPaperPolicies, ")"),
+         SetPolicies(policies));
+  f->Add(group, "--seeds", "A-B|A,B,..",
+         absl::StrCat("seeds, each at most once, at most ", kMaxSeeds, "\n(default ",
+                      kDefaultSeeds, ")"),
+         SetSeeds(seeds));
+  f->Add(group, "--threads", "N", "worker threads (default 0: all cores)",
+         flags::SetInt("--threads", "a count", 0, std::numeric_limits<int>::max(), threads));
 }
 
 std::optional<int> ExitBeforeRunning(const char* command, const absl::Status& parsed, bool help,

@@ -1,6 +1,6 @@
 // What the `gpushare` commands share: their --seeds and --policies values,
-// and what a command does when its flags (tools/flags/flags.h) did not parse
-// into something to run.
+// how a command's flags (tools/flags/flags.h) are defined, parsed and shown,
+// and what a command does when they did not parse into something to run.
 
 #ifndef GPUSHARE_CLI_ARGS_H_
 #define GPUSHARE_CLI_ARGS_H_
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "tools/flags/flags.h"
 
 namespace gpushare::cli {
@@ -41,6 +42,43 @@ std::string ParsePolicies(const std::string& text, std::vector<std::string>* nam
 // replaced only by a good value.
 flags::FlagSet::Setter SetSeeds(std::vector<uint64_t>* out);
 flags::FlagSet::Setter SetPolicies(std::vector<std::string>* out);
+
+// The flags of the experiment that simulate and sweep share, into `group`:
+// `policies_flag` ("--policies", or "--policies,--policy" for a second
+// name), --seeds and --threads.
+void AddExperimentFlags(flags::FlagSet* f, const std::string& group,
+                        const std::string& policies_flag, std::vector<std::string>* policies,
+                        std::vector<uint64_t>* seeds, int* threads);
+
+// A command's flags, defined once by `define` into a `Config` (a struct with
+// a `bool help`), for its Parse<Command>Flags and <Command>Help.
+template <typename Config>
+struct CommandFlags {
+  const char* program;  // "gpushare simulate".
+  const char* usage;    // The first line of --help.
+  const char* about;    // What follows it.
+  void (*define)(flags::FlagSet*, Config*);
+
+  // The flags of argv (argv[0] is the command) over Config's defaults, or
+  // InvalidArgument naming the flag and the bad value. For --help: `help`
+  // set, and the other flags may be anything.
+  absl::StatusOr<Config> Parse(int argc, const char* const* argv) const {
+    Config c;
+    flags::FlagSet flags(program, usage, about);
+    define(&flags, &c);
+    if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
+    c.help = flags.help_requested();
+    return c;
+  }
+
+  // The --help text.
+  std::string Help() const {
+    Config c;
+    flags::FlagSet flags(program, usage, about);
+    define(&flags, &c);
+    return flags.Help();
+  }
+};
 
 // Where `gpushare COMMAND` stops before running, given how its flags parsed
 // (`parsed`; `help` for --help): with 0 after printing `help_text()` to

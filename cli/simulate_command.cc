@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,20 +40,10 @@ void DefineFlags(flags::FlagSet* f, SimulateConfig* c) {
   f->Add(kGroup, "--nodes", "FILE", "openb node CSV (sn,cpu_milli,memory_mib,gpu,model)",
          flags::SetString("--nodes", &c->nodes));
   f->Add(kGroup, "--tasks", "FILE", "openb task CSV", flags::SetString("--tasks", &c->tasks));
-  f->Add(kGroup, "--policies,--policy", "LIST",
-         absl::StrCat("comma-separated policy names, or one (default:\n"
-                      "the six of the FGD paper,\n",
-                      kPaperPolicies, ")"),
-         SetPolicies(&c->policies));
-  f->Add(kGroup, "--seeds", "A-B|A,B,..",
-         absl::StrCat("seeds, each at most once, at most ", kMaxSeeds,
-                      "\n(default ", kDefaultSeeds, ")"),
-         SetSeeds(&c->seeds));
+  AddExperimentFlags(f, kGroup, "--policies,--policy", &c->policies, &c->seeds, &c->threads);
   f->Add(kGroup, "--inflate", "X",
          absl::StrCat("total GPU request as a multiple of capacity\n(default ", c->inflate, ")"),
          flags::SetDouble("--inflate", &c->inflate));
-  f->Add(kGroup, "--threads", "N", "worker threads (default 0: all cores)",
-         flags::SetInt("--threads", "a count", 0, std::numeric_limits<int>::max(), &c->threads));
   f->Add(kGroup, "--curve", "FILE",
          "write the per-bin curve as CSV (policy,seed,\n"
          "arrived_pct,unallocated_pct,frag_amount,frag_rate)",
@@ -170,32 +159,24 @@ std::string ConnectivityRow(absl::string_view policy, const std::vector<Simulati
                          tasks, share, links);
 }
 
+constexpr CommandFlags<SimulateConfig> kFlags = {"gpushare simulate", kUsage, kAbout, DefineFlags};
+
 }  // namespace
 
 absl::StatusOr<SimulateConfig> ParseSimulateFlags(int argc, const char* const* argv) {
-  SimulateConfig c;
-  flags::FlagSet flags("gpushare simulate", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
-  if (flags.help_requested()) {
-    c.help = true;
-    return c;
-  }
+  absl::StatusOr<SimulateConfig> parsed = kFlags.Parse(argc, argv);
+  if (!parsed.ok() || parsed->help) return parsed;
+  const SimulateConfig& c = *parsed;
   if (c.nodes.empty() || c.tasks.empty()) {
     return absl::InvalidArgumentError("--nodes and --tasks are required");
   }
   if (c.replay && *std::max_element(c.migration_budgets.begin(), c.migration_budgets.end()) > 0) {
     return absl::InvalidArgumentError("--replay does not migrate; drop --migrations");
   }
-  return c;
+  return parsed;
 }
 
-std::string SimulateHelp() {
-  SimulateConfig c;
-  flags::FlagSet flags("gpushare simulate", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  return flags.Help();
-}
+std::string SimulateHelp() { return kFlags.Help(); }
 
 int RunSimulate(int argc, char** argv) {
   const absl::StatusOr<SimulateConfig> parsed = ParseSimulateFlags(argc, argv);

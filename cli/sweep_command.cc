@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,20 +51,10 @@ void DefineFlags(flags::FlagSet* f, SweepConfig* c) {
   f->AddRepeated(kGroup, "--tasks", "FILE",
                  "an openb task CSV (repeatable; or list them at\nthe end)",
                  AddTaskFile("--tasks", &c->tasks));
-  f->Add(kGroup, "--policies", "LIST",
-         absl::StrCat("comma-separated policy names (default: the six\n"
-                      "of the FGD paper,\n",
-                      kPaperPolicies, ")"),
-         SetPolicies(&c->policies));
-  f->Add(kGroup, "--seeds", "A-B|A,B,..",
-         absl::StrCat("seeds, each at most once, at most ", kMaxSeeds,
-                      "\n(default ", kDefaultSeeds, ")"),
-         SetSeeds(&c->seeds));
+  AddExperimentFlags(f, kGroup, "--policies", &c->policies, &c->seeds, &c->threads);
   f->Add(kGroup, "--inflate", "X",
          absl::StrCat("total GPU request as a multiple of capacity\n(default ", c->inflate, ")"),
          flags::SetDouble("--inflate", "a number", 0, 100, &c->inflate));
-  f->Add(kGroup, "--threads", "N", "worker threads (default 0: all cores)",
-         flags::SetInt("--threads", "a count", 0, std::numeric_limits<int>::max(), &c->threads));
   f->Add(kGroup, "--out", "FILE", "write the CSV to FILE (default: standard output)",
          flags::SetString("--out", &c->out));
   f->AddSwitch(kGroup, "--progress", "show the progress line on stderr",
@@ -81,17 +70,14 @@ std::string TraceLabel(const std::string& path) {
   return name;
 }
 
+constexpr CommandFlags<SweepConfig> kFlags = {"gpushare sweep", kUsage, kAbout, DefineFlags};
+
 }  // namespace
 
 absl::StatusOr<SweepConfig> ParseSweepFlags(int argc, const char* const* argv) {
-  SweepConfig c;
-  flags::FlagSet flags("gpushare sweep", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
-  if (flags.help_requested()) {
-    c.help = true;
-    return c;
-  }
+  absl::StatusOr<SweepConfig> parsed = kFlags.Parse(argc, argv);
+  if (!parsed.ok() || parsed->help) return parsed;
+  const SweepConfig& c = *parsed;
   if (c.nodes.empty() || c.tasks.empty()) {
     return absl::InvalidArgumentError("--nodes and at least one task file are required");
   }
@@ -102,15 +88,10 @@ absl::StatusOr<SweepConfig> ParseSweepFlags(int argc, const char* const* argv) {
           absl::StrCat("two task files are named '", internal::Echo(TraceLabel(path)), "'"));
     }
   }
-  return c;
+  return parsed;
 }
 
-std::string SweepHelp() {
-  SweepConfig c;
-  flags::FlagSet flags("gpushare sweep", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  return flags.Help();
-}
+std::string SweepHelp() { return kFlags.Help(); }
 
 int RunSweep(int argc, char** argv) {
   const absl::StatusOr<SweepConfig> parsed = ParseSweepFlags(argc, argv);

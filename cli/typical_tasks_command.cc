@@ -45,29 +45,22 @@ int Fail(const std::string& why) {
   return 1;
 }
 
+constexpr CommandFlags<TypicalTasksConfig> kFlags = {"gpushare typical-tasks", kUsage, kAbout,
+                                                     DefineFlags};
+
 }  // namespace
 
 absl::StatusOr<TypicalTasksConfig> ParseTypicalTasksFlags(int argc, const char* const* argv) {
-  TypicalTasksConfig c;
-  flags::FlagSet flags("gpushare typical-tasks", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
-  if (flags.help_requested()) {
-    c.help = true;
-    return c;
-  }
+  absl::StatusOr<TypicalTasksConfig> parsed = kFlags.Parse(argc, argv);
+  if (!parsed.ok() || parsed->help) return parsed;
+  const TypicalTasksConfig& c = *parsed;
   if (c.tasks.empty() == c.pods.empty()) {
     return absl::InvalidArgumentError("give one of --tasks and --pods");
   }
-  return c;
+  return parsed;
 }
 
-std::string TypicalTasksHelp() {
-  TypicalTasksConfig c;
-  flags::FlagSet flags("gpushare typical-tasks", kUsage, kAbout);
-  DefineFlags(&flags, &c);
-  return flags.Help();
-}
+std::string TypicalTasksHelp() { return kFlags.Help(); }
 
 int RunTypicalTasks(int argc, char** argv) {
   const absl::StatusOr<TypicalTasksConfig> parsed = ParseTypicalTasksFlags(argc, argv);
