@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <set>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,40 +15,12 @@
 
 namespace gpushare::cli {
 
-bool SplitFlagValues(const char* command, const std::vector<std::string>& switches, int* argc,
-                     char*** argv, SplitArgs* out) {
-  auto is_switch = [&](const std::string& name) {
-    return std::find(switches.begin(), switches.end(), name) != switches.end();
-  };
-  std::vector<std::string>& args = out->args;
-  args.clear();
-  for (int i = 0; i < *argc; ++i) {
-    const std::string arg = (*argv)[i];
-    if (i == 0 || arg.rfind("--", 0) != 0) {  // The command, or not a flag.
-      args.push_back(arg);
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    if (eq == std::string::npos) {
-      args.push_back(arg);
-      // A flag that takes a value: the next argument is that value, whole.
-      if (!is_switch(arg) && i + 1 < *argc) args.push_back((*argv)[++i]);
-      continue;
-    }
-    const std::string name = arg.substr(0, eq);
-    if (is_switch(name)) {
-      std::cerr << "gpushare " << command << ": " << name << " takes no value, got '"
-                << internal::Echo(arg) << "'\n";
-      return false;
-    }
-    args.push_back(name);
-    args.push_back(arg.substr(eq + 1));
-  }
-  out->argv.clear();
-  for (std::string& a : args) out->argv.push_back(a.data());
-  *argc = static_cast<int>(out->argv.size());
-  *argv = out->argv.data();
-  return true;
+std::vector<std::string> PaperPolicies() { return absl::StrSplit(kPaperPolicies, ','); }
+
+std::vector<uint64_t> DefaultSeeds() {
+  std::vector<uint64_t> seeds;
+  ParseSeeds(kDefaultSeeds, &seeds);
+  return seeds;
 }
 
 std::string ParseSeeds(const std::string& text, std::vector<uint64_t>* seeds) {
@@ -100,6 +74,56 @@ std::string ParsePolicies(const std::string& text, std::vector<std::string>* nam
   }
   if (bad.empty()) return "";
   return absl::StrCat(bad, "; known policies: ", absl::StrJoin(known, ","));
+}
+
+flags::FlagSet::Setter SetSeeds(std::vector<uint64_t>* out) {
+  return [out](const char* v) -> std::string {
+    if (v == nullptr) return "--seeds takes a value";
+    std::vector<uint64_t> seeds;
+    if (std::string error = ParseSeeds(v, &seeds); !error.empty()) return error;
+    *out = std::move(seeds);
+    return "";
+  };
+}
+
+flags::FlagSet::Setter SetPolicies(std::vector<std::string>* out) {
+  return [out](const char* v) -> std::string {
+    if (v == nullptr) return "--policies takes a value";
+    std::vector<std::string> names;
+    if (std::string error = ParsePolicies(v, &names); !error.empty()) return error;
+    *out = std::move(names);
+    return "";
+  };
+}
+
+void AddExperimentFlags(flags::FlagSet* f, const std::string& group,
+                        const std::string& policies_flag, std::vector<std::string>* policies,
+                        std::vector<uint64_t>* seeds, int* threads) {
+  f->Add(group, policies_flag, "LIST",
+         absl::StrCat("comma-separated policy names (default: the six\n"
+                      "of the FGD paper,\n",
+                      kPaperPolicies, ")"),
+         SetPolicies(policies));
+  f->Add(group, "--seeds", "A-B|A,B,..",
+         absl::StrCat("seeds, each at most once, at most ", kMaxSeeds, "\n(default ",
+                      kDefaultSeeds, ")"),
+         SetSeeds(seeds));
+  f->Add(group, "--threads", "N", "worker threads (default 0: all cores)",
+         flags::SetInt("--threads", "a count", 0, std::numeric_limits<int>::max(), threads));
+}
+
+std::optional<int> ExitBeforeRunning(const char* command, const absl::Status& parsed, bool help,
+                                     std::string (*help_text)()) {
+  if (!parsed.ok()) {
+    std::cerr << "gpushare " << command << ": " << parsed.message() << "\n(gpushare " << command
+              << " --help lists the flags)\n";
+    return 2;
+  }
+  if (help) {
+    std::cout << help_text();
+    return 0;
+  }
+  return std::nullopt;
 }
 
 }  // namespace gpushare::cli

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,12 +16,14 @@
 #include "absl/strings/str_split.h"
 #include "cli/args.h"
 #include "gpushare/gpushare.h"
+#include "src/internal/text.h"
+#include "tools/flags/flags.h"
 
 namespace gpushare::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: gpushare simulate --nodes FILE --tasks FILE [options]\n"
+constexpr char kUsage[] = "usage: gpushare simulate --nodes FILE --tasks FILE [flags]";
+constexpr char kAbout[] =
     "\n"
     "Runs the FGD trace experiment (shuffle by seed, inflate, one attempt per task)\n"
     "for every policy and seed and prints unallocated GPU % at arrived 90/95/100/110%\n"
@@ -28,41 +31,78 @@ constexpr char kUsage[] =
     "(mean +- standard deviation over seeds) and by kind (mean: CPU-only, GPU-sharing,\n"
     "one whole GPU, several whole GPUs), then why the GPUs idle at the end of the run\n"
     "are idle (% of capacity, mean over seeds; see UnallocatedBreakdown in\n"
-    "gpushare/simulate.h). Seeds run in parallel.\n"
-    "\n"
-    "options:\n"
-    "  --nodes FILE       openb node CSV (sn,cpu_milli,memory_mib,gpu,model)\n"
-    "  --tasks FILE       openb task CSV\n"
-    "  --policies LIST    comma-separated policy names (default: the six FGD-paper\n"
-    "                     policies fgd,bestfit,dotprod,gpupacking,gpuclustering,random)\n"
-    "  --policy NAME      the same for one policy\n"
-    "  --seeds A-B|A,B,.. seeds, each at most once, at most 10000 (default 42-51)\n"
-    "  --inflate X        total GPU request as a multiple of capacity (default 1.3)\n"
-    "  --threads N        worker threads (default: all cores)\n"
-    "  --curve FILE       write the per-bin curve as CSV (policy,seed,arrived_pct,\n"
-    "                     unallocated_pct,frag_amount,frag_rate)\n"
-    "  --markdown         print the table as markdown\n"
-    "  --topology N=FILE|MODEL=FILE\n"
-    "                     attach the GPU topology in FILE (nvidia-smi topo -m text or\n"
-    "                     its JSON form) to every N-GPU node, or to every node of GPU\n"
-    "                     model MODEL with as many GPUs as FILE has; repeatable, the\n"
-    "                     first matching rule wins. Then also prints how many\n"
-    "                     multi-GPU tasks got the best connectivity available on their\n"
-    "                     node and their weakest links (summed over seeds)\n"
-    "  --migrations LIST  comma-separated migration budgets, each M moves per 100\n"
-    "                     tasks attempted, accumulated (default 0: none); a task that\n"
-    "                     finds no node may have placed tasks moved so that it fits.\n"
-    "                     One row per policy and budget (M > 0 rows are named\n"
-    "                     policy+mM and add moves made and tasks rescued, means)\n"
-    "  --max-moves N      at most N moves for one task (default 2, 1..3)\n"
-    "  --migration-nodes N  moved tasks come from the N nodes that need the fewest\n"
-    "                     tasks removed to take the task, among the 4N that miss\n"
-    "                     the least of it (default 8)\n"
-    "  --migration-search N  candidate moves the planner tries per task\n"
-    "                     (default 2000)\n"
-    "  --replay           instead, replay the tasks by creation and deletion time\n"
-    "                     (tasks leave; tie-break by the first seed) and print\n"
-    "                     placed and failed tasks and the peak allocation\n";
+    "gpushare/simulate.h). Seeds run in parallel.\n";
+constexpr char kGroup[] = "Flags (--flag VALUE or --flag=VALUE)";
+constexpr char kMigrationGroup[] = "Migration (a task that finds no node may move placed tasks)";
+
+// Every flag of `gpushare simulate`, into `c`.
+void DefineFlags(flags::FlagSet* f, SimulateConfig* c) {
+  f->Add(kGroup, "--nodes", "FILE", "openb node CSV (sn,cpu_milli,memory_mib,gpu,model)",
+         flags::SetString("--nodes", &c->nodes));
+  f->Add(kGroup, "--tasks", "FILE", "openb task CSV", flags::SetString("--tasks", &c->tasks));
+  AddExperimentFlags(f, kGroup, "--policies,--policy", &c->policies, &c->seeds, &c->threads);
+  f->Add(kGroup, "--inflate", "X",
+         absl::StrCat("total GPU request as a multiple of capacity\n(default ", c->inflate, ")"),
+         flags::SetDouble("--inflate", &c->inflate));
+  f->Add(kGroup, "--curve", "FILE",
+         "write the per-bin curve as CSV (policy,seed,\n"
+         "arrived_pct,unallocated_pct,frag_amount,frag_rate)",
+         flags::SetString("--curve", &c->curve));
+  f->AddSwitch(kGroup, "--markdown", "print the tables as markdown", &c->markdown);
+  f->AddRepeated(kGroup, "--topology", "N=FILE|MODEL=FILE",
+                 "attach the GPU topology in FILE (nvidia-smi topo -m\n"
+                 "text or its JSON form) to every N-GPU node, or to\n"
+                 "every node of GPU model MODEL with as many GPUs as\n"
+                 "FILE has; repeatable, the first matching rule wins.\n"
+                 "Then also prints how many multi-GPU tasks got the\n"
+                 "best connectivity available on their node and their\n"
+                 "weakest links (summed over seeds)",
+                 [c](const char* v) -> std::string {
+                   if (v == nullptr) return "--topology takes N=FILE or MODEL=FILE";
+                   c->topologies.push_back(v);
+                   return "";
+                 });
+  f->AddSwitch(kGroup, "--replay",
+               "instead, replay the tasks by creation and deletion\n"
+               "time (tasks leave; tie-break by the first seed) and\n"
+               "print placed and failed tasks and the peak allocation",
+               &c->replay);
+  f->Add(kMigrationGroup, "--migrations", "LIST",
+         "comma-separated migration budgets, each M moves per\n"
+         "100 tasks attempted, accumulated (default 0: none).\n"
+         "One row per policy and budget (M > 0 rows are named\n"
+         "policy+mM and add moves made and tasks rescued, means)",
+         [c](const char* v) -> std::string {
+           if (v == nullptr) return "--migrations takes a value";
+           std::vector<int> budgets;
+           for (absl::string_view b : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+             int m = 0;
+             if (!absl::SimpleAtoi(b, &m) || m < 0 || m > 10000) {
+               return absl::StrCat("--migrations '", internal::Echo(b),
+                                   "' is not a budget in 0..10000");
+             }
+             budgets.push_back(m);
+           }
+           if (budgets.empty()) {
+             return absl::StrCat("--migrations '", internal::Echo(v), "' gives no budget");
+           }
+           c->migration_budgets = std::move(budgets);
+           return "";
+         });
+  f->Add(kMigrationGroup, "--max-moves", "N",
+         absl::StrCat("at most N moves for one task (default ", c->max_moves, ", 1..3)"),
+         flags::SetInt("--max-moves", &c->max_moves));
+  f->Add(kMigrationGroup, "--migration-nodes", "N",
+         absl::StrCat("moved tasks come from the N nodes that need the\n"
+                      "fewest tasks removed to take the task, among the 4N\n"
+                      "that miss the least of it (default ",
+                      c->migration_nodes, ")"),
+         flags::SetInt("--migration-nodes", &c->migration_nodes));
+  f->Add(kMigrationGroup, "--migration-search", "N",
+         absl::StrCat("candidate moves the planner tries per task\n(default ",
+                      c->migration_search, ")"),
+         flags::SetInt("--migration-search", &c->migration_search));
+}
 
 struct Stats {
   double mean = 0, sd = 0;
@@ -119,135 +159,53 @@ std::string ConnectivityRow(absl::string_view policy, const std::vector<Simulati
                          tasks, share, links);
 }
 
+constexpr CommandFlags<SimulateConfig> kFlags = {"gpushare simulate", kUsage, kAbout, DefineFlags};
+
 }  // namespace
 
-int RunSimulate(int argc, char** argv) {
-  SplitArgs split;
-  if (!SplitFlagValues("simulate", {"--help", "--markdown", "--replay"}, &argc, &argv, &split)) {
-    return 2;
+absl::StatusOr<SimulateConfig> ParseSimulateFlags(int argc, const char* const* argv) {
+  absl::StatusOr<SimulateConfig> parsed = kFlags.Parse(argc, argv);
+  if (!parsed.ok() || parsed->help) return parsed;
+  const SimulateConfig& c = *parsed;
+  if (c.nodes.empty() || c.tasks.empty()) {
+    return absl::InvalidArgumentError("--nodes and --tasks are required");
   }
-  std::string nodes_path, tasks_path, curve_path;
-  std::string policies = kPaperPolicies;
-  std::vector<uint64_t> seeds;
-  std::string seeds_text = "42-51";
-  double inflate = 1.3;
-  int threads = 0;
-  bool markdown = false;
-  bool replay = false;
+  if (c.replay && *std::max_element(c.migration_budgets.begin(), c.migration_budgets.end()) > 0) {
+    return absl::InvalidArgumentError("--replay does not migrate; drop --migrations");
+  }
+  return parsed;
+}
+
+std::string SimulateHelp() { return kFlags.Help(); }
+
+int RunSimulate(int argc, char** argv) {
+  const absl::StatusOr<SimulateConfig> parsed = ParseSimulateFlags(argc, argv);
+  if (std::optional<int> code = ExitBeforeRunning("simulate", parsed.status(),
+                                                  parsed.ok() && parsed->help, SimulateHelp)) {
+    return *code;
+  }
+  const SimulateConfig& c = *parsed;
   std::vector<TopologyRule> topology_rules;
-  std::vector<int> budgets = {0};
-  SimulationOptions defaults;
-  int max_moves = defaults.max_moves_per_request;
-  int migration_nodes = defaults.migration_nodes;
-  int64_t migration_search = defaults.migration_search_budget;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--markdown") {
-      markdown = true;
-    } else if (arg == "--replay") {
-      replay = true;
-    } else if (arg == "--nodes" && value(&v)) {
-      nodes_path = v;
-    } else if (arg == "--tasks" && value(&v)) {
-      tasks_path = v;
-    } else if ((arg == "--policies" || arg == "--policy") && value(&v)) {
-      policies = v;
-    } else if (arg == "--seeds" && value(&v)) {
-      seeds_text = v;
-    } else if (arg == "--topology" && value(&v)) {
-      absl::StatusOr<TopologyRule> rule = LoadTopologyRule(v);
-      if (!rule.ok()) {
-        std::cerr << "gpushare simulate: " << rule.status().message() << "\n";
-        return 2;
-      }
-      topology_rules.push_back(*std::move(rule));
-    } else if (arg == "--curve" && value(&v)) {
-      curve_path = v;
-    } else if (arg == "--inflate" && value(&v)) {
-      if (!absl::SimpleAtod(v, &inflate)) {
-        std::cerr << "gpushare simulate: --inflate '" << v << "' is not a number\n";
-        return 2;
-      }
-    } else if (arg == "--migrations" && value(&v)) {
-      budgets.clear();
-      for (absl::string_view b : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        int m = 0;
-        if (!absl::SimpleAtoi(b, &m) || m < 0 || m > 10000) {
-          std::cerr << "gpushare simulate: --migrations '" << b
-                    << "' is not a budget in 0..10000\n";
-          return 2;
-        }
-        budgets.push_back(m);
-      }
-      if (budgets.empty()) {
-        std::cerr << "gpushare simulate: --migrations '" << v << "' gives no budget\n";
-        return 2;
-      }
-    } else if (arg == "--max-moves" && value(&v)) {
-      if (!absl::SimpleAtoi(v, &max_moves)) {
-        std::cerr << "gpushare simulate: --max-moves '" << v << "' is not a count\n";
-        return 2;
-      }
-    } else if (arg == "--migration-nodes" && value(&v)) {
-      if (!absl::SimpleAtoi(v, &migration_nodes)) {
-        std::cerr << "gpushare simulate: --migration-nodes '" << v << "' is not a count\n";
-        return 2;
-      }
-    } else if (arg == "--migration-search" && value(&v)) {
-      if (!absl::SimpleAtoi(v, &migration_search)) {
-        std::cerr << "gpushare simulate: --migration-search '" << v << "' is not a count\n";
-        return 2;
-      }
-    } else if (arg == "--threads" && value(&v)) {
-      if (!absl::SimpleAtoi(v, &threads) || threads < 0) {
-        std::cerr << "gpushare simulate: --threads '" << v << "' is not a count\n";
-        return 2;
-      }
-    } else {
-      std::cerr << "gpushare simulate: unknown or incomplete option '" << arg << "'\n"
-                << kUsage;
+  for (const std::string& spec : c.topologies) {
+    absl::StatusOr<TopologyRule> rule = LoadTopologyRule(spec);
+    if (!rule.ok()) {
+      std::cerr << "gpushare simulate: " << rule.status().message() << "\n";
       return 2;
     }
+    topology_rules.push_back(*std::move(rule));
   }
-  if (nodes_path.empty() || tasks_path.empty()) {
-    std::cerr << "gpushare simulate: --nodes and --tasks are required\n" << kUsage;
-    return 2;
-  }
-  // Every name and seed is checked before the traces are read.
-  std::vector<std::string> policy_names;
-  if (std::string error = ParsePolicies(policies, &policy_names); !error.empty()) {
-    std::cerr << "gpushare simulate: " << error << "\n";
-    return 2;
-  }
-  if (std::string error = ParseSeeds(seeds_text, &seeds); !error.empty()) {
-    std::cerr << "gpushare simulate: " << error << "\n";
-    return 2;
-  }
-  auto nodes = LoadOpenbNodes(nodes_path);
+  auto nodes = LoadOpenbNodes(c.nodes);
   if (!nodes.ok()) {
     std::cerr << "gpushare simulate: " << nodes.status().message() << "\n";
     return 1;
   }
-  auto tasks = LoadOpenbTasks(tasks_path);
+  auto tasks = LoadOpenbTasks(c.tasks);
   if (!tasks.ok()) {
     std::cerr << "gpushare simulate: " << tasks.status().message() << "\n";
     return 1;
   }
   const std::vector<Request> requests = ToRequests(*tasks);
-  if (replay) {
-    if (*std::max_element(budgets.begin(), budgets.end()) > 0) {
-      std::cerr << "gpushare simulate: --replay does not migrate; drop --migrations\n";
-      return 2;
-    }
+  if (c.replay) {
     std::vector<TimedRequest> timed;
     int64_t untimed = 0;
     for (const TraceTask& t : *tasks) {
@@ -260,17 +218,17 @@ int RunSimulate(int argc, char** argv) {
     }
     std::printf("%-14s %8s %8s %14s %9s\n", "policy", "placed", "failed", "peak alloc %",
                 "s/run");
-    for (absl::string_view name : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
+    for (const std::string& name : c.policies) {
       SimulationOptions options;
-      options.policy = std::string(name);
-      options.seed = seeds.front();
+      options.policy = name;
+      options.seed = c.seeds.front();
       options.topologies = topology_rules;
       auto run = Replay(*nodes, timed, options);
       if (!run.ok()) {
         std::cerr << "gpushare simulate: " << run.status().message() << "\n";
         return 1;
       }
-      std::printf("%-14s %8lld %8lld %14.2f %9.3f\n", std::string(name).c_str(),
+      std::printf("%-14s %8lld %8lld %14.2f %9.3f\n", name.c_str(),
                   static_cast<long long>(run->placed),
                   static_cast<long long>(run->failed.total()), run->peak_allocated_pct,
                   run->seconds);
@@ -278,18 +236,19 @@ int RunSimulate(int argc, char** argv) {
     return 0;
   }
   std::ofstream curve;
-  if (!curve_path.empty()) {
-    curve.open(curve_path);
+  if (!c.curve.empty()) {
+    curve.open(c.curve);
     if (!curve) {
-      std::cerr << "gpushare simulate: cannot write '" << curve_path << "'\n";
+      std::cerr << "gpushare simulate: cannot write '" << c.curve << "'\n";
       return 1;
     }
     curve << "policy,seed,arrived_pct,unallocated_pct,frag_amount,frag_rate\n";
   }
   std::cout << absl::StrFormat("%d nodes, %d tasks, inflate %.2f, %d seeds\n", nodes->size(),
-                               requests.size(), inflate, seeds.size());
-  const bool migrating = *std::max_element(budgets.begin(), budgets.end()) > 0;
-  if (markdown) {
+                               requests.size(), c.inflate, c.seeds.size());
+  const bool migrating =
+      *std::max_element(c.migration_budgets.begin(), c.migration_budgets.end()) > 0;
+  if (c.markdown) {
     std::cout << "| policy | unalloc @90% | @95% | @100% | @110% | frag rate @100% | "
                  "failed tasks | failed cpu/share/1gpu/multi | s/run |"
               << (migrating ? " moves | rescued |" : "")
@@ -303,20 +262,20 @@ int RunSimulate(int argc, char** argv) {
   std::vector<std::string> connectivity;  // One row per policy, with topologies.
   std::vector<std::string> breakdown_rows;
   std::vector<std::pair<std::string, int>> rows;  // (policy, migration budget).
-  for (absl::string_view policy : absl::StrSplit(policies, ',', absl::SkipEmpty())) {
-    for (int budget : budgets) rows.emplace_back(policy, budget);
+  for (const std::string& policy : c.policies) {
+    for (int budget : c.migration_budgets) rows.emplace_back(policy, budget);
   }
   for (const auto& [policy, budget] : rows) {
     SimulationOptions options;
     options.policy = policy;
-    options.inflate = inflate;
+    options.inflate = c.inflate;
     options.topologies = topology_rules;
     options.migration_budget = budget;
-    options.max_moves_per_request = max_moves;
-    options.migration_nodes = migration_nodes;
-    options.migration_search_budget = migration_search;
+    options.max_moves_per_request = c.max_moves;
+    options.migration_nodes = c.migration_nodes;
+    options.migration_search_budget = c.migration_search;
     const std::string name = budget > 0 ? absl::StrCat(policy, "+m", budget) : options.policy;
-    auto runs = SimulateSeeds(*nodes, requests, options, seeds, threads);
+    auto runs = SimulateSeeds(*nodes, requests, options, c.seeds, c.threads);
     if (!runs.ok()) {
       std::cerr << "gpushare simulate: " << runs.status().message() << "\n";
       return 1;
@@ -362,7 +321,7 @@ int RunSimulate(int argc, char** argv) {
     const double per_run = MeanSd(secs).mean;
     const double total = cause[0] + cause[1] + cause[2] + cause[3] + cause[4];
     breakdown_rows.push_back(
-        markdown ? absl::StrFormat("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name,
+        c.markdown ? absl::StrFormat("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name,
                                    cause[0] / n, cause[1] / n, cause[2] / n, cause[3] / n,
                                    cause[4] / n, total / n)
                  : absl::StrFormat("%-14s %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", name,
@@ -370,9 +329,9 @@ int RunSimulate(int argc, char** argv) {
                                    cause[4] / n, total / n));
     const std::string moved =
         !migrating ? ""
-        : markdown ? absl::StrFormat(" %.1f | %.1f |", MeanSd(moves).mean, MeanSd(rescued).mean)
+        : c.markdown ? absl::StrFormat(" %.1f | %.1f |", MeanSd(moves).mean, MeanSd(rescued).mean)
                    : absl::StrFormat(" %8.1f %8.1f", MeanSd(moves).mean, MeanSd(rescued).mean);
-    if (markdown) {
+    if (c.markdown) {
       std::cout << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %.3f |%s\n", name,
                                    cells[0], cells[1], cells[2], cells[3], cells[4], cells[5],
                                    cells[6], per_run, moved);
@@ -383,20 +342,20 @@ int RunSimulate(int argc, char** argv) {
                   cells[4].c_str(), cells[5].c_str(), cells[6].c_str(), per_run, moved.c_str());
     }
     std::fflush(stdout);
-    if (!topology_rules.empty()) connectivity.push_back(ConnectivityRow(name, *runs, markdown));
+    if (!topology_rules.empty()) connectivity.push_back(ConnectivityRow(name, *runs, c.markdown));
   }
   if (!connectivity.empty()) {
     std::cout << "\nmulti-GPU tasks on nodes with a topology, summed over seeds: how many got "
                  "the best connectivity available on their node, and their weakest links\n";
-    if (markdown) {
+    if (c.markdown) {
       std::cout << "| policy | multi-GPU tasks | best available | weakest links |\n"
                    "|---|---|---|---|\n";
     }
     for (const std::string& line : connectivity) std::cout << line;
   }
   std::cout << absl::StrFormat("\nidle GPUs at the end of the run by cause, %% of capacity "
-                               "(inflate %.2f):\n", inflate);
-  if (markdown) {
+                               "(inflate %.2f):\n", c.inflate);
+  if (c.markdown) {
     std::cout << "| policy | gpu shape | cpu | host memory | gpu model | placeable | total |\n"
                  "|---|---|---|---|---|---|---|\n";
   } else {

@@ -1,98 +1,99 @@
 #include "cli/typical_tasks_command.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "gpushare/gpushare.h"
+#include "tools/flags/flags.h"
 
 namespace gpushare::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gpushare typical-tasks (--tasks FILE.csv | --pods FILE.json) [options]\n"
+    "usage: gpushare typical-tasks (--tasks FILE.csv | --pods FILE.json) [flags]";
+constexpr char kAbout[] =
     "\n"
     "Prints the target workload of a workload as JSON: its request shapes, the\n"
     "most frequent first, until they cover --coverage of the requests (the FGD\n"
-    "paper's typical tasks). gpushare-extender --target-workload reads it.\n"
-    "\n"
-    "  --tasks FILE       an openb task CSV (shares of GPU compute)\n"
-    "  --pods FILE        a Kubernetes pod list, `kubectl get pods -A -o json`\n"
-    "                     (shares of GPU memory, aliyun.com/gpu-mem units)\n"
-    "  --coverage C       fraction of the requests the shapes cover, in (0, 1]\n"
-    "                     (default 0.95)\n"
-    "  --out FILE         write there instead of standard output\n";
+    "paper's typical tasks). gpushare-extender --target-workload reads it.\n";
+constexpr char kGroup[] = "Flags (--flag VALUE or --flag=VALUE)";
+
+// Every flag of `gpushare typical-tasks`, into `c`.
+void DefineFlags(flags::FlagSet* f, TypicalTasksConfig* c) {
+  f->Add(kGroup, "--tasks", "FILE", "an openb task CSV (shares of GPU compute)",
+         flags::SetString("--tasks", &c->tasks));
+  f->Add(kGroup, "--pods", "FILE",
+         "a Kubernetes pod list, `kubectl get pods -A -o json`\n"
+         "(shares of GPU memory, aliyun.com/gpu-mem units)",
+         flags::SetString("--pods", &c->pods));
+  f->Add(kGroup, "--coverage", "C",
+         absl::StrCat("fraction of the requests the shapes cover, in\n(0, 1] (default ",
+                      c->coverage, ")"),
+         flags::SetDouble("--coverage", &c->coverage));
+  f->Add(kGroup, "--out", "FILE", "write there instead of standard output",
+         flags::SetString("--out", &c->out));
+}
 
 int Fail(const std::string& why) {
   std::cerr << "gpushare typical-tasks: " << why << "\n";
   return 1;
 }
 
+constexpr CommandFlags<TypicalTasksConfig> kFlags = {"gpushare typical-tasks", kUsage, kAbout,
+                                                     DefineFlags};
+
 }  // namespace
 
+absl::StatusOr<TypicalTasksConfig> ParseTypicalTasksFlags(int argc, const char* const* argv) {
+  absl::StatusOr<TypicalTasksConfig> parsed = kFlags.Parse(argc, argv);
+  if (!parsed.ok() || parsed->help) return parsed;
+  const TypicalTasksConfig& c = *parsed;
+  if (c.tasks.empty() == c.pods.empty()) {
+    return absl::InvalidArgumentError("give one of --tasks and --pods");
+  }
+  return parsed;
+}
+
+std::string TypicalTasksHelp() { return kFlags.Help(); }
+
 int RunTypicalTasks(int argc, char** argv) {
-  SplitArgs split;
-  if (!SplitFlagValues("typical-tasks", {"--help"}, &argc, &argv, &split)) return 2;
-  std::string tasks_path, pods_path, out_path;
-  double coverage = 0.95;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--tasks" && v != nullptr) {
-      tasks_path = argv[++i];
-    } else if (arg == "--pods" && v != nullptr) {
-      pods_path = argv[++i];
-    } else if (arg == "--out" && v != nullptr) {
-      out_path = argv[++i];
-    } else if (arg == "--coverage" && v != nullptr) {
-      char* end = nullptr;
-      coverage = std::strtod(argv[++i], &end);
-      if (end == argv[i] || *end != '\0') {
-        std::cerr << "gpushare typical-tasks: --coverage takes a number, not '" << argv[i]
-                  << "'\n";
-        return 2;
-      }
-    } else {
-      std::cerr << "gpushare typical-tasks: unknown or incomplete flag " << arg << "\n" << kUsage;
-      return 2;
-    }
+  const absl::StatusOr<TypicalTasksConfig> parsed = ParseTypicalTasksFlags(argc, argv);
+  if (std::optional<int> code = ExitBeforeRunning("typical-tasks", parsed.status(),
+                                                  parsed.ok() && parsed->help, TypicalTasksHelp)) {
+    return *code;
   }
-  if (tasks_path.empty() == pods_path.empty()) {
-    std::cerr << "gpushare typical-tasks: give one of --tasks and --pods\n" << kUsage;
-    return 2;
-  }
+  const TypicalTasksConfig& c = *parsed;
   std::vector<Request> requests;
   FragResource resource = FragResource::kCompute;
-  if (!tasks_path.empty()) {
-    absl::StatusOr<std::vector<TraceTask>> tasks = LoadOpenbTasks(tasks_path);
+  if (!c.tasks.empty()) {
+    absl::StatusOr<std::vector<TraceTask>> tasks = LoadOpenbTasks(c.tasks);
     if (!tasks.ok()) return Fail(std::string(tasks.status().message()));
     requests = ToRequests(*tasks);
   } else {
-    std::ifstream in(pods_path, std::ios::binary);
-    if (!in) return Fail("cannot read " + pods_path);
+    std::ifstream in(c.pods, std::ios::binary);
+    if (!in) return Fail("cannot read " + c.pods);
     std::stringstream text;
     text << in.rdbuf();
     absl::StatusOr<std::vector<k8s::Pod>> pods = k8s::ParsePodList(text.str());
-    if (!pods.ok()) return Fail(pods_path + ": " + std::string(pods.status().message()));
+    if (!pods.ok()) return Fail(c.pods + ": " + std::string(pods.status().message()));
     for (const k8s::Pod& pod : *pods) requests.push_back(pod.request);
     resource = FragResource::kMemory;
   }
-  absl::StatusOr<TargetWorkload> target = TypicalTasks(requests, coverage, resource);
+  absl::StatusOr<TargetWorkload> target = TypicalTasks(requests, c.coverage, resource);
   if (!target.ok()) return Fail(std::string(target.status().message()));
   const std::string json = TargetWorkloadToJson(*target);
-  if (out_path.empty()) {
+  if (c.out.empty()) {
     std::cout << json;
     return 0;
   }
-  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
-  if (!(out << json) || !out.flush()) return Fail("cannot write " + out_path);
+  std::ofstream out(c.out, std::ios::binary | std::ios::trunc);
+  if (!(out << json) || !out.flush()) return Fail("cannot write " + c.out);
   return 0;
 }
 

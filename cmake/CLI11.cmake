@@ -1,4 +1,4 @@
-# CLI11, the flag parser of gpushare's programs (extender/flags.h); header-only.
+# CLI11, the flag parser of gpushare's programs (tools/flags/flags.h); header-only.
 # Debian's libcli11-dev ships a CMake config (CLI11::CLI11); an install with
 # only the headers is found by them. The library (src/) does not use it.
 if(NOT TARGET CLI11::CLI11)

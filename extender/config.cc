@@ -13,6 +13,14 @@ namespace gpushare::extender {
 
 namespace {
 
+using flags::FlagSet;
+using flags::ParseBytes;
+using flags::ParseInt;
+using flags::SetBool;
+using flags::SetInt;
+using flags::SetMs;
+using flags::SetString;
+
 constexpr int64_t kDayMs = 86'400'000;
 
 constexpr char kApiGroup[] = "The Kubernetes API (default): found as client-go finds it";

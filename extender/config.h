@@ -1,4 +1,4 @@
-// gpushare-extender's configuration: its flags (extender/flags.h), parsed and
+// gpushare-extender's configuration: its flags (tools/flags/flags.h), parsed and
 // checked apart from the program so that each rule is tested
 // (tests/extender/config_test.cc).
 
@@ -11,10 +11,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "extender/api_client.h"
-#include "extender/flags.h"
 #include "extender/leader.h"
 #include "extender/server.h"
 #include "gpushare/gpushare.h"
+#include "tools/flags/flags.h"
 
 namespace gpushare::extender {
 
@@ -63,7 +63,7 @@ std::string ExtenderHelp();
 // The serving flags (--tls-cert-file, --max-body-bytes, --io-threads, ...),
 // parsed into `options` (whose defaults --help shows). Values are checked
 // one by one; ValidateServerOptions checks them together.
-void AddServingFlags(FlagSet* flags, ServerOptions* options);
+void AddServingFlags(flags::FlagSet* flags, ServerOptions* options);
 
 // With --leader-elect true: the Lease's namespace, unless given, from
 // `namespace_file` (the service account's) when it can be read; the identity,

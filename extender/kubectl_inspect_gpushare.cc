@@ -18,10 +18,10 @@
 #include <string>
 
 #include "extender/api_client.h"
-#include "extender/flags.h"
 #include "extender/kubeconfig.h"
 #include "gpushare/gpushare.h"
 #include "gpushare/inspect.h"
+#include "tools/flags/flags.h"
 
 namespace {
 
@@ -29,13 +29,13 @@ constexpr char kUsage[] =
     "usage: kubectl inspect gpushare [-d] [NODE] [--kubeconfig FILE] [--context NAME] "
     "[--server URL]";
 
-int Usage(const std::string& why, const gpushare::extender::FlagSet& flags) {
+int Usage(const std::string& why, const gpushare::flags::FlagSet& flags) {
   std::cerr << "kubectl-inspect-gpushare: " << why << "\n" << flags.Help();
   return 2;
 }
 
 // Sets `out` to the flag's value; `missing` is the message without one.
-gpushare::extender::FlagSet::Setter Set(std::string missing, std::string* out) {
+gpushare::flags::FlagSet::Setter Set(std::string missing, std::string* out) {
   return [missing, out](const char* v) -> std::string {
     if (v == nullptr) return missing;
     *out = v;
@@ -48,7 +48,7 @@ gpushare::extender::FlagSet::Setter Set(std::string missing, std::string* out) {
 int main(int argc, char** argv) {
   bool details = false;
   std::string node, kubeconfig, context, server;
-  gpushare::extender::FlagSet flags("kubectl-inspect-gpushare", kUsage);
+  gpushare::flags::FlagSet flags("kubectl-inspect-gpushare", kUsage);
   const std::string group = "Flags (--flag value or --flag=value)";
   flags.AddSwitch(group, "-d,--details", "per node, the GPU memory of each pod on each GPU",
                   &details);

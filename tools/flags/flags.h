@@ -1,4 +1,4 @@
-// Command-line flags of gpushare's programs (gpushare-extender,
+// Command-line flags of gpushare's programs (gpushare, gpushare-extender,
 // kubectl-inspect-gpushare), defined once: each definition parses its flag
 // and writes the --help text.
 //
@@ -20,25 +20,36 @@
 // Each flag takes exactly one value (booleans too: "--leader-elect true", as
 // Kubernetes components take them), parsed by a setter that returns the
 // error message naming the flag and the value, so messages and rules stay
-// ours rather than the parser's. A flag given twice keeps its last value.
+// ours rather than the parser's. A flag given twice keeps its last value,
+// unless it is defined as repeatable (AddRepeated): then each value counts,
+// in the order given. A switch (AddSwitch) takes no value: "--markdown=yes"
+// is an error, not a way to spell true.
+//
+//   gpushare::flags::FlagSet flags("gpushare sweep", "usage: gpushare sweep [flags] FILE...");
+//   flags.Add("Flags", "--out", "FILE", "write the CSV there", SetString("--out", &out));
+//   flags.AddRepeated("Flags", "--tasks", "FILE", "a task file", [&](const char* v) {...});
+//   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) ...  // s.message() says why.
+//   if (flags.help_requested()) std::cout << flags.Help();
 
-#ifndef GPUSHARE_EXTENDER_FLAGS_H_
-#define GPUSHARE_EXTENDER_FLAGS_H_
+#ifndef GPUSHARE_TOOLS_FLAGS_FLAGS_H_
+#define GPUSHARE_TOOLS_FLAGS_FLAGS_H_
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
 
 namespace CLI {
 class App;
+class Option;
 }  // namespace CLI
 
-namespace gpushare::extender {
+namespace gpushare::flags {
 
 class FlagSet {
  public:
@@ -53,29 +64,49 @@ class FlagSet {
   FlagSet(const FlagSet&) = delete;
   FlagSet& operator=(const FlagSet&) = delete;
 
-  // Adds the flag `name` ("--port"; "-s,--server" for a short alias too) to
-  // the --help section `group`, shown as "NAME VALUE_NAME  help" (`help` may
-  // span lines).
+  // Adds the flag `name` ("--port"; "-s,--server" for a short alias,
+  // "--policies,--policy" for a second long one) to the --help section
+  // `group`, shown as "NAME VALUE_NAME  help" (`help` may span lines). Only
+  // the last value given is set.
   void Add(const std::string& group, const std::string& name, const std::string& value_name,
            const std::string& help, Setter set);
+  // The same for a flag that may be given many times: `set` takes every
+  // value, in the order given, interleaved with those of AddPositionals.
+  void AddRepeated(const std::string& group, const std::string& name,
+                   const std::string& value_name, const std::string& help, Setter set);
   // A positional argument (at most one value).
   void AddPositional(const std::string& name, const std::string& help, std::string* out);
-  // A flag without a value ("-d").
+  // Positional arguments, any number: `set` takes each, in the order given.
+  void AddPositionals(const std::string& name, const std::string& help, Setter set);
+  // A flag without a value ("-d"): sets `*out` to true, or calls `on`, each
+  // time it is given (in the order given among switches).
   void AddSwitch(const std::string& group, const std::string& name, const std::string& help,
                  bool* out);
+  void AddSwitch(const std::string& group, const std::string& name, const std::string& help,
+                 std::function<void()> on);
 
   // Parses argv[1..argc-1]. InvalidArgument naming the flag and value on a
   // bad value, "unknown or incomplete flag ARG" for an argument nothing
-  // takes. --help or -h: OK, and help_requested().
+  // takes, "--switch takes no value, got '--switch=V'" for a switch given a
+  // value. --help or -h: OK, and help_requested(). Parse once per FlagSet.
   absl::Status Parse(int argc, const char* const* argv);
   bool help_requested() const { return help_; }
   // The --help text.
   std::string Help() const;
 
  private:
+  // Registers the setter of a flag that takes a value under each of its
+  // long names; returns the first, the key of setters_.
+  std::string AddSetter(const std::string& names, Setter set);
+  // Runs the setters of AddRepeated and AddPositionals in the order given.
+  absl::Status RunOrdered() const;
+
   std::string program_;
   std::unique_ptr<CLI::App> app_;
-  std::map<std::string, Setter> setters_;  // By the flag's long name.
+  std::map<std::string, Setter> setters_;      // By the flag's first long name.
+  std::map<std::string, std::string> keys_;    // Each long name of a flag -> its first.
+  std::set<std::string> switches_;             // Each long name of a switch.
+  std::map<const CLI::Option*, Setter> ordered_;  // AddRepeated and AddPositionals.
   bool help_ = false;
 };
 
@@ -87,8 +118,19 @@ FlagSet::Setter SetInt(const std::string& flag, const std::string& what, int64_t
                        int64_t* out);
 FlagSet::Setter SetInt(const std::string& flag, const std::string& what, int64_t lo, int64_t hi,
                        int* out);
+// Any whole number of the type: "FLAG takes a whole number, not V", for
+// values whose range the library checks.
+FlagSet::Setter SetInt(const std::string& flag, int64_t* out);
+FlagSet::Setter SetInt(const std::string& flag, int* out);
 FlagSet::Setter SetMs(const std::string& flag, int64_t lo, int64_t hi,
                       std::chrono::milliseconds* out);
+// A number ("1.3", "2e-3") in lo..hi: "FLAG takes WHAT in LO..HI, not V";
+// NaN never is.
+FlagSet::Setter SetDouble(const std::string& flag, const std::string& what, double lo, double hi,
+                          double* out);
+// Any number: "FLAG takes a number, not V", for values whose range the
+// library checks.
+FlagSet::Setter SetDouble(const std::string& flag, double* out);
 // "true" or "1", "false" or "0": "FLAG takes true or false, not V".
 FlagSet::Setter SetBool(const std::string& flag, bool* out);
 
@@ -96,7 +138,9 @@ FlagSet::Setter SetBool(const std::string& flag, bool* out);
 bool ParseBytes(const char* text, uint64_t* out);
 // A whole number in lo..hi, nothing after it.
 bool ParseInt(const char* text, int64_t lo, int64_t hi, int64_t* out);
+// A number (strtod's forms) in lo..hi, nothing after it.
+bool ParseDouble(const char* text, double lo, double hi, double* out);
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::flags
 
-#endif  // GPUSHARE_EXTENDER_FLAGS_H_
+#endif  // GPUSHARE_TOOLS_FLAGS_FLAGS_H_
