@@ -492,6 +492,40 @@ class TlsTest(ServerCase):
         with self.assertRaises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
             call("GET", "/healthz", cert="other")
 
+    def test_the_certificates_of_deploy_make_certs_work_as_deployed(self):
+        """deploy/make-certs.sh's files, used as deploy/base names them:
+        kube-scheduler's certificate and a replica's own certificate (bind
+        forwarding) are served, under the DNS names the manifests use."""
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        certs = os.path.join(self.tmp, "deploy-certs")
+        subprocess.run([os.path.join(repo, "deploy", "make-certs.sh"), certs], check=True,
+                       capture_output=True, timeout=120)
+        self.start(["--tls-cert-file", os.path.join(certs, "tls.crt"),
+                    "--tls-private-key-file", os.path.join(certs, "tls.key"),
+                    "--client-ca-file", os.path.join(certs, "ca.crt")])
+        for host in ("gpushare-extender.kube-system.svc",
+                     "gpushare-extender-7d9c-x2x.gpushare-extender-peers.kube-system.svc"):
+            for client in ("scheduler", "tls"):
+                ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+                ctx.load_cert_chain(os.path.join(certs, client + ".crt"),
+                                    os.path.join(certs, client + ".key"))
+                with socket.create_connection((HOST, self.port), timeout=10) as raw:
+                    with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                        tls.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n"
+                                    b"Connection: close\r\n\r\n")
+                        reply = b""
+                        while True:
+                            chunk = tls.recv(4096)
+                            if not chunk:
+                                break
+                            reply += chunk
+                self.assertTrue(reply.startswith(b"HTTP/1.1 200"), (host, client, reply[:80]))
+        # A name the certificate does not carry is refused by the client.
+        ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+        with socket.create_connection((HOST, self.port), timeout=10) as raw:
+            with self.assertRaises(ssl.SSLCertVerificationError):
+                ctx.wrap_socket(raw, server_hostname="elsewhere.example.com")
+
     def test_bad_certificate_files_are_clear_startup_errors(self):
         cases = [
             (["--tls-cert-file", self.pem("server.crt"),

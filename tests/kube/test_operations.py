@@ -252,8 +252,22 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
         assert "--leader-elect" in c["args"]
+        # HTTPS with client certificates; the kubelet's probes speak HTTPS.
+        assert "--client-ca-file=/etc/gpushare-tls/ca.crt" in c["args"]
+        assert any(a.startswith("https://") for a in c["args"])
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert c[probe]["httpGet"]["scheme"] == "HTTPS"
+        assert pod["subdomain"] == "gpushare-extender-peers"
+        peers = cluster.api.get("/api/v1/namespaces/kube-system/services/gpushare-extender-peers")
+        assert peers["spec"]["clusterIP"] == "None"
+        policy = cluster.api.get(
+            "/apis/networking.k8s.io/v1/namespaces/kube-system/networkpolicies/gpushare-extender")
+        assert policy["spec"]["podSelector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "gpushare-extender"}
         cm = cluster.api.get("/api/v1/namespaces/kube-system/configmaps/gpushare-scheduler-config")
-        assert "gpushare-extender.kube-system" in cm["data"]["scheduler-config.yaml"]
+        config = cm["data"]["scheduler-config.yaml"]
+        assert "https://gpushare-extender.kube-system.svc:32766" in config
+        assert "certFile: /etc/kubernetes/gpushare/scheduler.crt" in config
         wrong = []
         for verb, *rest in ALLOWED:
             r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", SA, check=False)
@@ -285,10 +299,13 @@ def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
     assert "--policy=fgdpack" in args and "--policy=binpack" not in args
     flag = "--target-workload=/etc/gpushare/target-workload.json"
     assert flag in args
-    assert pod["containers"][0]["volumeMounts"] == [
-        {"name": "target-workload", "mountPath": "/etc/gpushare", "readOnly": True}]
-    (volume,) = pod["volumes"]
-    cm_name = volume["configMap"]["name"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["target-workload"] == {"name": "target-workload",
+                                         "mountPath": "/etc/gpushare", "readOnly": True}
+    assert mounts["tls"]["mountPath"] == "/etc/gpushare-tls"  # The base's, kept.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "gpushare-extender-tls"
+    cm_name = volumes["target-workload"]["configMap"]["name"]
     assert cm_name.startswith("gpushare-target-workload-")  # The content hash.
     (cm,) = [c for c in by_kind["ConfigMap"] if c["metadata"]["name"] == cm_name]
     assert cm["metadata"]["namespace"] == "kube-system"
@@ -300,9 +317,14 @@ def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
 
     # The extender with the Deployment's own arguments, as the kubelet would
     # run them (the pod's name and IP substituted, the ConfigMap's file
-    # written), but on the harness's address and port.
+    # written, the Secret's files made by deploy/make-certs.sh), but on the
+    # harness's address and port and with the harness's serving certificate
+    # (given after these, so it wins), which kube-scheduler trusts.
     path = tmp_path / "target-workload.json"
     path.write_text(target)
+    certs = tmp_path / "certs"
+    subprocess.run([os.path.join(DEPLOY, "make-certs.sh"), str(certs)], check=True,
+                   capture_output=True, timeout=120)
     env = {"$(POD_NAME)": "gpushare-extender-e2e", "$(POD_IP)": "127.0.0.1"}
     run_args = []
     for a in args:
@@ -310,7 +332,9 @@ def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
             a = a.replace(k, v)
         if a.startswith(("--address=", "--port=")):
             continue
+        a = a.replace("/etc/gpushare-tls", str(certs))
         run_args.append(a.replace("/etc/gpushare/target-workload.json", str(path)))
+    assert "--leader-forward-ca=%s/ca.crt" % certs in run_args
     assert "--target-workload=" + str(path) in run_args
     # First with an empty target: the flag is read, and the process refuses to start.
     bad = tmp_path / "empty-target.json"
