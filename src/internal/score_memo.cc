@@ -285,6 +285,24 @@ struct ScoreMemo::Memo {
       }
       t = Tree(held.begin(), held.end());  // In order: each key goes at the end.
     }
+    // Offers the nodes of the held keys of the best score in `t`, in order,
+    // until offer(slot) returns false; drops stale keys on the way (all of
+    // them when they outnumber the feasible ones, as SweepIfStale(); else
+    // those in front). Assumes a key is held (feasible > 0).
+    template <typename Tree, typename Offer>
+    void OfferBest(Tree& t, Offer&& offer) {
+      SweepIfStale(t);
+      // The stale keys in front of the first held one (one is held) go in
+      // one range erase: the B-tree removes a leaf's run of them at once and
+      // rebalances once, where erasing them one by one rebalances for each.
+      auto first = t.begin();
+      while (!Held(*first)) ++first;
+      if (first != t.begin()) t.erase(t.begin(), first);
+      const auto top = t.begin()->score;
+      for (auto k = t.begin(); k != t.end() && k->score == top; ++k) {
+        if (Held(*k) && !offer(k->slot)) break;
+      }
+    }
     uint64_t cursor = 0;  // Position in the change log it has applied.
     bool fresh = true;    // Nothing applied yet: re-score every node.
     uint64_t last_use = 0;
@@ -587,6 +605,22 @@ struct ScoreMemo::Data {
     entries -= owner->EraseShape(it);
     return true;
   }
+
+  // ScoreMemo::Plan()'s steps, in the order it takes them (a CPU-only
+  // request may be answered by PlanFromCpuOrder() between MemoOf() and
+  // ShapeOf()); each called with mu_ held, and defined just above Plan().
+  void CatchUpNodes(const ClusterState& state, uint32_t n);
+  Memo* MemoOf(const Policy& policy, const fgd::CompiledTarget* target);
+  Memo::Shape& ShapeOf(Memo* memo, const Request& request, const Demand& demand, bool kernel,
+                       uint32_t n);
+  void SizeShape(Memo* memo, Memo::Shape& shape, const ClusterState& state, uint32_t n,
+                 bool kernel);
+  class ShapeWalk;
+  bool RefreshShape(Memo* memo, Memo::Shape& shape, const ClusterState& state,
+                    const Cluster& cluster, Policy& policy, fgd::KernelPolicy* kernel,
+                    const fgd::CompiledTarget* target, int gpu_count, uint32_t n);
+  void PickWinner(const ClusterState& state, Memo::Shape& shape, bool kernel, int* best_slot,
+                  NodeChoice* best_choice) const;
 };
 
 ScoreMemo::ScoreMemo() : data_(std::make_unique<Data>()) {}
@@ -811,6 +845,370 @@ ScoreMemo::CpuOrderAnswer ScoreMemo::PlanFromCpuOrder(const ClusterState& state,
   return CpuOrderAnswer::kFound;
 }
 
+// Plan()'s first step: what Touch() has not kept for the n nodes. A stamp
+// for each node it never met, and, since it keeps the fit summaries only
+// while some memo exists, the summary of each node it kept none for.
+void ScoreMemo::Data::CatchUpNodes(const ClusterState& state, uint32_t n) {
+  if (stamps.size() < n) stamps.resize(n, 1);
+  if (memos.empty()) summaries.clear();  // Touch() kept none.
+  for (uint32_t slot = static_cast<uint32_t>(summaries.size()); slot < n; ++slot) {
+    summaries.emplace_back(state.nodes[slot]);
+  }
+}
+
+// The memo of `policy` (its type and `target`, the policy's own), made on
+// first use; making one drops the least recently used once there are
+// kMaxPolicies.
+ScoreMemo::Memo* ScoreMemo::Data::MemoOf(const Policy& policy,
+                                         const fgd::CompiledTarget* target) {
+  for (const auto& m : memos) {
+    if (*m->type == typeid(policy) &&
+        fgd::SameTarget(m->target ? &*m->target : nullptr, target)) {
+      return m.get();
+    }
+  }
+  if (static_cast<int>(memos.size()) >= kMaxPolicies) {
+    auto oldest = std::min_element(memos.begin(), memos.end(), [](const auto& a, const auto& b) {
+      return a->last_use < b->last_use;
+    });
+    entries -= (*oldest)->Entries();
+    memos.erase(oldest);
+  }
+  auto made = std::make_unique<Memo>();
+  made->type = &typeid(policy);
+  if (target != nullptr) made->target = *target;
+  Memo* memo = made.get();
+  memos.push_back(std::move(made));
+  return memo;
+}
+
+// The shape of a request in `memo`: by the hash of its fields when the
+// request lists its GPU models in order, else (or when not found so) by its
+// key; made on first use, with no verdicts yet, after dropping the least
+// recently used shapes while the verdicts it may bring for the n nodes
+// would pass kMaxEntries. `kernel`: the memo's policy is a kernel policy.
+ScoreMemo::Memo::Shape& ScoreMemo::Data::ShapeOf(Memo* memo, const Request& request,
+                                                 const Demand& demand, bool kernel,
+                                                 uint32_t n) {
+  std::optional<uint64_t> hash;
+  if (SortedAndDistinct(request.gpu_models)) {
+    const ShapeFields fields(request, demand);
+    hash = HashOfShape(fields);
+    auto at = memo->by_hash.find(*hash);
+    if (at != memo->by_hash.end() && fields.Of(at->second->request, at->second->demand)) {
+      return *at->second;
+    }
+  }
+  std::vector<std::string> models;
+  std::string key = ShapeKey(request, demand, &models);
+  auto it = memo->shapes.find(key);
+  if (it == memo->shapes.end()) {
+    // A kernel policy's shape may bring a group's n evaluations too.
+    const int64_t adds = kernel ? 2 * int64_t{n} : n;
+    while (entries + adds > kMaxEntries && DropOldestShape()) {
+    }
+    auto shape = std::make_unique<Memo::Shape>();
+    shape->request.gpu_models = std::move(models);
+    shape->request.node_selector = request.node_selector;
+    shape->request.topology = NeedOfShape(request.topology);
+    shape->demand = demand;
+    shape->full = !kernel;
+    shape->by_sets = kernel;
+    if (kernel) {
+      Request unselected = shape->request;
+      unselected.node_selector.clear();
+      Demand any_memory = demand;
+      any_memory.host_memory = 0;
+      std::vector<std::string> unused;
+      shape->group = memo->JoinGroup(ShapeKey(unselected, any_memory, &unused));
+    }
+    shape->keyed = TopologyKeyCap(demand, request) > 0;
+    shape->key = key;
+    it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
+  }
+  Memo::Shape* found = it->second.get();
+  // A shape keeps the first hash it was filed under.
+  if (hash.has_value() && !found->hash.has_value() &&
+      memo->by_hash.try_emplace(*hash, found).second) {
+    found->hash = hash;
+  }
+  return *found;
+}
+
+// Sizes `shape` of `memo` for the n nodes: a verdict (infeasible until its
+// node is scored) for each node added since its last Plan(), its sets for
+// the ranks of today's nodes, and its group's evaluations. `kernel`: the
+// memo's policy is a kernel policy.
+void ScoreMemo::Data::SizeShape(Memo* memo, Memo::Shape& shape, const ClusterState& state,
+                                uint32_t n, bool kernel) {
+  if (shape.verdicts.size() < n) {
+    entries += static_cast<int64_t>(n - shape.verdicts.size());
+    shape.verdicts.Resize(n);
+    shape.live.resize((n + 63) / 64);
+    if (shape.full) shape.rest.resize(n);
+    if (shape.keyed) shape.topology.resize(n);
+  }
+  if (shape.by_sets) {
+    EnsureRanks(state, n);
+    if (shape.sets_ranks != ranks_version) SyncSets(shape, state, n);
+  }
+  if (kernel && memo->groups[shape.group].evaluations.size() < n) {
+    ChoiceArray<true>& group = memo->groups[shape.group].evaluations;
+    entries += static_cast<int64_t>(n - group.size());
+    group.Resize(n);
+  }
+}
+
+// The re-scoring of one shape's nodes, for RefreshShape(): WalkChanges()
+// calls it for each node changed since the shape's last Plan(). Assumes the
+// shape is sized for the n nodes (SizeShape()), that `kernel` is the policy
+// as a kernel policy (nullptr for the others) with `target` its target, and
+// that `gpu_count` is the request's (its shape's: the count is in the key).
+class ScoreMemo::Data::ShapeWalk {
+ public:
+  ShapeWalk(Data& d, Memo& memo, Memo::Shape& shape, const ClusterState& state,
+            const Cluster& cluster, Policy& policy, fgd::KernelPolicy* kernel,
+            const fgd::CompiledTarget* target, int gpu_count, uint32_t n)
+      : d_(d), memo_(memo), shape_(shape), state_(state), cluster_(cluster), policy_(policy),
+        kernel_(kernel), target_(target), gpu_count_(gpu_count), n_(n),
+        keeps_facts_(kernel != nullptr && (target != nullptr || kernel->NeedsTags())),
+        summaries_(d.summaries.data()) {}
+
+  // Brings the verdict of the node in `slot` up to date; false when the scan
+  // must answer instead. Inlined into the walk, which calls it for every
+  // changed node: most are refused by their fit summary alone, and the rest
+  // go to Rescore().
+  bool operator()(uint32_t slot) {
+    if (summaries_[slot].Refuses(shape_.demand)) {
+      shape_.Refuse(slot);
+      return true;
+    }
+    return Rescore(slot);
+  }
+
+ private:
+  // A kernel policy's evaluation of `node`, in `slot`, at change stamp
+  // `stamp`, with the node's facts kept per slot when the policy derives
+  // any (`types`: the target's); writes the GPUs chosen into `chosen`.
+  // Assumes memo_.facts, allowed and counts are sized for the n nodes.
+  inline double Evaluate(uint32_t slot, uint64_t stamp, size_t types, const NodeStatus& node,
+                         int* chosen);
+  // The node in `slot`, which its fit summary does not refuse, scored anew
+  // (or refused by the full rules); false when the scan must answer (GPUs it
+  // would reject, a NaN score). A call of its own, so that operator(),
+  // which the walk calls for every node and which mostly refuses, stays
+  // small.
+  __attribute__((noinline)) bool Rescore(uint32_t slot);
+
+  Data& d_;
+  Memo& memo_;
+  Memo::Shape& shape_;
+  const ClusterState& state_;
+  const Cluster& cluster_;
+  Policy& policy_;
+  fgd::KernelPolicy* const kernel_;
+  const fgd::CompiledTarget* const target_;
+  const int gpu_count_;
+  const uint32_t n_;
+  const bool keeps_facts_;
+  const FitSummary* const summaries_;
+  // Scratch for Rescore(), kept between nodes (their buffers with them).
+  std::vector<int> fitting_;
+  NodeChoice choice_;
+};
+
+double ScoreMemo::Data::ShapeWalk::Evaluate(uint32_t slot, uint64_t stamp, size_t types,
+                                            const NodeStatus& node, int* chosen) {
+  if (!keeps_facts_) {
+    return kernel_->EvaluateInto(shape_.demand, node, fitting_, cluster_, chosen);
+  }
+  Memo::SlotFacts& kept = memo_.facts[slot];
+  if (kept.stamp != stamp) kept = Memo::SlotFacts{stamp};
+  fgd::KernelPolicy::NodeFacts facts;
+  facts.frag = kept.frag;
+  facts.frag_cpu = kept.frag_cpu;
+  facts.allowed = memo_.allowed.data() + slot * types;
+  facts.allowed_known = kept.allowed_known;
+  facts.counts = types > 0 ? memo_.counts.data() + slot * types : nullptr;
+  facts.counts_known = kept.counts_known;
+  facts.gpu_tags = kept.gpu_tags;
+  facts.tags_known = kept.tags_known;
+  const double primary =
+      kernel_->EvaluateInto(shape_.demand, node, fitting_, cluster_, chosen, &facts);
+  kept.frag = facts.frag;
+  kept.frag_cpu = facts.frag_cpu;
+  kept.allowed_known = facts.allowed_known;
+  kept.counts_known = facts.counts_known;
+  kept.gpu_tags = facts.gpu_tags;
+  kept.tags_known = facts.tags_known;
+  return primary;
+}
+
+bool ScoreMemo::Data::ShapeWalk::Rescore(uint32_t slot) {
+  Memo::Shape& shape = shape_;
+  const NodeStatus& node = state_.nodes[slot];
+  if (!NodeFits(node, shape.demand, shape.request, &fitting_)) {
+    shape.Refuse(slot);
+    return true;
+  }
+  const uint64_t stamp = d_.stamps[slot];
+  // Kernel policies write their choice into `chosen` without allocating.
+  std::array<int, kMaxGpusPerNode> chosen;
+  const int* gpus = chosen.data();
+  int count = gpu_count_;
+  Score score;
+  if (kernel_ != nullptr) {
+    if (count < 0 || count > kMaxGpusPerNode) return false;
+    const size_t types = target_ != nullptr ? target_->types.size() : 0;
+    if (keeps_facts_ && memo_.facts.size() < n_) {
+      memo_.facts.resize(n_);
+      memo_.allowed.resize(n_ * types);
+      memo_.counts.resize(n_ * types);
+    }
+    // A shape alone in its group has no one to share with: it neither
+    // reads nor writes the group's evaluations (a shape that joins later
+    // finds them stale by their stamps).
+    Memo::Group& group = memo_.groups[shape.group];
+    ChoiceArray<true>* shared = group.shapes > 1 ? &group.evaluations : nullptr;
+    if (shared != nullptr && shared->stamp(slot) == stamp) {
+      score.primary = shared->score(slot);
+      int c = 0;
+      for (uint64_t m = shared->gpus(slot); m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
+      count = c;
+    } else {
+      score.primary = Evaluate(slot, stamp, types, node, chosen.data());
+      if (shared != nullptr) {
+        uint64_t mask = 0;
+        for (int i = 0; i < count; ++i) {
+          if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
+        }
+        shared->Set(slot, score.primary, mask, stamp);
+      }
+    }
+  } else {
+    choice_ = policy_.Evaluate(shape.demand, node, fitting_, cluster_);
+    score = choice_.score;
+    gpus = choice_.gpus.data();
+    count = static_cast<int>(choice_.gpus.size());
+  }
+  // The scan's own check (Cluster::Plan()); the scan reports the error.
+  if (count != gpu_count_) return false;
+  int previous = -1;
+  for (int i = 0; i < count; ++i) {
+    const int g = gpus[i];
+    if (g <= previous || !std::binary_search(fitting_.begin(), fitting_.end(), g)) return false;
+    previous = g;
+  }
+  // The node's topology may move the GPUs and sets the topology key; on a
+  // topology-blind node, or for kNone, it only sets the key (ApplyTopology()).
+  if (node.topology != nullptr && shape.request.topology.mode != TopologyNeed::Mode::kNone &&
+      count > 0) {
+    if (kernel_ != nullptr) choice_.gpus.assign(gpus, gpus + count);
+    choice_.score = score;
+    ApplyTopology(node, shape.demand, shape.request, fitting_, &choice_);
+    score.topology = choice_.score.topology;
+    gpus = choice_.gpus.data();
+    count = static_cast<int>(choice_.gpus.size());
+  } else {
+    score.topology = count > 0 ? TopologyKeyCap(shape.demand, shape.request) : 0;
+  }
+  // A NaN score would break the trees' order: the scan answers instead.
+  const Score keys = PolicyKeys(score);
+  if (std::isnan(keys.primary) || std::isnan(keys.secondary) || std::isnan(keys.tertiary)) {
+    return false;
+  }
+  uint64_t mask = 0;
+  for (int i = 0; i < count; ++i) mask |= uint64_t{1} << gpus[i];
+  if (shape.keyed) shape.topology[slot] = score.topology;
+  // Policy scores are often unchanged (the built-in ones are whole
+  // numbers): the node then keeps its place in the tree.
+  const bool live = shape.Live(slot);
+  if (live && shape.PolicyScoreAt(slot) == keys) {
+    shape.verdicts.SetGpus(slot, mask);
+    return true;
+  }
+  shape.feasible += !live;  // The old key, if any, is stale now.
+  shape.SetLive(slot);
+  shape.verdicts.Set(slot, keys.primary, mask);
+  if (kernel_ == nullptr) {
+    shape.rest[slot] = {keys.secondary, keys.tertiary};
+    shape.full_tree.insert(FullKey{keys, state_.tie_keys[slot], slot});
+  } else if (!shape.by_sets) {
+    shape.tree.insert(PrimaryKey{keys.primary, state_.tie_keys[slot], slot});
+  } else if (!shape.sets.Add(keys.primary, d_.rank_of[slot])) {
+    shape.MoveToTree(state_.tie_keys);  // This node's key included.
+  }
+  return true;
+}
+
+// Re-scores the nodes that changed since the shape's last Plan() (every
+// node on its first), with ShapeWalk; false, with the walk stopped there,
+// when the scan must answer instead. Assumes SizeShape() sized the shape.
+bool ScoreMemo::Data::RefreshShape(Memo* memo, Memo::Shape& shape, const ClusterState& state,
+                                   const Cluster& cluster, Policy& policy,
+                                   fgd::KernelPolicy* kernel, const fgd::CompiledTarget* target,
+                                   int gpu_count, uint32_t n) {
+  ShapeWalk refresh(*this, *memo, shape, state, cluster, policy, kernel, target, gpu_count, n);
+  // Fetched ahead: each node's fit summary, the shape's verdict, and the
+  // group's evaluations too, when the shape shares them. A refusal reads no
+  // verdict, and nine in ten of the nodes met are refusals at openb x8, but
+  // fetching the verdicts of all of them measured 6-9% faster at x1 and x8
+  // than fetching none. Fetching only those of the nodes the summary does
+  // not refuse (judged a few entries earlier) measured 10% faster at x1 for
+  // dotprod and gpupacking, no faster at x8, and 3% slower for fgd there.
+  // The walk is a call of its own: inlined here, its loop kept its bounds
+  // and arrays on the stack, reloaded for every change met.
+  Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
+  const bool ok = shape.verdicts.Visit([&](const auto* verdicts) __attribute__((noinline)) {
+    if (group == nullptr || group->shapes <= 1) {
+      return WalkChanges(&shape.cursor, &shape.fresh, n, refresh, summaries.data(), verdicts);
+    }
+    return group->evaluations.Visit([&](const auto* evaluations) {
+      return WalkChanges(&shape.cursor, &shape.fresh, n, refresh, summaries.data(), verdicts,
+                         evaluations);
+    });
+  });
+  shape.verdicts.Trim();
+  if (group != nullptr) group->evaluations.Trim();
+  return ok;
+}
+
+// The node and choice the scan would pick among the shape's feasible nodes:
+// the first nodes of the best policy score, in the tie-break order, race on
+// the topology key (NodeRace, as the scan does). Assumes the shape was
+// refreshed (RefreshShape()) and has a feasible node. `kernel`: the policy
+// is a kernel policy (its keys, when not in the sets, are in shape.tree).
+void ScoreMemo::Data::PickWinner(const ClusterState& state, Memo::Shape& shape, bool kernel,
+                                 int* best_slot, NodeChoice* best_choice) const {
+  NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
+  int entered = 0;
+  // Offers the node in `slot` to the race; false once the race wants no more.
+  auto offer = [&](uint32_t slot) {
+    PrefetchNode(state.nodes[slot]);  // Likely the node committed to next.
+    NodeChoice entry;
+    entry.score = shape.ScoreAt(slot);
+    race.Offer(slot, std::move(entry));
+    return ++entered < kTopologyWindow && !race.Settled();
+  };
+  if (shape.by_sets) {
+    shape.sets.TakeBest(
+        [&](double score, uint32_t rank) { return shape.Holds(slot_at[rank], score); },
+        [&](uint32_t rank) { return offer(slot_at[rank]); });
+  } else if (kernel) {
+    shape.OfferBest(shape.tree, offer);
+  } else {
+    shape.OfferBest(shape.full_tree, offer);
+  }
+  NodeChoice won;
+  race.Finish(best_slot, &won);
+  best_choice->score = won.score;
+  best_choice->gpus.clear();
+  const uint64_t mask = shape.verdicts.gpus(static_cast<uint32_t>(*best_slot));
+  for (int g = 0; g < kMaxGpusPerNode; ++g) {
+    if (mask >> g & 1) best_choice->gpus.push_back(g);
+  }
+}
+
 bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Request& request,
                      const Demand& demand, Policy& policy, int* best_slot,
                      NodeChoice* best_choice, bool* none_feasible) const {
@@ -821,36 +1219,8 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
   Data& d = *data_;
   const uint64_t now = ++d.clock;
   const uint32_t n = static_cast<uint32_t>(state.nodes.size());
-  if (d.stamps.size() < n) d.stamps.resize(n, 1);
-  if (d.memos.empty()) d.summaries.clear();  // Touch() kept none.
-  for (uint32_t slot = static_cast<uint32_t>(d.summaries.size()); slot < n; ++slot) {
-    d.summaries.emplace_back(state.nodes[slot]);
-  }
-
-  // The memo of this policy (its type and target), made on first use.
-  Memo* memo = nullptr;
-  for (const auto& m : d.memos) {
-    if (*m->type == typeid(policy) &&
-        fgd::SameTarget(m->target ? &*m->target : nullptr, target)) {
-      memo = m.get();
-      break;
-    }
-  }
-  if (memo == nullptr) {
-    if (static_cast<int>(d.memos.size()) >= kMaxPolicies) {
-      auto oldest = std::min_element(d.memos.begin(), d.memos.end(),
-                                     [](const auto& a, const auto& b) {
-                                       return a->last_use < b->last_use;
-                                     });
-      d.entries -= (*oldest)->Entries();
-      d.memos.erase(oldest);
-    }
-    auto made = std::make_unique<Memo>();
-    made->type = &typeid(policy);
-    if (target != nullptr) made->target = *target;
-    memo = made.get();
-    d.memos.push_back(std::move(made));
-  }
+  d.CatchUpNodes(state, n);
+  Memo* memo = d.MemoOf(policy, target);
   memo->last_use = now;
 
   if (kernel == nullptr && demand.kind == Demand::Kind::kCpuOnly &&
@@ -867,236 +1237,13 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     }
   }
 
-  // The shape: by the hash of its fields when the request lists its GPU
-  // models in order, else (or when not found so) by its key; made on first
-  // use.
-  std::optional<uint64_t> hash;
-  Memo::Shape* found = nullptr;
-  if (SortedAndDistinct(request.gpu_models)) {
-    const ShapeFields fields(request, demand);
-    hash = HashOfShape(fields);
-    auto at = memo->by_hash.find(*hash);
-    if (at != memo->by_hash.end() && fields.Of(at->second->request, at->second->demand)) {
-      found = at->second;
-    }
-  }
-  std::vector<std::string> models;
-  std::string key;
-  auto it = memo->shapes.end();
-  if (found == nullptr) {
-    key = ShapeKey(request, demand, &models);
-    it = memo->shapes.find(key);
-  }
-  if (found == nullptr && it == memo->shapes.end()) {
-    // A kernel policy's shape may bring a group's n evaluations too.
-    const int64_t adds = kernel != nullptr ? 2 * int64_t{n} : n;
-    while (d.entries + adds > kMaxEntries && d.DropOldestShape()) {
-    }
-    auto shape = std::make_unique<Memo::Shape>();
-    shape->request.gpu_models = std::move(models);
-    shape->request.node_selector = request.node_selector;
-    shape->request.topology = NeedOfShape(request.topology);
-    shape->demand = demand;
-    shape->full = kernel == nullptr;
-    shape->by_sets = kernel != nullptr;
-    if (kernel != nullptr) {
-      Request unselected = shape->request;
-      unselected.node_selector.clear();
-      Demand any_memory = demand;
-      any_memory.host_memory = 0;
-      std::vector<std::string> unused;
-      shape->group = memo->JoinGroup(ShapeKey(unselected, any_memory, &unused));
-    }
-    shape->keyed = TopologyKeyCap(demand, request) > 0;
-    shape->key = key;
-    it = memo->shapes.emplace(std::move(key), std::move(shape)).first;
-  }
-  if (found == nullptr) {
-    found = it->second.get();
-    // A shape keeps the first hash it was filed under.
-    if (hash.has_value() && !found->hash.has_value() &&
-        memo->by_hash.try_emplace(*hash, found).second) {
-      found->hash = hash;
-    }
-  }
-  Memo::Shape& shape = *found;
+  Memo::Shape& shape = d.ShapeOf(memo, request, demand, kernel != nullptr, n);
   shape.last_use = now;
-  if (shape.verdicts.size() < n) {
-    d.entries += static_cast<int64_t>(n - shape.verdicts.size());
-    shape.verdicts.Resize(n);
-    shape.live.resize((n + 63) / 64);
-    if (shape.full) shape.rest.resize(n);
-    if (shape.keyed) shape.topology.resize(n);
-  }
-  if (shape.by_sets) {
-    d.EnsureRanks(state, n);
-    if (shape.sets_ranks != d.ranks_version) d.SyncSets(shape, state, n);
-  }
-  if (kernel != nullptr && memo->groups[shape.group].evaluations.size() < n) {
-    ChoiceArray<true>& group = memo->groups[shape.group].evaluations;
-    d.entries += static_cast<int64_t>(n - group.size());
-    group.Resize(n);
-  }
-
-  // Re-scores the nodes that changed since the shape's last Plan().
-  std::vector<int> fitting;
-  NodeChoice choice;
-  // A kernel policy's evaluation of the node in `slot` at change stamp
-  // `stamp`, with the node's facts kept per slot.
-  const bool keeps_facts = kernel != nullptr && (target != nullptr || kernel->NeedsTags());
-  auto Evaluate = [&](uint32_t slot, uint64_t stamp, size_t types, const NodeStatus& node,
-                      int* chosen) {
-    if (!keeps_facts) return kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen);
-    Memo::SlotFacts& kept = memo->facts[slot];
-    if (kept.stamp != stamp) kept = Memo::SlotFacts{stamp};
-    fgd::KernelPolicy::NodeFacts facts;
-    facts.frag = kept.frag;
-    facts.frag_cpu = kept.frag_cpu;
-    facts.allowed = memo->allowed.data() + slot * types;
-    facts.allowed_known = kept.allowed_known;
-    facts.counts = types > 0 ? memo->counts.data() + slot * types : nullptr;
-    facts.counts_known = kept.counts_known;
-    facts.gpu_tags = kept.gpu_tags;
-    facts.tags_known = kept.tags_known;
-    const double primary =
-        kernel->EvaluateInto(shape.demand, node, fitting, cluster, chosen, &facts);
-    kept.frag = facts.frag;
-    kept.frag_cpu = facts.frag_cpu;
-    kept.allowed_known = facts.allowed_known;
-    kept.counts_known = facts.counts_known;
-    kept.gpu_tags = facts.gpu_tags;
-    kept.tags_known = facts.tags_known;
-    return primary;
-  };
-  // The node in `slot`, which its fit summary does not refuse, scored anew
-  // (or refused by the full rules). A call of its own, so that refresh(),
-  // which the walk calls for every node and which mostly refuses, stays small.
-  auto rescore = [&](uint32_t slot) __attribute__((noinline)) {
-    const NodeStatus& node = state.nodes[slot];
-    if (!NodeFits(node, shape.demand, shape.request, &fitting)) {
-      shape.Refuse(slot);
-      return true;
-    }
-    const uint64_t stamp = d.stamps[slot];
-    // Kernel policies write their choice into `chosen` without allocating.
-    std::array<int, kMaxGpusPerNode> chosen;
-    const int* gpus = chosen.data();
-    int count = demand.gpu_count;
-    Score score;
-    if (kernel != nullptr) {
-      if (count < 0 || count > kMaxGpusPerNode) return false;
-      const size_t types = target != nullptr ? target->types.size() : 0;
-      if (keeps_facts && memo->facts.size() < n) {
-        memo->facts.resize(n);
-        memo->allowed.resize(n * types);
-        memo->counts.resize(n * types);
-      }
-      // A shape alone in its group has no one to share with: it neither
-      // reads nor writes the group's evaluations (a shape that joins later
-      // finds them stale by their stamps).
-      Memo::Group& group = memo->groups[shape.group];
-      ChoiceArray<true>* shared = group.shapes > 1 ? &group.evaluations : nullptr;
-      if (shared != nullptr && shared->stamp(slot) == stamp) {
-        score.primary = shared->score(slot);
-        int c = 0;
-        for (uint64_t m = shared->gpus(slot); m != 0; m &= m - 1) chosen[c++] = __builtin_ctzll(m);
-        count = c;
-      } else {
-        score.primary = Evaluate(slot, stamp, types, node, chosen.data());
-        if (shared != nullptr) {
-          uint64_t mask = 0;
-          for (int i = 0; i < count; ++i) {
-            if (chosen[i] >= 0 && chosen[i] < kMaxGpusPerNode) mask |= uint64_t{1} << chosen[i];
-          }
-          shared->Set(slot, score.primary, mask, stamp);
-        }
-      }
-    } else {
-      choice = policy.Evaluate(shape.demand, node, fitting, cluster);
-      score = choice.score;
-      gpus = choice.gpus.data();
-      count = static_cast<int>(choice.gpus.size());
-    }
-    // The scan's own check (Cluster::Plan()); the scan reports the error.
-    if (count != demand.gpu_count) return false;
-    int previous = -1;
-    for (int i = 0; i < count; ++i) {
-      const int g = gpus[i];
-      if (g <= previous || !std::binary_search(fitting.begin(), fitting.end(), g)) return false;
-      previous = g;
-    }
-    // The node's topology may move the GPUs and sets the topology key; on a
-    // topology-blind node, or for kNone, it only sets the key (ApplyTopology()).
-    if (node.topology != nullptr && shape.request.topology.mode != TopologyNeed::Mode::kNone &&
-        count > 0) {
-      if (kernel != nullptr) choice.gpus.assign(gpus, gpus + count);
-      choice.score = score;
-      ApplyTopology(node, shape.demand, shape.request, fitting, &choice);
-      score.topology = choice.score.topology;
-      gpus = choice.gpus.data();
-      count = static_cast<int>(choice.gpus.size());
-    } else {
-      score.topology = count > 0 ? TopologyKeyCap(shape.demand, shape.request) : 0;
-    }
-    // A NaN score would break the trees' order: the scan answers instead.
-    const Score keys = PolicyKeys(score);
-    if (std::isnan(keys.primary) || std::isnan(keys.secondary) || std::isnan(keys.tertiary)) {
-      return false;
-    }
-    uint64_t mask = 0;
-    for (int i = 0; i < count; ++i) mask |= uint64_t{1} << gpus[i];
-    if (shape.keyed) shape.topology[slot] = score.topology;
-    // Policy scores are often unchanged (the built-in ones are whole
-    // numbers): the node then keeps its place in the tree.
-    const bool live = shape.Live(slot);
-    if (live && shape.PolicyScoreAt(slot) == keys) {
-      shape.verdicts.SetGpus(slot, mask);
-      return true;
-    }
-    shape.feasible += !live;  // The old key, if any, is stale now.
-    shape.SetLive(slot);
-    shape.verdicts.Set(slot, keys.primary, mask);
-    if (kernel == nullptr) {
-      shape.rest[slot] = {keys.secondary, keys.tertiary};
-      shape.full_tree.insert(FullKey{keys, state.tie_keys[slot], slot});
-    } else if (!shape.by_sets) {
-      shape.tree.insert(PrimaryKey{keys.primary, state.tie_keys[slot], slot});
-    } else if (!shape.sets.Add(keys.primary, d.rank_of[slot])) {
-      shape.MoveToTree(state.tie_keys);  // This node's key included.
-    }
-    return true;
-  };
-  // Brings the verdict of the node in `slot` up to date; false when the scan
-  // must answer instead.
-  const FitSummary* const summaries = d.summaries.data();
-  auto refresh = [&, summaries](uint32_t slot) {
-    if (summaries[slot].Refuses(shape.demand)) {
-      shape.Refuse(slot);
-      return true;
-    }
-    return rescore(slot);
-  };
-  // Fetched ahead: each node's fit summary, the shape's verdict, and the
-  // group's evaluations too, when the shape shares them. A refusal reads no
-  // verdict, and nine in ten of the nodes met are refusals at openb x8, but
-  // fetching the verdicts of all of them measured 6-9% faster at x1 and x8
-  // than fetching none. Fetching only those of the nodes the summary does
-  // not refuse (judged a few entries earlier) measured 10% faster at x1 for
-  // dotprod and gpupacking, no faster at x8, and 3% slower for fgd there.
-  Memo::Group* group = kernel != nullptr ? &memo->groups[shape.group] : nullptr;
-  const bool ok = shape.verdicts.Visit([&](const auto* verdicts) {
-    if (group == nullptr || group->shapes <= 1) {
-      return d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, d.summaries.data(),
-                           verdicts);
-    }
-    return group->evaluations.Visit([&](const auto* evaluations) {
-      return d.WalkChanges(&shape.cursor, &shape.fresh, n, refresh, d.summaries.data(),
-                           verdicts, evaluations);
-    });
-  });
-  shape.verdicts.Trim();
-  if (group != nullptr) group->evaluations.Trim();
-  if (!ok) {
+  d.SizeShape(memo, shape, state, n, kernel != nullptr);
+  if (!d.RefreshShape(memo, shape, state, cluster, policy, kernel, target, demand.gpu_count,
+                      n)) {
+    // The scan answers. The walk stopped short of the shape's changes, so
+    // the shape goes (the next request of it makes it again, by a full walk).
     d.entries -= memo->EraseShape(memo->shapes.find(shape.key));
     return false;
   }
@@ -1107,49 +1254,7 @@ bool ScoreMemo::Plan(const ClusterState& state, const Cluster& cluster, const Re
     if (none_feasible != nullptr) *none_feasible = true;
     return false;
   }
-
-  // The first nodes of the best policy score, in the tie-break order, race
-  // on the topology key (NodeRace, as the scan does).
-  NodeRace race(state.tie_keys, TopologyKeyCap(shape.demand, shape.request));
-  int entered = 0;
-  // Offers the node in `slot` to the race; false once the race wants no more.
-  auto offer = [&](uint32_t slot) {
-    PrefetchNode(state.nodes[slot]);  // Likely the node committed to next.
-    NodeChoice entry;
-    entry.score = shape.ScoreAt(slot);
-    race.Offer(slot, std::move(entry));
-    return ++entered < kTopologyWindow && !race.Settled();
-  };
-  auto enter = [&](auto& tree) {
-    shape.SweepIfStale(tree);
-    // The stale keys in front of the first held one (one is held) go in
-    // one range erase: the B-tree removes a leaf's run of them at once and
-    // rebalances once, where erasing them one by one rebalances for each.
-    auto first = tree.begin();
-    while (!shape.Held(*first)) ++first;
-    if (first != tree.begin()) tree.erase(tree.begin(), first);
-    const auto top = tree.begin()->score;
-    for (auto k = tree.begin(); k != tree.end() && k->score == top; ++k) {
-      if (shape.Held(*k) && !offer(k->slot)) break;
-    }
-  };
-  if (shape.by_sets) {
-    shape.sets.TakeBest(
-        [&](double score, uint32_t rank) { return shape.Holds(d.slot_at[rank], score); },
-        [&](uint32_t rank) { return offer(d.slot_at[rank]); });
-  } else if (kernel != nullptr) {
-    enter(shape.tree);
-  } else {
-    enter(shape.full_tree);
-  }
-  NodeChoice won;
-  race.Finish(best_slot, &won);
-  best_choice->score = won.score;
-  best_choice->gpus.clear();
-  const uint64_t mask = shape.verdicts.gpus(static_cast<uint32_t>(*best_slot));
-  for (int g = 0; g < kMaxGpusPerNode; ++g) {
-    if (mask >> g & 1) best_choice->gpus.push_back(g);
-  }
+  d.PickWinner(state, shape, kernel != nullptr, best_slot, best_choice);
   return true;
 }
 
