@@ -1,0 +1,173 @@
+// Nvml: NVML through dlopen (see nvml.h).
+
+#include "device-plugin/nvml.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "device-plugin/nvml_abi.h"
+
+namespace gpushare::deviceplugin {
+
+struct Nvml::Api {
+  void* handle = nullptr;
+  nvmlInit_v2_fn init = nullptr;
+  nvmlShutdown_fn shutdown = nullptr;
+  nvmlErrorString_fn error_string = nullptr;
+  nvmlSystemGetDriverVersion_fn driver_version = nullptr;
+  nvmlDeviceGetCount_v2_fn count = nullptr;
+  nvmlDeviceGetHandleByIndex_v2_fn by_index = nullptr;
+  nvmlDeviceGetUUID_fn uuid = nullptr;
+  nvmlDeviceGetName_fn name = nullptr;
+  nvmlDeviceGetMemoryInfo_fn memory = nullptr;
+  nvmlDeviceGetPciInfo_v3_fn pci = nullptr;
+  nvmlDeviceGetCudaComputeCapability_fn compute = nullptr;
+  // Optional: absent in older drivers.
+  nvmlDeviceGetMigMode_fn mig = nullptr;
+  nvmlDeviceGetNumaNodeId_fn numa = nullptr;
+
+  std::string Error(nvmlReturn_t r) const {
+    const char* text = error_string ? error_string(r) : nullptr;
+    return text ? std::string(text) : absl::StrCat("NVML error ", r);
+  }
+};
+
+namespace {
+
+// Looks `name` up; false when the library lacks it.
+template <class Fn>
+bool Find(void* handle, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(handle, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
+  auto api = std::make_unique<Api>();
+  api->handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (api->handle == nullptr) {
+    const char* why = dlerror();
+    return absl::NotFoundError(absl::StrCat("cannot load ", library, " (", why ? why : "?",
+                                            "): is the NVIDIA driver installed on this node?"));
+  }
+  // The handle is closed by ~Nvml() once an Nvml owns it; until then, here.
+  struct Closer {
+    Api* api;
+    ~Closer() {
+      if (api) dlclose(api->handle);
+    }
+  } closer{api.get()};
+  const char* missing = nullptr;  // The first required call the library lacks.
+  auto need = [&](const char* name, auto* slot) {
+    if (missing == nullptr && !Find(api->handle, name, slot)) missing = name;
+  };
+  need("nvmlInit_v2", &api->init);
+  need("nvmlShutdown", &api->shutdown);
+  need("nvmlErrorString", &api->error_string);
+  need("nvmlSystemGetDriverVersion", &api->driver_version);
+  need("nvmlDeviceGetCount_v2", &api->count);
+  need("nvmlDeviceGetHandleByIndex_v2", &api->by_index);
+  need("nvmlDeviceGetUUID", &api->uuid);
+  need("nvmlDeviceGetName", &api->name);
+  need("nvmlDeviceGetMemoryInfo", &api->memory);
+  need("nvmlDeviceGetPciInfo_v3", &api->pci);
+  need("nvmlDeviceGetCudaComputeCapability", &api->compute);
+  if (missing != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        library, " has no ", missing, ": the NVIDIA driver is too old for gpushare-device-plugin"));
+  }
+  Find(api->handle, "nvmlDeviceGetMigMode", &api->mig);
+  Find(api->handle, "nvmlDeviceGetNumaNodeId", &api->numa);
+  if (const nvmlReturn_t r = api->init(); r != NVML_SUCCESS) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("nvmlInit_v2 failed: ", api->Error(r)));
+  }
+  closer.api = nullptr;
+  return std::unique_ptr<Nvml>(new Nvml(std::move(api)));
+}
+
+Nvml::Nvml(std::unique_ptr<Api> api) : api_(std::move(api)) {}
+
+Nvml::~Nvml() {
+  api_->shutdown();
+  dlclose(api_->handle);
+}
+
+absl::StatusOr<std::string> Nvml::DriverVersion() const {
+  char buffer[kNvmlDriverVersionBufferSize] = {};
+  if (const nvmlReturn_t r = api_->driver_version(buffer, sizeof buffer); r != NVML_SUCCESS) {
+    return absl::InternalError(absl::StrCat("nvmlSystemGetDriverVersion: ", api_->Error(r)));
+  }
+  return std::string(buffer);
+}
+
+absl::StatusOr<std::vector<GpuInfo>> Nvml::Devices() const {
+  unsigned count = 0;
+  if (const nvmlReturn_t r = api_->count(&count); r != NVML_SUCCESS) {
+    return absl::InternalError(absl::StrCat("nvmlDeviceGetCount_v2: ", api_->Error(r)));
+  }
+  std::vector<GpuInfo> gpus;
+  for (unsigned i = 0; i < count; ++i) {
+    auto failed = [&](const char* call, nvmlReturn_t r) {
+      return absl::InternalError(absl::StrCat("GPU ", i, ": ", call, ": ", api_->Error(r)));
+    };
+    nvmlDevice_t device = nullptr;
+    if (nvmlReturn_t r = api_->by_index(i, &device); r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetHandleByIndex_v2", r);
+    }
+    GpuInfo g;
+    g.index = static_cast<int>(i);
+    char text[kNvmlUuidBufferSize] = {};
+    if (nvmlReturn_t r = api_->uuid(device, text, sizeof text); r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetUUID", r);
+    }
+    g.uuid = text;
+    char name[kNvmlNameBufferSize] = {};
+    if (nvmlReturn_t r = api_->name(device, name, sizeof name); r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetName", r);
+    }
+    g.name = name;
+    nvmlMemory_t memory{};
+    if (nvmlReturn_t r = api_->memory(device, &memory); r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetMemoryInfo", r);
+    }
+    g.memory_bytes = memory.total;
+    nvmlPciInfo_t pci{};
+    if (nvmlReturn_t r = api_->pci(device, &pci); r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetPciInfo_v3", r);
+    }
+    g.pci_bus_id = std::string(pci.busId, strnlen(pci.busId, sizeof pci.busId));
+    if (nvmlReturn_t r = api_->compute(device, &g.compute_major, &g.compute_minor);
+        r != NVML_SUCCESS) {
+      return failed("nvmlDeviceGetCudaComputeCapability", r);
+    }
+    if (api_->mig != nullptr) {
+      unsigned current = 0, pending = 0;
+      const nvmlReturn_t r = api_->mig(device, &current, &pending);
+      if (r == NVML_SUCCESS) {
+        g.mig_enabled = current != 0;
+      } else if (r != NVML_ERROR_NOT_SUPPORTED) {
+        return failed("nvmlDeviceGetMigMode", r);
+      }
+    }
+    if (api_->numa != nullptr) {
+      unsigned node = 0;
+      const nvmlReturn_t r = api_->numa(device, &node);
+      if (r == NVML_SUCCESS) {
+        g.numa_node = static_cast<int>(node);
+      } else if (r != NVML_ERROR_NOT_SUPPORTED) {
+        return failed("nvmlDeviceGetNumaNodeId", r);
+      }
+    }
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
+}  // namespace gpushare::deviceplugin
