@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/flag_parsing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare::cli {
@@ -19,16 +20,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 absl::StatusOr<SimulateConfig> Parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = {"simulate"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return ParseSimulateFlags(static_cast<int>(argv.size()), argv.data());
+  return ::gpushare::testing::ParseFlags(ParseSimulateFlags, "simulate", args);
 }
 
 std::string Error(std::initializer_list<const char*> args) {
-  absl::StatusOr<SimulateConfig> c = Parse(args);
-  if (c.ok()) return "(accepted)";
-  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
-  return std::string(c.status().message());
+  return ::gpushare::testing::FlagError(Parse(args));
 }
 
 TEST(SimulateFlagsTest, DefaultsAreThePapersExperiment) {

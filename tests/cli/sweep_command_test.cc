@@ -9,26 +9,21 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/flag_parsing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare::cli {
 namespace {
 
-using ::gpushare::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 absl::StatusOr<SweepConfig> Parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = {"sweep"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return ParseSweepFlags(static_cast<int>(argv.size()), argv.data());
+  return ::gpushare::testing::ParseFlags(ParseSweepFlags, "sweep", args);
 }
 
 std::string Error(std::initializer_list<const char*> args) {
-  absl::StatusOr<SweepConfig> c = Parse(args);
-  if (c.ok()) return "(accepted)";
-  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
-  return std::string(c.status().message());
+  return ::gpushare::testing::FlagError(Parse(args));
 }
 
 TEST(SweepFlagsTest, DefaultsAreThePapersExperiment) {

@@ -9,25 +9,20 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/flag_parsing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare::cli {
 namespace {
 
-using ::gpushare::testing::StatusIs;
 using ::testing::HasSubstr;
 
 absl::StatusOr<TypicalTasksConfig> Parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = {"typical-tasks"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return ParseTypicalTasksFlags(static_cast<int>(argv.size()), argv.data());
+  return ::gpushare::testing::ParseFlags(ParseTypicalTasksFlags, "typical-tasks", args);
 }
 
 std::string Error(std::initializer_list<const char*> args) {
-  absl::StatusOr<TypicalTasksConfig> c = Parse(args);
-  if (c.ok()) return "(accepted)";
-  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
-  return std::string(c.status().message());
+  return ::gpushare::testing::FlagError(Parse(args));
 }
 
 TEST(TypicalTasksFlagsTest, EqualsAndSpaceFormsAreTheSameFlag) {

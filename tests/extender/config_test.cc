@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/flag_parsing.h"
 
 namespace gpushare::extender {
 namespace {
@@ -19,16 +20,11 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 absl::StatusOr<ExtenderConfig> Parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv = {"gpushare-extender"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return ParseExtenderFlags(static_cast<int>(argv.size()), argv.data());
+  return ::gpushare::testing::ParseFlags(ParseExtenderFlags, "gpushare-extender", args);
 }
 
 std::string Error(std::initializer_list<const char*> args) {
-  absl::StatusOr<ExtenderConfig> c = Parse(args);
-  if (c.ok()) return "(accepted)";
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  return std::string(c.status().message());
+  return ::gpushare::testing::FlagError(Parse(args));
 }
 
 TEST(ExtenderFlagsTest, DefaultsWithoutFlags) {
