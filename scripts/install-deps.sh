@@ -8,7 +8,8 @@ packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-de
           pybind11-dev python3-dev python3-venv python3-matplotlib
           libsimdjson-dev  # the fast readers of snapshots and Kubernetes lists
           libssl-dev openssl libyaml-cpp-dev  # gpushare-extender: HTTPS, kubeconfig
-          libcli11-dev)  # the programs' flags (tools/flags/flags.h)
+          libcli11-dev  # the programs' flags (tools/flags/flags.h)
+          libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)  # the device plugin
 # --fuzz: also clang and its libFuzzer and sanitizer runtimes, for
 # scripts/fuzz.sh (`make fuzz`, the 60-fuzz stage of `make test`); `make demo`
 # does without them.

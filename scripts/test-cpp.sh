@@ -10,6 +10,8 @@
 #                                    GPUSHARE_QUICK=1
 #   scripts/test-cpp.sh --build-only either, without ctest
 #
+# Both build gpushare-device-plugin's gRPC server (GPUSHARE_BUILD_DEVICE_PLUGIN,
+# which takes the kubelet's api.proto through device-plugin/kubelet-api.sh).
 # build/ also builds the pybind11 module (GPUSHARE_BUILD_PYTHON=ON) for the
 # interpreter `python3` names, so that `make check` tests the bindings
 # against the same library build; the pip-installed package of the 20-python
@@ -37,14 +39,16 @@ done
 if [ "$sanitize" -eq 1 ]; then
   build=build-asan
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUSHARE_WERROR=ON \
-        -DGPUSHARE_SANITIZE=address,undefined -DGPUSHARE_BUILD_BENCH=OFF >/dev/null
+        -DGPUSHARE_SANITIZE=address,undefined -DGPUSHARE_BUILD_BENCH=OFF \
+        -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
   # The sanitized suite is slow; its randomised tests run the short way.
   export GPUSHARE_QUICK=1
 else
   build=build
   python=$(python3 -c 'import sys; print(sys.executable)')
   cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON \
-        -DGPUSHARE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$python" >/dev/null
+        -DGPUSHARE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$python" \
+        -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
 fi
 cmake --build "$build" -j "$jobs"
 [ "$run_tests" -eq 1 ] || exit 0

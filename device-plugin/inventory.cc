@@ -1,0 +1,87 @@
+// Inventory: NVML's GPUs as the kubelet's devices (see inventory.h).
+
+#include "device-plugin/inventory.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace gpushare::deviceplugin {
+
+namespace {
+constexpr char kMemInfix[] = "-mem-";
+constexpr size_t kMemInfixSize = sizeof(kMemInfix) - 1;
+}  // namespace
+
+absl::StatusOr<MemoryUnit> ParseMemoryUnit(std::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(std::string(text));
+  if (lower == "gib") return MemoryUnit::kGiB;
+  if (lower == "mib") return MemoryUnit::kMiB;
+  return absl::InvalidArgumentError(
+      absl::StrCat("memory unit \"", std::string(text), "\" is neither GiB nor MiB"));
+}
+
+const char* MemoryUnitName(MemoryUnit unit) { return unit == MemoryUnit::kGiB ? "GiB" : "MiB"; }
+
+int64_t MibPerUnit(MemoryUnit unit) { return unit == MemoryUnit::kGiB ? 1024 : 1; }
+
+int64_t Inventory::total_units() const {
+  int64_t total = 0;
+  for (int64_t u : units_) total += u;
+  return total;
+}
+
+std::string Inventory::MemDeviceId(int gpu, int64_t k) const {
+  return absl::StrCat(gpus_[gpu].uuid, kMemInfix, k);
+}
+
+std::optional<int> Inventory::GpuOfDevice(std::string_view id) const {
+  std::string_view uuid = id;
+  const size_t infix = id.rfind(kMemInfix);
+  if (infix != std::string_view::npos) {
+    int64_t k = 0;
+    if (absl::SimpleAtoi(std::string(id.substr(infix + kMemInfixSize)), &k) && k >= 0) {
+      uuid = id.substr(0, infix);
+      for (int g = 0; g < gpu_count(); ++g) {
+        if (gpus_[g].uuid == uuid) return k < units_[g] ? std::optional<int>(g) : std::nullopt;
+      }
+      return std::nullopt;
+    }
+  }
+  for (int g = 0; g < gpu_count(); ++g) {
+    if (gpus_[g].uuid == uuid) return g;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo> gpus, MemoryUnit unit) {
+  if (gpus.empty()) return absl::FailedPreconditionError("NVML reports no GPU on this node");
+  Inventory inv;
+  std::set<std::string> seen;
+  const uint64_t bytes_per_unit = static_cast<uint64_t>(MibPerUnit(unit)) << 20;
+  for (const GpuInfo& g : gpus) {
+    if (g.uuid.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("GPU ", g.index, " has no UUID"));
+    }
+    if (!seen.insert(g.uuid).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU ", g.index, " has the UUID ", g.uuid, " of another GPU"));
+    }
+    const int64_t units = static_cast<int64_t>(g.memory_bytes / bytes_per_unit);
+    if (units < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("GPU ", g.index, " (", g.uuid, ") has ",
+                                                     g.memory_bytes, " bytes: less than one ",
+                                                     MemoryUnitName(unit)));
+    }
+    inv.units_.push_back(units);
+  }
+  inv.gpus_ = std::move(gpus);
+  inv.unit_ = unit;
+  return inv;
+}
+
+}  // namespace gpushare::deviceplugin

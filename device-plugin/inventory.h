@@ -1,0 +1,72 @@
+// File: device-plugin/inventory.h
+// -----------------------------------------------------------------------------
+// What gpushare-device-plugin advertises to the kubelet, made from the GPUs
+// NVML reports (nvml.h):
+//
+//   aliyun.com/gpu-mem    one device per memory unit of each GPU, so a node
+//                         with a 10 GiB and a 20 GiB GPU offers 30 units;
+//                         ids "<uuid>-mem-<k>", k = 0 .. units-1
+//   aliyun.com/gpu-count  one device per GPU (id: its UUID), so the Node's
+//                         capacity counts its GPUs as the extender reads it
+//   nvidia.com/gpu        one device per GPU (id: its UUID), for exclusive
+//                         pods; optional (PluginOptions::exclusive_resource)
+//
+//   absl::StatusOr<Inventory> inventory = MakeInventory(gpus, MemoryUnit::kGiB);
+//   inventory->units(0);                        // 139 for an H200
+//   inventory->GpuOfDevice("GPU-7300...-mem-5")  // 0
+//
+// A unit is a GiB (memory / 2^30, rounded down, as the original plugin
+// counts: a T4 shows 14) or a MiB. Immutable once made: thread-safe.
+
+#ifndef GPUSHARE_DEVICE_PLUGIN_INVENTORY_H_
+#define GPUSHARE_DEVICE_PLUGIN_INVENTORY_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "device-plugin/nvml.h"
+
+namespace gpushare::deviceplugin {
+
+enum class MemoryUnit { kGiB, kMiB };
+
+// "GiB" or "MiB" (case-insensitive). Errors: InvalidArgument naming the text.
+absl::StatusOr<MemoryUnit> ParseMemoryUnit(std::string_view text);
+const char* MemoryUnitName(MemoryUnit unit);
+// MiB in one unit: 1024 or 1.
+int64_t MibPerUnit(MemoryUnit unit);
+
+class Inventory {
+ public:
+  const std::vector<GpuInfo>& gpus() const { return gpus_; }
+  int gpu_count() const { return static_cast<int>(gpus_.size()); }
+  MemoryUnit unit() const { return unit_; }
+  // Units of GPU `gpu` (an index into gpus()).
+  int64_t units(int gpu) const { return units_[gpu]; }
+  int64_t total_units() const;
+
+  // The id of unit `k` of GPU `gpu`: "<uuid>-mem-<k>".
+  std::string MemDeviceId(int gpu, int64_t k) const;
+  // The GPU (index into gpus()) of a gpu-mem device id or of a GPU's UUID;
+  // nullopt when the id is none of this node's.
+  std::optional<int> GpuOfDevice(std::string_view id) const;
+
+ private:
+  friend absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo>, MemoryUnit);
+  std::vector<GpuInfo> gpus_;
+  std::vector<int64_t> units_;
+  MemoryUnit unit_ = MemoryUnit::kGiB;
+};
+
+// Errors: InvalidArgument when a GPU has no UUID, two GPUs share one, or a
+// GPU has less than one unit of memory (naming it); FailedPrecondition when
+// there is no GPU at all.
+absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo> gpus, MemoryUnit unit);
+
+}  // namespace gpushare::deviceplugin
+
+#endif  // GPUSHARE_DEVICE_PLUGIN_INVENTORY_H_

@@ -1,0 +1,249 @@
+// DevicePluginServer (device-plugin/server.h) over real gRPC on Unix sockets,
+// driven by a client of the kubelet's own v1beta1 API. The kubelet's
+// Registration service is a stand-in here (a unit test); the real kubelet
+// drives the same server in the node stage of `make test`.
+
+#include "device-plugin/server.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gpushare::deviceplugin {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The kubelet's Registration service: records who registered.
+class Registrar final : public v1beta1::Registration::Service {
+ public:
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
+                        v1beta1::Empty*) override {
+    std::lock_guard lock(mu_);
+    requests_.push_back(*request);
+    return grpc::Status::OK;
+  }
+  std::vector<v1beta1::RegisterRequest> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<v1beta1::RegisterRequest> requests_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpushare-dp-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    StartKubelet();
+    std::vector<GpuInfo> gpus;
+    for (int i = 0; i < 2; ++i) {
+      GpuInfo g;
+      g.index = i;
+      g.uuid = "GPU-" + std::to_string(i);
+      g.memory_bytes = 4ull << 30;
+      g.numa_node = i;
+      gpus.push_back(g);
+    }
+    absl::StatusOr<Inventory> inv = MakeInventory(gpus, MemoryUnit::kGiB);
+    ASSERT_TRUE(inv.ok());
+    DevicePluginServer::Options options;
+    options.plugin_dir = dir_;
+    auto lister = [this]() -> absl::StatusOr<std::vector<NodePod>> {
+      std::lock_guard lock(mu_);
+      return ParseNodePods(pods_.dump());
+    };
+    auto marker = [this](const NodePod& pod) {
+      std::lock_guard lock(mu_);
+      marked_.push_back(pod.id());
+      return absl::OkStatus();
+    };
+    absl::StatusOr<std::unique_ptr<DevicePluginServer>> server =
+        DevicePluginServer::Start(*inv, options, lister, marker);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  void TearDown() override {
+    server_.reset();
+    if (kubelet_) kubelet_->Shutdown();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartKubelet() {
+    registrar_ = std::make_unique<Registrar>();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + dir_ + "/kubelet.sock", grpc::InsecureServerCredentials());
+    builder.RegisterService(registrar_.get());
+    kubelet_ = builder.BuildAndStart();
+    ASSERT_NE(kubelet_, nullptr);
+  }
+
+  void AddPod(const std::string& name, int units, const std::string& idx) {
+    std::lock_guard lock(mu_);
+    pods_["items"].push_back(
+        {{"metadata",
+          {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name},
+           {"annotations", {{"ALIYUN_COM_GPU_MEM_IDX", idx}, {"ALIYUN_COM_GPU_MEM_ASSIGNED", "false"}}}}},
+         {"spec",
+          {{"containers",
+            {{{"name", "main"},
+              {"resources", {{"limits", {{"aliyun.com/gpu-mem", std::to_string(units)}}}}}}}}}},
+         {"status", {{"phase", "Pending"}}}});
+  }
+
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> Client(const std::string& resource) {
+    return v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(
+        "unix:" + server_->SocketPath(resource), grpc::InsecureChannelCredentials()));
+  }
+
+  std::string dir_;
+  std::unique_ptr<Registrar> registrar_;
+  std::unique_ptr<grpc::Server> kubelet_;
+  std::unique_ptr<DevicePluginServer> server_;
+  std::mutex mu_;
+  nlohmann::json pods_ = {{"items", nlohmann::json::array()}};
+  std::vector<std::string> marked_;
+};
+
+TEST_F(ServerTest, RegistersEveryResourceWithTheKubelet) {
+  ASSERT_TRUE(server_->Register().ok());
+  std::vector<v1beta1::RegisterRequest> got = registrar_->requests();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].resource_name(), "aliyun.com/gpu-mem");
+  EXPECT_EQ(got[1].resource_name(), "aliyun.com/gpu-count");
+  EXPECT_EQ(got[2].resource_name(), "nvidia.com/gpu");
+  for (const auto& r : got) {
+    EXPECT_EQ(r.version(), "v1beta1");
+    EXPECT_TRUE(r.options().get_preferred_allocation_available());
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + r.endpoint())) << r.endpoint();
+  }
+}
+
+TEST_F(ServerTest, ListAndWatchSendsUnitsAndHealthChanges) {
+  auto client = Client("aliyun.com/gpu-mem");
+  grpc::ClientContext context;
+  v1beta1::Empty empty;
+  std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> stream =
+      client->ListAndWatch(&context, empty);
+  v1beta1::ListAndWatchResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_EQ(reply.devices_size(), 8);  // 4 GiB on each of 2 GPUs.
+  EXPECT_EQ(reply.devices(5).id(), "GPU-1-mem-1");
+  EXPECT_EQ(reply.devices(5).health(), "Healthy");
+  EXPECT_EQ(reply.devices(5).topology().nodes(0).id(), 1);
+
+  server_->SetHealth(1, false, "XID 79");
+  ASSERT_TRUE(stream->Read(&reply));
+  int unhealthy = 0;
+  for (const auto& d : reply.devices()) {
+    if (d.health() == "Unhealthy") {
+      ++unhealthy;
+      EXPECT_THAT(d.id(), HasSubstr("GPU-1-"));
+    }
+  }
+  EXPECT_EQ(unhealthy, 4);
+  EXPECT_EQ(server_->Unhealthy().at(1), "XID 79");
+  server_->SetHealth(1, true, "");
+  ASSERT_TRUE(stream->Read(&reply));
+  for (const auto& d : reply.devices()) EXPECT_EQ(d.health(), "Healthy");
+  context.TryCancel();
+}
+
+TEST_F(ServerTest, AllocateAnswersTheEnvironmentOfTheBoundPod) {
+  AddPod("p", 3, "1");
+  auto client = Client("aliyun.com/gpu-mem");
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (int k = 0; k < 3; ++k) c->add_devices_ids("GPU-0-mem-" + std::to_string(k));
+  v1beta1::AllocateResponse reply;
+  grpc::ClientContext context;
+  grpc::Status s = client->Allocate(&context, request, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(reply.container_responses_size(), 1);
+  const auto& envs = reply.container_responses(0).envs();
+  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-1");
+  EXPECT_EQ(envs.at("ALIYUN_COM_GPU_MEM_CONTAINER"), "3");
+  EXPECT_THAT(marked_, ElementsAre("default/p"));
+  EXPECT_EQ(server_->Stats().allocations, 1);
+
+  // Nothing else waits for 3 units: the kubelet is told why.
+  v1beta1::AllocateResponse again;
+  grpc::ClientContext context2;
+  s = client->Allocate(&context2, request, &again);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(s.error_message(), HasSubstr("no container left asking 3"));
+  EXPECT_EQ(server_->Stats().failed_allocations, 1);
+
+  // Devices of another resource or another node are refused by name.
+  v1beta1::AllocateRequest wrong;
+  wrong.add_container_requests()->add_devices_ids("GPU-7-mem-0");
+  grpc::ClientContext context3;
+  s = client->Allocate(&context3, wrong, &again);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("\"GPU-7-mem-0\""));
+}
+
+TEST_F(ServerTest, PreferredAllocationPicksUnitsOfTheChosenGpu) {
+  AddPod("p", 2, "1");
+  auto client = Client("aliyun.com/gpu-mem");
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (int g = 0; g < 2; ++g) {
+    for (int k = 0; k < 4; ++k) {
+      c->add_available_deviceids("GPU-" + std::to_string(g) + "-mem-" + std::to_string(k));
+    }
+  }
+  c->set_allocation_size(2);
+  v1beta1::PreferredAllocationResponse reply;
+  grpc::ClientContext context;
+  ASSERT_TRUE(client->GetPreferredAllocation(&context, request, &reply).ok());
+  ASSERT_EQ(reply.container_responses_size(), 1);
+  EXPECT_THAT(reply.container_responses(0).deviceids(), ElementsAre("GPU-1-mem-0", "GPU-1-mem-1"));
+}
+
+TEST_F(ServerTest, AKubeletRestartIsNoticedAndRegisteredAgain) {
+  ASSERT_TRUE(server_->Register().ok());
+  bool again = true;
+  ASSERT_TRUE(server_->KeepRegistered(&again).ok());
+  EXPECT_FALSE(again);
+  // A restarting kubelet empties its folder and serves a new socket.
+  kubelet_->Shutdown();
+  kubelet_.reset();
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    std::filesystem::remove(entry.path());
+  }
+  absl::Status waiting = server_->KeepRegistered(&again);
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kUnavailable);
+  StartKubelet();
+  absl::Status s = server_->KeepRegistered(&again);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(again);
+  EXPECT_EQ(registrar_->requests().size(), 3u);
+  EXPECT_TRUE(std::filesystem::exists(server_->SocketPath("aliyun.com/gpu-mem")));
+  // And it serves on the new socket.
+  auto client = Client("aliyun.com/gpu-count");
+  v1beta1::DevicePluginOptions options;
+  grpc::ClientContext context;
+  EXPECT_TRUE(client->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+}
+
+}  // namespace
+}  // namespace gpushare::deviceplugin
