@@ -30,6 +30,12 @@ struct Nvml::Api {
   // Optional: absent in older drivers.
   nvmlDeviceGetMigMode_fn mig = nullptr;
   nvmlDeviceGetNumaNodeId_fn numa = nullptr;
+  nvmlEventSetCreate_fn event_set_create = nullptr;
+  nvmlEventSetFree_fn event_set_free = nullptr;
+  nvmlDeviceRegisterEvents_fn register_events = nullptr;
+  nvmlEventSetWait_v2_fn event_wait = nullptr;
+  nvmlEventSet_t events = nullptr;
+  std::vector<nvmlDevice_t> watched;  // By GPU index.
 
   std::string Error(nvmlReturn_t r) const {
     const char* text = error_string ? error_string(r) : nullptr;
@@ -84,6 +90,10 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
   }
   Find(api->handle, "nvmlDeviceGetMigMode", &api->mig);
   Find(api->handle, "nvmlDeviceGetNumaNodeId", &api->numa);
+  Find(api->handle, "nvmlEventSetCreate", &api->event_set_create);
+  Find(api->handle, "nvmlEventSetFree", &api->event_set_free);
+  Find(api->handle, "nvmlDeviceRegisterEvents", &api->register_events);
+  Find(api->handle, "nvmlEventSetWait_v2", &api->event_wait);
   if (const nvmlReturn_t r = api->init(); r != NVML_SUCCESS) {
     return absl::FailedPreconditionError(
         absl::StrCat("nvmlInit_v2 failed: ", api->Error(r)));
@@ -95,6 +105,7 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
 Nvml::Nvml(std::unique_ptr<Api> api) : api_(std::move(api)) {}
 
 Nvml::~Nvml() {
+  if (api_->events != nullptr && api_->event_set_free != nullptr) api_->event_set_free(api_->events);
   api_->shutdown();
   dlclose(api_->handle);
 }
@@ -168,6 +179,70 @@ absl::StatusOr<std::vector<GpuInfo>> Nvml::Devices() const {
     gpus.push_back(std::move(g));
   }
   return gpus;
+}
+
+absl::Status Nvml::Probe(int index) const {
+  nvmlDevice_t device = nullptr;
+  nvmlReturn_t r = api_->by_index(static_cast<unsigned>(index), &device);
+  if (r == NVML_SUCCESS) {
+    nvmlMemory_t memory{};
+    r = api_->memory(device, &memory);
+  }
+  if (r == NVML_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("GPU ", index, ": ", api_->Error(r)));
+}
+
+absl::Status Nvml::WatchEvents() {
+  if (api_->event_set_create == nullptr || api_->register_events == nullptr ||
+      api_->event_wait == nullptr) {
+    return absl::UnimplementedError("this NVML has no event calls");
+  }
+  if (api_->events == nullptr) {
+    if (nvmlReturn_t r = api_->event_set_create(&api_->events); r != NVML_SUCCESS) {
+      api_->events = nullptr;
+      return absl::UnimplementedError(absl::StrCat("nvmlEventSetCreate: ", api_->Error(r)));
+    }
+  }
+  unsigned count = 0;
+  if (nvmlReturn_t r = api_->count(&count); r != NVML_SUCCESS) {
+    return absl::InternalError(absl::StrCat("nvmlDeviceGetCount_v2: ", api_->Error(r)));
+  }
+  api_->watched.clear();
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t device = nullptr;
+    nvmlReturn_t r = api_->by_index(i, &device);
+    if (r == NVML_SUCCESS) {
+      r = api_->register_events(device,
+                                nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError,
+                                api_->events);
+    }
+    if (r != NVML_SUCCESS) {
+      return absl::UnimplementedError(
+          absl::StrCat("GPU ", i, ": nvmlDeviceRegisterEvents: ", api_->Error(r)));
+    }
+    api_->watched.push_back(device);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<GpuEvent>> Nvml::WaitEvents(unsigned timeout_ms) {
+  std::vector<GpuEvent> events;
+  if (api_->events == nullptr) return absl::FailedPreconditionError("WatchEvents() first");
+  nvmlEventData_t data{};
+  const nvmlReturn_t r = api_->event_wait(api_->events, &data, timeout_ms);
+  if (r == NVML_ERROR_TIMEOUT) return events;
+  if (r != NVML_SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("nvmlEventSetWait_v2: ", api_->Error(r)));
+  }
+  GpuEvent e;
+  e.gpu = -1;
+  for (size_t i = 0; i < api_->watched.size(); ++i) {
+    if (api_->watched[i] == data.device) e.gpu = static_cast<int>(i);
+  }
+  e.double_bit_ecc = (data.eventType & nvmlEventTypeDoubleBitEccError) != 0;
+  e.xid = data.eventData;
+  events.push_back(e);
+  return events;
 }
 
 }  // namespace gpushare::deviceplugin

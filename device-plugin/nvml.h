@@ -41,6 +41,13 @@ struct GpuInfo {
   bool mig_enabled = false;      // MIG mode now (false when unsupported).
 };
 
+// A critical event of one GPU (nvmlEventSetWait).
+struct GpuEvent {
+  int gpu = 0;            // Its index.
+  bool double_bit_ecc = false;  // Else a critical XID:
+  unsigned long long xid = 0;
+};
+
 class Nvml {
  public:
   // Loads `library` (a file name searched as dlopen searches, or a path) and
@@ -57,6 +64,17 @@ class Nvml {
   absl::StatusOr<std::vector<GpuInfo>> Devices() const;
   // "580.159.04"
   absl::StatusOr<std::string> DriverVersion() const;
+
+  // Whether GPU `index` still answers (its memory information): OK, or
+  // Unavailable with NVML's message ("GPU is lost").
+  absl::Status Probe(int index) const;
+  // Registers for critical XID and double-bit ECC events on every GPU.
+  // Errors: Unimplemented when the driver lacks the event calls or a GPU
+  // does not support them (health then rests on Probe()).
+  absl::Status WatchEvents();
+  // The events that arrive within `timeout_ms` (at most one wait; empty on
+  // a timeout). Call after WatchEvents() succeeded.
+  absl::StatusOr<std::vector<GpuEvent>> WaitEvents(unsigned timeout_ms);
 
  private:
   struct Api;

@@ -53,6 +53,20 @@ enum : unsigned {
   kNvmlDriverVersionBufferSize = 80,
 };
 
+// Events (nvmlEventSet*): a critical XID and a double-bit ECC error.
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+enum : unsigned long long {
+  nvmlEventTypeDoubleBitEccError = 0x2ull,
+  nvmlEventTypeXidCriticalError = 0x8ull,
+};
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // The XID, for XidCriticalError.
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
 typedef nvmlReturn_t (*nvmlInit_v2_fn)(void);
 typedef nvmlReturn_t (*nvmlShutdown_fn)(void);
 typedef const char* (*nvmlErrorString_fn)(nvmlReturn_t);
@@ -66,6 +80,11 @@ typedef nvmlReturn_t (*nvmlDeviceGetPciInfo_v3_fn)(nvmlDevice_t, nvmlPciInfo_t*)
 typedef nvmlReturn_t (*nvmlDeviceGetCudaComputeCapability_fn)(nvmlDevice_t, int*, int*);
 typedef nvmlReturn_t (*nvmlDeviceGetMigMode_fn)(nvmlDevice_t, unsigned int*, unsigned int*);
 typedef nvmlReturn_t (*nvmlDeviceGetNumaNodeId_fn)(nvmlDevice_t, unsigned int*);
+typedef nvmlReturn_t (*nvmlEventSetCreate_fn)(nvmlEventSet_t*);
+typedef nvmlReturn_t (*nvmlEventSetFree_fn)(nvmlEventSet_t);
+typedef nvmlReturn_t (*nvmlDeviceRegisterEvents_fn)(nvmlDevice_t, unsigned long long,
+                                                    nvmlEventSet_t);
+typedef nvmlReturn_t (*nvmlEventSetWait_v2_fn)(nvmlEventSet_t, nvmlEventData_t*, unsigned int);
 
 }  // extern "C"
 

@@ -7,7 +7,15 @@
 // [major, minor], "mig_mode" [current, pending] and "numa_node". A value
 // recorded as {"error": "NVMLError_NotSupported: ..."} makes its call return
 // that error. Built as libnvidia-ml.so.1 in the test build only.
+//
+// Faults, injected while a program runs: $GPUSHARE_NVML_FAULTS names a JSON
+// file, re-read on every memory query and event wait:
+//   {"lost": [1], "events": [{"gpu": 0, "xid": 79}, {"gpu": 1, "dbe": true}]}
+// A lost GPU answers NVML_ERROR_GPU_IS_LOST to nvmlDeviceGetMemoryInfo; each
+// event is delivered once, in order, by nvmlEventSetWait_v2 to a set that
+// registered its GPU (a wait without one sleeps up to 100 ms, then times out).
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +23,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device-plugin/nvml_abi.h"
@@ -29,6 +38,8 @@ struct State {
   bool initialised = false;
   json fixture;
   std::vector<json> devices;
+  size_t events_delivered = 0;
+  unsigned long long registered = 0;  // Bit i: GPU i registered for events.
 };
 
 State& S() {
@@ -51,6 +62,28 @@ nvmlReturn_t RecordedError(const json& v) {
   if (e.rfind("NVMLError_GpuIsLost", 0) == 0) return NVML_ERROR_GPU_IS_LOST;
   if (e.rfind("NVMLError_NoPermission", 0) == 0) return NVML_ERROR_NO_PERMISSION;
   return NVML_ERROR_UNKNOWN;
+}
+
+// The faults file's content, {} when there is none.
+json Faults() {
+  const char* path = std::getenv("GPUSHARE_NVML_FAULTS");
+  if (path == nullptr) return json::object();
+  std::ifstream in(path);
+  if (!in) return json::object();
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : json::object();
+}
+
+bool Lost(nvmlDevice_t handle) {
+  const auto i = reinterpret_cast<uintptr_t>(handle) - 1;
+  json faults = Faults();
+  if (!faults.contains("lost")) return false;
+  for (const json& g : faults["lost"]) {
+    if (g.is_number_unsigned() && g.get<uintptr_t>() == i) return true;
+  }
+  return false;
 }
 
 nvmlReturn_t CopyString(const std::string& text, char* out, unsigned size) {
@@ -142,6 +175,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml
   GPUSHARE_DEVICE_OR_RETURN(d, h);
   const json& m = d->at("memory");
   if (nvmlReturn_t r = RecordedError(m); r != NVML_SUCCESS) return r;
+  if (Lost(h)) return NVML_ERROR_GPU_IS_LOST;
   out->total = m.value("total", 0ull);
   out->free = m.value("free", 0ull);
   out->used = m.value("used", 0ull);
@@ -194,6 +228,59 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNumaNodeId(nvml
   if (nvmlReturn_t r = RecordedError(n); r != NVML_SUCCESS) return r;
   *node = n.get<unsigned>();
   return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  if (!S().initialised) return NVML_ERROR_UNINITIALIZED;
+  *set = reinterpret_cast<nvmlEventSet_t>(static_cast<uintptr_t>(1));
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t) {
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(
+    nvmlDevice_t h, unsigned long long types, nvmlEventSet_t) {
+  GPUSHARE_DEVICE_OR_RETURN(d, h);
+  if (d->contains("events") && (*d)["events"].value("registered", true) == false) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  if ((types & ~(nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError)) != 0) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  std::lock_guard lock(S().mu);
+  S().registered |= 1ull << (reinterpret_cast<uintptr_t>(h) - 1);
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t,
+                                                                     nvmlEventData_t* data,
+                                                                     unsigned timeout_ms) {
+  if (!S().initialised) return NVML_ERROR_UNINITIALIZED;
+  json faults = Faults();
+  {
+    std::lock_guard lock(S().mu);
+    if (faults.contains("events") && faults["events"].is_array()) {
+      const json& events = faults["events"];
+      while (S().events_delivered < events.size()) {
+        const json& e = events[S().events_delivered++];
+        const unsigned gpu = e.value("gpu", 0u);
+        if (gpu >= S().devices.size() || !(S().registered & (1ull << gpu))) continue;
+        *data = nvmlEventData_t{};
+        data->device = reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(gpu) + 1);
+        if (e.value("dbe", false)) {
+          data->eventType = nvmlEventTypeDoubleBitEccError;
+        } else {
+          data->eventType = nvmlEventTypeXidCriticalError;
+          data->eventData = e.value("xid", 0ull);
+        }
+        return NVML_SUCCESS;
+      }
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms < 100 ? timeout_ms : 100));
+  return NVML_ERROR_TIMEOUT;
 }
 
 }  // extern "C"

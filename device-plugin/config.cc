@@ -1,0 +1,103 @@
+// gpushare-device-plugin's flags (see config.h).
+
+#include "device-plugin/config.h"
+
+#include "absl/strings/str_cat.h"
+#include "tools/flags/flags.h"
+
+namespace gpushare::deviceplugin {
+
+namespace {
+
+using flags::FlagSet;
+using flags::SetBool;
+using flags::SetInt;
+using flags::SetString;
+
+constexpr char kUsage[] = "usage: gpushare-device-plugin [flags]";
+constexpr char kAbout[] =
+    "Advertises this node's GPUs to the kubelet as aliyun.com/gpu-mem units,\n"
+    "aliyun.com/gpu-count and nvidia.com/gpu, and gives each container the GPUs\n"
+    "a gpushare scheduler chose for it.";
+constexpr char kNodeGroup[] = "This node";
+constexpr char kApiGroup[] = "The Kubernetes API (default: the in-cluster service account)";
+constexpr char kResourceGroup[] = "What is advertised";
+
+void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
+  f->Add(kNodeGroup, "--node-name", "NAME", "this node (default: $NODE_NAME)",
+         SetString("--node-name", &c->node_name));
+  f->Add(kNodeGroup, "--device-plugin-path", "DIR",
+         "the kubelet's device plugin folder (default " + c->plugin_dir + ")",
+         SetString("--device-plugin-path", &c->plugin_dir));
+  f->Add(kNodeGroup, "--nvml-library", "FILE",
+         "NVML, loaded at run time (default " + c->nvml_library + ")",
+         SetString("--nvml-library", &c->nvml_library));
+  f->Add(kNodeGroup, "--health-interval-ms", "MS",
+         absl::StrCat("how often GPU health is checked (default ", c->health_interval_ms,
+                      ", at least 100)"),
+         SetInt("--health-interval-ms", "milliseconds", 100, 3'600'000, &c->health_interval_ms));
+  f->Add(kApiGroup, "--kubeconfig", "FILE",
+         "kubeconfig to use (default: $KUBECONFIG, first file;\n"
+         "else the in-cluster service account)",
+         SetString("--kubeconfig", &c->kubeconfig));
+  f->Add(kApiGroup, "--context", "NAME", "kubeconfig context (default: its current-context)",
+         SetString("--context", &c->context));
+  f->Add(kApiGroup, "--apiserver", "URL", "API server URL; overrides the kubeconfig's server",
+         SetString("--apiserver", &c->apiserver));
+  f->Add(kResourceGroup, "--memory-unit", "UNIT",
+         "GiB (default) or MiB: one aliyun.com/gpu-mem device per unit",
+         [c](const char* v) -> std::string {
+           absl::StatusOr<MemoryUnit> unit = ParseMemoryUnit(v ? v : "");
+           if (!unit.ok()) return "--memory-unit: " + std::string(unit.status().message());
+           c->memory_unit = *unit;
+           return "";
+         });
+  f->Add(kResourceGroup, "--exclusive-resource", "NAME",
+         "the resource of whole GPUs: nvidia.com/gpu (default),\n"
+         "or \"\" to leave it to another device plugin",
+         [c](const char* v) -> std::string {
+           const std::string name = v ? v : "";
+           if (!name.empty() && name != "nvidia.com/gpu") {
+             return "--exclusive-resource takes nvidia.com/gpu or \"\", not " + name;
+           }
+           c->exclusive_resource = name;
+           return "";
+         });
+  f->Add(kResourceGroup, "--hami-limits", "BOOL",
+         "also set HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<i>, for\n"
+         "nodes with that library (default false)",
+         SetBool("--hami-limits", &c->hami_limits));
+  f->Add(kResourceGroup, "--annotate-node", "BOOL",
+         "write gpushare.io/gpu-topology and gpushare.io/unhealthy-gpus\n"
+         "on this Node (default true)",
+         SetBool("--annotate-node", &c->annotate_node));
+}
+
+}  // namespace
+
+absl::StatusOr<DevicePluginConfig> ParseDevicePluginFlags(int argc, const char* const* argv,
+                                                          const char* node_name_env) {
+  DevicePluginConfig c;
+  if (node_name_env != nullptr) c.node_name = node_name_env;
+  FlagSet f("gpushare-device-plugin", kUsage, kAbout);
+  DefineFlags(&f, &c);
+  if (absl::Status s = f.Parse(argc, argv); !s.ok()) return s;
+  c.help = f.help_requested();
+  if (c.help) return c;
+  if (c.node_name.empty()) {
+    return absl::InvalidArgumentError(
+        "no node name: pass --node-name, or set NODE_NAME (the DaemonSet sets it from "
+        "spec.nodeName)");
+  }
+  if (c.plugin_dir.empty()) return absl::InvalidArgumentError("--device-plugin-path is empty");
+  return c;
+}
+
+std::string DevicePluginHelp() {
+  DevicePluginConfig c;
+  FlagSet f("gpushare-device-plugin", kUsage, kAbout);
+  DefineFlags(&f, &c);
+  return f.Help();
+}
+
+}  // namespace gpushare::deviceplugin

@@ -1,0 +1,48 @@
+// File: device-plugin/config.h
+// -----------------------------------------------------------------------------
+// gpushare-device-plugin's flags (tools/flags/flags.h), parsed and checked
+// apart from the program so that each rule is tested
+// (tests/device-plugin/config_test.cc).
+
+#ifndef GPUSHARE_DEVICE_PLUGIN_CONFIG_H_
+#define GPUSHARE_DEVICE_PLUGIN_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "device-plugin/inventory.h"
+
+namespace gpushare::deviceplugin {
+
+struct DevicePluginConfig {
+  bool help = false;  // --help: print DevicePluginHelp() and exit 0.
+  // This node's name (--node-name, else $NODE_NAME, which the DaemonSet sets
+  // from spec.nodeName). Required.
+  std::string node_name;
+  // The Kubernetes API, found as client-go finds it.
+  std::string kubeconfig, context, apiserver;
+  // The kubelet.
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  // NVML.
+  std::string nvml_library = "libnvidia-ml.so.1";
+  int64_t health_interval_ms = 5'000;
+  // What is advertised and handed out.
+  MemoryUnit memory_unit = MemoryUnit::kGiB;
+  std::string exclusive_resource = "nvidia.com/gpu";
+  bool hami_limits = false;
+  // Write the node's GPU topology and unhealthy GPUs as annotations.
+  bool annotate_node = true;
+};
+
+// Parses gpushare-device-plugin's command line (argv[0] is the program);
+// `node_name_env` is $NODE_NAME. InvalidArgument naming the flag and the bad
+// value, or saying that no node name was given.
+absl::StatusOr<DevicePluginConfig> ParseDevicePluginFlags(int argc, const char* const* argv,
+                                                          const char* node_name_env);
+// The --help text, generated from the same definitions.
+std::string DevicePluginHelp();
+
+}  // namespace gpushare::deviceplugin
+
+#endif  // GPUSHARE_DEVICE_PLUGIN_CONFIG_H_

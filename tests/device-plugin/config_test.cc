@@ -1,0 +1,69 @@
+// gpushare-device-plugin's flags (device-plugin/config.h).
+
+#include "device-plugin/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/flag_parsing.h"
+
+namespace gpushare::deviceplugin {
+namespace {
+
+using ::gpushare::testing::FlagError;
+using ::testing::HasSubstr;
+
+absl::StatusOr<DevicePluginConfig> Parse(std::initializer_list<const char*> args,
+                                         const char* node_env = "n1") {
+  auto parse = [node_env](int argc, const char* const* argv) {
+    return ParseDevicePluginFlags(argc, argv, node_env);
+  };
+  return ::gpushare::testing::ParseFlags(parse, "gpushare-device-plugin", args);
+}
+
+TEST(DevicePluginConfigTest, DefaultsSuitTheDaemonSet) {
+  absl::StatusOr<DevicePluginConfig> c = Parse({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node_name, "n1");  // From $NODE_NAME.
+  EXPECT_EQ(c->plugin_dir, "/var/lib/kubelet/device-plugins");
+  EXPECT_EQ(c->memory_unit, MemoryUnit::kGiB);
+  EXPECT_EQ(c->exclusive_resource, "nvidia.com/gpu");
+  EXPECT_FALSE(c->hami_limits);
+  EXPECT_TRUE(c->annotate_node);
+}
+
+TEST(DevicePluginConfigTest, FlagsOverride) {
+  absl::StatusOr<DevicePluginConfig> c =
+      Parse({"--node-name", "gpu-7", "--memory-unit=MiB", "--exclusive-resource=",
+             "--hami-limits", "true", "--health-interval-ms", "250"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node_name, "gpu-7");
+  EXPECT_EQ(c->memory_unit, MemoryUnit::kMiB);
+  EXPECT_EQ(c->exclusive_resource, "");
+  EXPECT_TRUE(c->hami_limits);
+  EXPECT_EQ(c->health_interval_ms, 250);
+}
+
+TEST(DevicePluginConfigTest, BadValuesAreNamed) {
+  EXPECT_THAT(FlagError(Parse({}, nullptr)), HasSubstr("no node name"));
+  EXPECT_THAT(FlagError(Parse({"--memory-unit", "GB"})), HasSubstr("\"GB\""));
+  EXPECT_THAT(FlagError(Parse({"--exclusive-resource", "amd.com/gpu"})),
+              HasSubstr("amd.com/gpu"));
+  EXPECT_THAT(FlagError(Parse({"--health-interval-ms", "5"})), HasSubstr("--health-interval-ms"));
+  EXPECT_THAT(FlagError(Parse({"--hami-limits", "maybe"})), HasSubstr("maybe"));
+  EXPECT_THAT(FlagError(Parse({"--bogus"})), HasSubstr("--bogus"));
+}
+
+TEST(DevicePluginConfigTest, HelpNamesEveryFlag) {
+  const std::string help = DevicePluginHelp();
+  for (const char* flag : {"--node-name", "--device-plugin-path", "--nvml-library",
+                           "--memory-unit", "--exclusive-resource", "--hami-limits",
+                           "--kubeconfig", "--annotate-node", "--health-interval-ms"}) {
+    EXPECT_THAT(help, HasSubstr(flag));
+  }
+  absl::StatusOr<DevicePluginConfig> c = Parse({"--help"}, nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->help);
+}
+
+}  // namespace
+}  // namespace gpushare::deviceplugin

@@ -1,0 +1,99 @@
+// GPU health (device-plugin/health.h), from events and probes injected into
+// the stand-in NVML (tests/nvml_stub/) through its faults file.
+
+#include "device-plugin/health.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpushare::deviceplugin {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+GpuEvent Event(int gpu, bool double_bit_ecc, unsigned long long xid) {
+  GpuEvent e;
+  e.gpu = gpu;
+  e.double_bit_ecc = double_bit_ecc;
+  e.xid = xid;
+  return e;
+}
+
+TEST(HealthTrackerTest, CriticalEventsStickAndLostGpusRecover) {
+  HealthTracker h(2);
+  h.OnEvent(Event(0, false, 13));  // An application's fault.
+  EXPECT_THAT(h.Unhealthy(), IsEmpty());
+  h.OnEvent(Event(0, false, 79));
+  h.OnEvent(Event(7, true, 0));  // Not a GPU of this node.
+  EXPECT_EQ(h.Unhealthy(), (std::map<int, std::string>{{0, "XID 79"}}));
+  h.OnProbe(0, absl::OkStatus());
+  EXPECT_EQ(h.Unhealthy().at(0), "XID 79");  // Sticky.
+  h.OnProbe(1, absl::UnavailableError("GPU 1: GPU is lost"));
+  EXPECT_EQ(h.Unhealthy().at(1), "GPU 1: GPU is lost");
+  h.OnProbe(1, absl::OkStatus());
+  EXPECT_EQ(h.Unhealthy().count(1), 0u);
+  h.OnEvent(Event(1, true, 0));
+  EXPECT_EQ(h.Unhealthy().at(1), "double-bit ECC error");
+}
+
+class NvmlHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    faults_ = (std::filesystem::temp_directory_path() /
+               ("gpushare-faults-" + std::to_string(getpid()) + ".json"))
+                  .string();
+    Write("{}");
+    setenv("GPUSHARE_NVML_FAULTS", faults_.c_str(), 1);
+    setenv("GPUSHARE_NVML_FIXTURE", GPUSHARE_SOURCE_DIR "/tests/data/nvml/two-a100.json", 1);
+    absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::Load(GPUSHARE_NVML_STUB);
+    ASSERT_TRUE(nvml.ok()) << nvml.status();
+    nvml_ = *std::move(nvml);
+  }
+  void TearDown() override {
+    unsetenv("GPUSHARE_NVML_FAULTS");
+    std::filesystem::remove(faults_);
+  }
+  void Write(const std::string& text) {
+    std::ofstream(faults_ + ".tmp") << text;
+    std::filesystem::rename(faults_ + ".tmp", faults_);
+  }
+  std::string faults_;
+  std::unique_ptr<Nvml> nvml_;
+};
+
+TEST_F(NvmlHealthTest, InjectedXidAndLostGpuReachTheTracker) {
+  ASSERT_TRUE(nvml_->WatchEvents().ok());
+  absl::StatusOr<std::vector<GpuEvent>> none = nvml_->WaitEvents(10);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_THAT(*none, IsEmpty());
+  EXPECT_TRUE(nvml_->Probe(1).ok());
+
+  Write(R"({"lost": [1], "events": [{"gpu": 0, "xid": 48}]})");
+  HealthTracker h(2);
+  absl::StatusOr<std::vector<GpuEvent>> events = nvml_->WaitEvents(10);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].gpu, 0);
+  EXPECT_EQ((*events)[0].xid, 48u);
+  for (const GpuEvent& e : *events) h.OnEvent(e);
+  for (int g = 0; g < 2; ++g) h.OnProbe(g, nvml_->Probe(g));
+  EXPECT_EQ(h.Unhealthy().at(0), "XID 48");
+  EXPECT_THAT(h.Unhealthy().at(1), HasSubstr("GPU is lost"));
+  // Delivered once.
+  absl::StatusOr<std::vector<GpuEvent>> again = nvml_->WaitEvents(10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(*again, IsEmpty());
+  // The GPU answers again: it recovers; the XID stays.
+  Write(R"({"events": [{"gpu": 0, "xid": 48}]})");
+  for (int g = 0; g < 2; ++g) h.OnProbe(g, nvml_->Probe(g));
+  EXPECT_EQ(h.Unhealthy(), (std::map<int, std::string>{{0, "XID 48"}}));
+}
+
+}  // namespace
+}  // namespace gpushare::deviceplugin
