@@ -79,6 +79,16 @@ int main(int argc, char** argv) {
               << gpushare::deviceplugin::MemoryUnitName(c.memory_unit) << std::endl;
   }
 
+  // How the GPUs are linked, for topology-aware placement.
+  std::string topology_json;
+  if (auto topo = (*nvml)->Topology(inventory->gpus()); topo.ok()) {
+    topology_json = (*topo)->ToJson();
+    std::cout << "gpushare-device-plugin: topology " << topology_json << std::endl;
+  } else {
+    std::cerr << "gpushare-device-plugin: no GPU topology published: " << topo.status().message()
+              << std::endl;
+  }
+
   // The API server.
   auto rest = gpushare::extender::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
   if (!rest.ok()) return Fail("the Kubernetes API", rest.status());
@@ -107,7 +117,7 @@ int main(int argc, char** argv) {
     if (!c.annotate_node) return;
     absl::StatusOr<std::string> r =
         client.Call(boost::beast::http::verb::patch, gpushare::deviceplugin::NodePath(c.node_name),
-                    gpushare::deviceplugin::NodeAnnotationsPatch("", unhealthy),
+                    gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, unhealthy),
                     gpushare::deviceplugin::kMergePatch);
     if (!r.ok()) {
       std::cerr << "gpushare-device-plugin: annotating node " << c.node_name << ": "

@@ -4,7 +4,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <utility>
 
@@ -30,6 +34,9 @@ struct Nvml::Api {
   // Optional: absent in older drivers.
   nvmlDeviceGetMigMode_fn mig = nullptr;
   nvmlDeviceGetNumaNodeId_fn numa = nullptr;
+  nvmlDeviceGetTopologyCommonAncestor_fn common_ancestor = nullptr;
+  nvmlDeviceGetNvLinkState_fn nvlink_state = nullptr;
+  nvmlDeviceGetNvLinkRemotePciInfo_v2_fn nvlink_remote = nullptr;
   nvmlEventSetCreate_fn event_set_create = nullptr;
   nvmlEventSetFree_fn event_set_free = nullptr;
   nvmlDeviceRegisterEvents_fn register_events = nullptr;
@@ -90,6 +97,9 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
   }
   Find(api->handle, "nvmlDeviceGetMigMode", &api->mig);
   Find(api->handle, "nvmlDeviceGetNumaNodeId", &api->numa);
+  Find(api->handle, "nvmlDeviceGetTopologyCommonAncestor", &api->common_ancestor);
+  Find(api->handle, "nvmlDeviceGetNvLinkState", &api->nvlink_state);
+  Find(api->handle, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &api->nvlink_remote);
   Find(api->handle, "nvmlEventSetCreate", &api->event_set_create);
   Find(api->handle, "nvmlEventSetFree", &api->event_set_free);
   Find(api->handle, "nvmlDeviceRegisterEvents", &api->register_events);
@@ -179,6 +189,103 @@ absl::StatusOr<std::vector<GpuInfo>> Nvml::Devices() const {
     gpus.push_back(std::move(g));
   }
   return gpus;
+}
+
+namespace {
+
+// "00000000:07:00.0" and "0000:07:00.0" name the same device: compare the
+// bus, device and function with the domain as a number, case-insensitively.
+std::string CanonicalBusId(std::string_view id) {
+  const size_t colon = id.find(':');
+  std::string out;
+  if (colon != std::string_view::npos) {
+    unsigned long domain = std::strtoul(std::string(id.substr(0, colon)).c_str(), nullptr, 16);
+    out = absl::StrCat(absl::Hex(domain), ":");
+    id.remove_prefix(colon + 1);
+  }
+  for (char c : id) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TopologyPtr> Nvml::Topology(const std::vector<GpuInfo>& gpus) const {
+  const int n = static_cast<int>(gpus.size());
+  if (n == 0) return absl::InvalidArgumentError("no GPU");
+  std::vector<nvmlDevice_t> devices(n);
+  for (int i = 0; i < n; ++i) {
+    if (nvmlReturn_t r = api_->by_index(static_cast<unsigned>(gpus[i].index), &devices[i]);
+        r != NVML_SUCCESS) {
+      return absl::InternalError(
+          absl::StrCat("GPU ", gpus[i].index, ": nvmlDeviceGetHandleByIndex_v2: ", api_->Error(r)));
+    }
+  }
+  // Active NVLinks: to another GPU (by its PCI bus id), or to a switch.
+  std::vector<std::vector<int>> direct(n, std::vector<int>(n, 0));
+  std::vector<int> to_switch(n, 0);
+  if (api_->nvlink_state != nullptr && api_->nvlink_remote != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      for (unsigned link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
+        int active = 0;
+        const nvmlReturn_t r = api_->nvlink_state(devices[i], link, &active);
+        if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT) break;
+        if (r != NVML_SUCCESS) {
+          return absl::InternalError(absl::StrCat("GPU ", gpus[i].index, " NVLink ", link,
+                                                  ": nvmlDeviceGetNvLinkState: ", api_->Error(r)));
+        }
+        if (!active) continue;
+        nvmlPciInfo_t remote{};
+        if (nvmlReturn_t rr = api_->nvlink_remote(devices[i], link, &remote); rr != NVML_SUCCESS) {
+          return absl::InternalError(absl::StrCat("GPU ", gpus[i].index, " NVLink ", link,
+                                                  ": nvmlDeviceGetNvLinkRemotePciInfo_v2: ",
+                                                  api_->Error(rr)));
+        }
+        const std::string peer = CanonicalBusId(
+            std::string_view(remote.busId, strnlen(remote.busId, sizeof remote.busId)));
+        int j = -1;
+        for (int k = 0; k < n; ++k) {
+          if (k != i && CanonicalBusId(gpus[k].pci_bus_id) == peer) j = k;
+        }
+        if (j >= 0) {
+          ++direct[i][j];
+        } else {
+          ++to_switch[i];
+        }
+      }
+    }
+  }
+  std::vector<std::vector<Link>> links(n, std::vector<Link>(n));
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      Link link;
+      const int nv = std::max(direct[i][j], direct[j][i]) + std::min(to_switch[i], to_switch[j]);
+      if (nv > 0) {
+        link = {LinkKind::kNvLink, nv};
+      } else {
+        if (api_->common_ancestor == nullptr) {
+          return absl::UnimplementedError("this NVML has no nvmlDeviceGetTopologyCommonAncestor");
+        }
+        int level = 0;
+        if (nvmlReturn_t r = api_->common_ancestor(devices[i], devices[j], &level);
+            r != NVML_SUCCESS) {
+          const std::string why = absl::StrCat("GPUs ", gpus[i].index, " and ", gpus[j].index,
+                                               ": nvmlDeviceGetTopologyCommonAncestor: ",
+                                               api_->Error(r));
+          return r == NVML_ERROR_NOT_SUPPORTED ? absl::UnimplementedError(why)
+                                               : absl::InternalError(why);
+        }
+        link.kind = level <= NVML_TOPOLOGY_SINGLE     ? LinkKind::kPix
+                    : level <= NVML_TOPOLOGY_MULTIPLE ? LinkKind::kPxb
+                    : level <= NVML_TOPOLOGY_HOSTBRIDGE ? LinkKind::kPhb
+                    : level <= NVML_TOPOLOGY_NODE     ? LinkKind::kNode
+                                                      : LinkKind::kSys;
+      }
+      links[i][j] = links[j][i] = link;
+    }
+  }
+  std::vector<int> numa;
+  for (const GpuInfo& g : gpus) numa.push_back(g.numa_node);
+  return Topology::Make(links, numa);
 }
 
 absl::Status Nvml::Probe(int index) const {

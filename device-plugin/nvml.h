@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gpushare/topology.h"
 
 namespace gpushare::deviceplugin {
 
@@ -64,6 +65,15 @@ class Nvml {
   absl::StatusOr<std::vector<GpuInfo>> Devices() const;
   // "580.159.04"
   absl::StatusOr<std::string> DriverVersion() const;
+
+  // How the GPUs of `gpus` (from Devices()) are linked, as `nvidia-smi topo
+  // -m` reports it: NV# where GPUs share # active NVLinks (directly, or
+  // through NVSwitches: then the smaller of the two GPUs' switch link
+  // counts), else the PCIe common ancestor (PIX, PXB, PHB, NODE, SYS; GPUs
+  // on one board count as PIX), with each GPU's NUMA node. Errors:
+  // Unimplemented when the driver cannot tell the common ancestor (no
+  // topology is published then), others naming the GPUs and the call.
+  absl::StatusOr<TopologyPtr> Topology(const std::vector<GpuInfo>& gpus) const;
 
   // Whether GPU `index` still answers (its memory information): OK, or
   // Unavailable with NVML's message ("GPU is lost").

@@ -5,7 +5,10 @@
 #include "device-plugin/nvml.h"
 
 #include <cstdlib>
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -63,6 +66,108 @@ TEST(NvmlTest, ReadsEveryGpuOfAMultiGpuNode) {
   EXPECT_EQ((*gpus)[1].numa_node, 1);
   EXPECT_FALSE((*gpus)[0].mig_enabled);
   EXPECT_TRUE((*gpus)[1].mig_enabled);
+}
+
+// An NVML fixture of the node `nvidia-smi topo -m` printed in `text`: each
+// NV# pair as # active NVLinks to the peer's PCI bus id, except on NVSwitch
+// nodes (more links per GPU than NVML allows), where each GPU has its
+// smallest NV count of links to a switch; other pairs as NVML's common
+// ancestor level.
+nlohmann::json FixtureOf(const Topology& topo) {
+  const int n = topo.num_gpus();
+  auto bus = [](int i) {
+    char text[32];
+    std::snprintf(text, sizeof text, "00000000:%02X:00.0", 0x10 + i);
+    return std::string(text);
+  };
+  bool switched = false;
+  for (int i = 0; i < n; ++i) {
+    int links = 0;
+    for (int j = 0; j < n; ++j) links += i == j ? 0 : topo.link(i, j).nvlinks;
+    switched = switched || links > 18;
+  }
+  nlohmann::json devices = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) {
+    nlohmann::json levels = nlohmann::json::array();
+    nlohmann::json nvlink = nlohmann::json::array();
+    int min_nv = 1 << 20;
+    for (int j = 0; j < n; ++j) {
+      const Link l = i == j ? Link{LinkKind::kPix, 0} : topo.link(i, j);
+      const int level = l.kind == LinkKind::kPix   ? 10
+                        : l.kind == LinkKind::kPxb ? 20
+                        : l.kind == LinkKind::kPhb ? 30
+                        : l.kind == LinkKind::kNode ? 40
+                                                    : 50;
+      levels.push_back(l.kind == LinkKind::kNvLink ? 50 : level);
+      if (i == j || l.kind != LinkKind::kNvLink) continue;
+      min_nv = std::min(min_nv, l.nvlinks);
+      if (!switched) {
+        for (int k = 0; k < l.nvlinks; ++k) nvlink.push_back({{"state", 1}, {"remote_bus_id", bus(j)}});
+      }
+    }
+    if (switched) {
+      for (int k = 0; k < min_nv; ++k) {
+        nvlink.push_back({{"state", 1}, {"remote_bus_id", "00000000:FF:00.0"}});
+      }
+    }
+    nvlink.push_back({{"state", 0}, {"remote_bus_id", ""}});  // An inactive link.
+    const int numa = topo.gpu_numa().empty() ? -1 : topo.gpu_numa()[i];
+    devices.push_back({{"index", i},
+                       {"uuid", "GPU-" + std::to_string(i)},
+                       {"name", "NVIDIA Test"},
+                       {"memory", {{"total", 16ull << 30}}},
+                       {"pci", {{"busId", bus(i)}}},
+                       {"compute_capability", {8, 0}},
+                       {"numa_node", numa >= 0 ? nlohmann::json(numa)
+                                               : nlohmann::json({{"error", "NVMLError_NotSupported"}})},
+                       {"common_ancestor", levels},
+                       {"nvlink", nvlink}});
+  }
+  return {{"driver_version", "550.0"}, {"devices", devices}};
+}
+
+TEST(NvmlTest, TopologyFromNvmlMatchesNvidiaSmi) {
+  for (const char* name : {"dgx1_v100", "dgx2", "dgx_a100", "dgx_h100", "pcie_2socket_8gpu", "t4x4"}) {
+    SCOPED_TRACE(name);
+    std::ifstream in(std::string(GPUSHARE_SOURCE_DIR) + "/tests/data/topology/" + name + ".txt");
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<TopologyPtr> smi = Topology::FromNvidiaSmi(text.str());
+    ASSERT_TRUE(smi.ok()) << smi.status();
+    const std::string fixture = ::testing::TempDir() + "/topology-" + name + ".json";
+    std::ofstream(fixture) << FixtureOf(**smi).dump();
+    std::unique_ptr<Nvml> nvml = LoadWith(fixture);
+    ASSERT_NE(nvml, nullptr);
+    absl::StatusOr<std::vector<GpuInfo>> gpus = nvml->Devices();
+    ASSERT_TRUE(gpus.ok()) << gpus.status();
+    absl::StatusOr<TopologyPtr> topo = nvml->Topology(*gpus);
+    ASSERT_TRUE(topo.ok()) << topo.status();
+    EXPECT_EQ((*topo)->ToMatrixText(), (*smi)->ToMatrixText());
+    EXPECT_EQ((*topo)->gpu_numa(), (*smi)->gpu_numa());
+  }
+}
+
+TEST(NvmlTest, OneGpuWithoutNvLinkHasATrivialTopology) {
+  const std::string path = std::string(GPUSHARE_SHARED_DIR) + "/nvml/h200-nvml.json";
+  if (!std::ifstream(path)) GTEST_SKIP() << path << " is absent";
+  std::unique_ptr<Nvml> nvml = LoadWith(path);
+  ASSERT_NE(nvml, nullptr);
+  absl::StatusOr<std::vector<GpuInfo>> gpus = nvml->Devices();
+  ASSERT_TRUE(gpus.ok());
+  absl::StatusOr<TopologyPtr> topo = nvml->Topology(*gpus);  // NVLink: NotSupported.
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  EXPECT_EQ((*topo)->num_gpus(), 1);
+}
+
+TEST(NvmlTest, NoCommonAncestorMeansNoTopology) {
+  std::unique_ptr<Nvml> nvml =
+      LoadWith(std::string(GPUSHARE_SOURCE_DIR) + "/tests/data/nvml/two-a100.json");
+  ASSERT_NE(nvml, nullptr);
+  absl::StatusOr<std::vector<GpuInfo>> gpus = nvml->Devices();
+  ASSERT_TRUE(gpus.ok());
+  absl::StatusOr<TopologyPtr> topo = nvml->Topology(*gpus);
+  EXPECT_EQ(topo.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(topo.status().message()), HasSubstr("GPUs 0 and 1"));
 }
 
 TEST(NvmlTest, AMissingDriverIsAClearError) {

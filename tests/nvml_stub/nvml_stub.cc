@@ -8,6 +8,12 @@
 // recorded as {"error": "NVMLError_NotSupported: ..."} makes its call return
 // that error. Built as libnvidia-ml.so.1 in the test build only.
 //
+// Topology: a device's "common_ancestor" lists its nvmlGpuTopologyLevel_t
+// to each device by index (absent: NotSupported); "nvlink" lists its links
+// by number, each {"state": 0|1, "remote_bus_id": "..."} or an error (the
+// H200 fixture records NotSupported); a link past the list is
+// INVALID_ARGUMENT, as past the GPU's link count.
+//
 // Faults, injected while a program runs: $GPUSHARE_NVML_FAULTS names a JSON
 // file, re-read on every memory query and event wait:
 //   {"lost": [1], "events": [{"gpu": 0, "xid": 79}, {"gpu": 1, "dbe": true}]}
@@ -108,6 +114,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2(void) {
   S().fixture = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!S().fixture.is_object() || !S().fixture.contains("devices")) return NVML_ERROR_UNKNOWN;
   S().devices.assign(S().fixture["devices"].begin(), S().fixture["devices"].end());
+  S().events_delivered = 0;
+  S().registered = 0;
   S().initialised = true;
   return NVML_SUCCESS;
 }
@@ -227,6 +235,46 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNumaNodeId(nvml
   const json& n = d->at("numa_node");
   if (nvmlReturn_t r = RecordedError(n); r != NVML_SUCCESS) return r;
   *node = n.get<unsigned>();
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(
+    nvmlDevice_t h1, nvmlDevice_t h2, int* level) {
+  GPUSHARE_DEVICE_OR_RETURN(d, h1);
+  if (DeviceOf(h2) == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!d->contains("common_ancestor")) return NVML_ERROR_NOT_SUPPORTED;
+  const json& levels = d->at("common_ancestor");
+  if (nvmlReturn_t r = RecordedError(levels); r != NVML_SUCCESS) return r;
+  *level = levels.at(reinterpret_cast<uintptr_t>(h2) - 1).get<int>();
+  return NVML_SUCCESS;
+}
+
+// The recorded entry of NVLink `link`, or nullptr past the list.
+const json* NvLinkOf(const json& device, unsigned link) {
+  if (!device.contains("nvlink") || link >= device["nvlink"].size()) return nullptr;
+  return &device["nvlink"][link];
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t h,
+                                                                          unsigned link,
+                                                                          int* active) {
+  GPUSHARE_DEVICE_OR_RETURN(d, h);
+  const json* l = NvLinkOf(*d, link);
+  if (l == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const json& state = l->at("state");
+  if (nvmlReturn_t r = RecordedError(state); r != NVML_SUCCESS) return r;
+  *active = state.get<int>();
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    nvmlDevice_t h, unsigned link, nvmlPciInfo_t* out) {
+  GPUSHARE_DEVICE_OR_RETURN(d, h);
+  const json* l = NvLinkOf(*d, link);
+  if (l == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *out = nvmlPciInfo_t{};
+  const std::string bus = l->value("remote_bus_id", "");
+  std::strncpy(out->busId, bus.c_str(), sizeof out->busId - 1);
   return NVML_SUCCESS;
 }
 
