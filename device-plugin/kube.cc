@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gpushare/kubernetes.h"
 #include "gpushare/topology.h"
 #include "nlohmann/json.hpp"
 
@@ -49,12 +50,14 @@ std::string AssignedPatch(int64_t now_ns) {
 }
 
 std::string NodeAnnotationsPatch(const std::string& topology_json,
+                                 const std::vector<int64_t>& gpu_units,
                                  const std::map<int, std::string>& unhealthy) {
   nlohmann::json annotations = nlohmann::json::object();
   if (!topology_json.empty()) annotations[Topology::kKubernetesAnnotation] = topology_json;
+  annotations[k8s::kGpuMemoryAnnotation] = absl::StrJoin(gpu_units, ",");
   std::vector<int> gpus;
   for (const auto& [g, why] : unhealthy) gpus.push_back(g);
-  annotations[kUnhealthyAnnotation] =
+  annotations[k8s::kUnhealthyGpusAnnotation] =
       gpus.empty() ? nlohmann::json(nullptr) : nlohmann::json(absl::StrJoin(gpus, ","));
   return nlohmann::json({{"metadata", {{"annotations", annotations}}}}).dump();
 }

@@ -15,13 +15,11 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpushare::deviceplugin {
 
 inline constexpr char kMergePatch[] = "application/merge-patch+json";
-// The node annotation of unhealthy GPUs: their indices, comma-separated
-// ("1,3"), absent when every GPU is healthy.
-inline constexpr char kUnhealthyAnnotation[] = "gpushare.io/unhealthy-gpus";
 
 // GET path of the pods bound to `node` (a field selector on spec.nodeName).
 std::string NodePodsPath(std::string_view node);
@@ -30,10 +28,14 @@ std::string NodePath(std::string_view node);
 // A merge patch marking a pod assigned, as the original device plugin does:
 // ALIYUN_COM_GPU_MEM_ASSIGNED "true", ALIYUN_COM_GPU_MEM_ASSIGN_TIME (ns).
 std::string AssignedPatch(int64_t now_ns);
-// A merge patch of the Node's annotations: gpushare.io/gpu-topology set to
-// `topology_json` (left alone when empty) and gpushare.io/unhealthy-gpus
-// set to the unhealthy GPUs' indices, or removed when there are none.
+// A merge patch of the Node's annotations, which the extender reads
+// (gpushare/kubernetes.h): gpushare.io/gpu-topology set to `topology_json`
+// (left alone when empty), gpushare.io/gpu-memory to each GPU's units
+// ("10,20": the capacity alone cannot tell a 10 and a 20 GiB GPU from two
+// of 15), and gpushare.io/unhealthy-gpus to the unhealthy GPUs' indices, or
+// removed when there are none.
 std::string NodeAnnotationsPatch(const std::string& topology_json,
+                                 const std::vector<int64_t>& gpu_units,
                                  const std::map<int, std::string>& unhealthy);
 
 }  // namespace gpushare::deviceplugin

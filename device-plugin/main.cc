@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
               << std::endl;
   }
 
+  std::vector<int64_t> gpu_units;
+  for (int g = 0; g < inventory->gpu_count(); ++g) gpu_units.push_back(inventory->units(g));
+
   // The API server.
   auto rest = gpushare::extender::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
   if (!rest.ok()) return Fail("the Kubernetes API", rest.status());
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
     if (!c.annotate_node) return;
     absl::StatusOr<std::string> r =
         client.Call(boost::beast::http::verb::patch, gpushare::deviceplugin::NodePath(c.node_name),
-                    gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, unhealthy),
+                    gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, gpu_units, unhealthy),
                     gpushare::deviceplugin::kMergePatch);
     if (!r.ok()) {
       std::cerr << "gpushare-device-plugin: annotating node " << c.node_name << ": "

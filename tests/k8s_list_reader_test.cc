@@ -144,6 +144,16 @@ TEST(K8sListReaderTest, VariationsAgree) {
     ExpectPodReadersAgree(absl::StrReplaceAll(SamplePods(), {{from, to}}));
     ExpectNodeReadersAgree(absl::StrReplaceAll(SampleNodes(), {{from, to}}));
   }
+  // gpushare-device-plugin's annotations: GPU sizes and health, good and bad.
+  const std::string uid = "\"uid\": \"node-uid-v100-node\",";
+  for (const char* annotations :
+       {R"({"gpushare.io/gpu-memory": "10,20,20,10", "gpushare.io/unhealthy-gpus": "1,3"})",
+        R"({"gpushare.io/gpu-memory": "10,20,20,11"})", R"({"gpushare.io/gpu-memory": "60"})",
+        R"({"gpushare.io/gpu-memory": "x,20,20,20"})", R"({"gpushare.io/unhealthy-gpus": "4"})",
+        R"({"gpushare.io/unhealthy-gpus": ""})"}) {
+    ExpectNodeReadersAgree(absl::StrReplaceAll(
+        SampleNodes(), {{uid, absl::StrCat(uid, " \"annotations\": ", annotations, ",")}}));
+  }
   for (const std::string& text :
        {std::string(""), std::string("[]"), std::string("{}"), std::string("{\"items\":null}"),
         std::string("5"), std::string("\"x\""), std::string("[1]"), std::string("[{}]"),

@@ -227,6 +227,37 @@ TEST(NodeTest, SplitsGpuMemoryOverTheGpuCount) {
   EXPECT_THAT(ParseNode(bad.dump()), StatusIs(absl::StatusCode::kInvalidArgument, "'lots'"));
 }
 
+TEST(NodeTest, DevicePluginAnnotationsGiveEachGpuItsSizeAndHealth) {
+  // A 10 GiB and a 20 GiB GPU: 30 units over 2 GPUs are not 15 + 15.
+  json mixed = GpuNode("m", "10.0.0.11", 2, 15);
+  mixed["metadata"]["annotations"] = {{"gpushare.io/gpu-memory", "10,20"},
+                                      {"gpushare.io/unhealthy-gpus", "1"}};
+  ASSERT_OK_AND_ASSIGN(Node n, ParseNode(mixed.dump()));
+  ASSERT_EQ(n.gpus.size(), 2u);
+  EXPECT_EQ(n.gpus[0].memory, 10);
+  EXPECT_EQ(n.gpus[1].memory, 20);
+  EXPECT_TRUE(n.gpus[0].healthy);
+  EXPECT_FALSE(n.gpus[1].healthy);
+  mixed["metadata"]["annotations"]["gpushare.io/gpu-memory"] = "10,21";
+  EXPECT_THAT(ParseNode(mixed.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "node m: annotation gpushare.io/gpu-memory=\"10,21\" sums to 31 units but "
+                       "capacity aliyun.com/gpu-mem is 30"));
+  mixed["metadata"]["annotations"]["gpushare.io/gpu-memory"] = "30";
+  EXPECT_THAT(ParseNode(mixed.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "lists 1 GPUs but the node has 2"));
+  // Before the kubelet reports the devices, the annotations wait.
+  json early = mixed;
+  early["status"]["capacity"] = json::object();
+  ASSERT_OK_AND_ASSIGN(Node none, ParseNode(early.dump()));
+  EXPECT_TRUE(none.gpus.empty());
+  mixed["metadata"]["annotations"]["gpushare.io/gpu-memory"] = "10,20";
+  mixed["metadata"]["annotations"]["gpushare.io/unhealthy-gpus"] = "2";
+  EXPECT_THAT(ParseNode(mixed.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "gpushare.io/unhealthy-gpus=\"2\" does not name GPUs of the node"));
+}
+
 TEST(NodeTest, GpuMemOverAnExplicitZeroGpuCountIsRefused) {
   // The device plugin says there are no GPUs to share: its gpu-mem is not
   // one GPU's worth, it is a contradiction, named.
@@ -707,6 +738,37 @@ TEST(SyncTest, MalformedListsChangeNothingAndBadObjectsAreSkipped) {
 
 int UsedOn(const Extender& ext, const std::string& node) {
   return json::parse(*ext.Inspect(node))["nodes"][0]["usedGPU"].get<int>();
+}
+
+TEST(WatchEventTest, GpuHealthFollowsTheDevicePluginEvenOnABusyNode) {
+  const json n1 = GpuNode("n1", "10.0.0.1", 2, 16);
+  auto scheduler = MakeScheduler({n1});
+  Extender ext(scheduler.get());
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 4), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("a", "n1")))["Error"], "");
+  int held = -1;
+  scheduler->Read([&](const Cluster& c) { held = c.FindPlacement("default/a")->gpus[0]; });
+  json sick = n1;
+  sick["metadata"]["annotations"] = {{"gpushare.io/unhealthy-gpus", std::to_string(1 - held)}};
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyNodeEvent("MODIFIED", sick.dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_THAT(r.warnings, IsEmpty());  // No replacement needed: the pod stays.
+  scheduler->Read([&](const Cluster& c) {
+    EXPECT_FALSE(c.FindNode("n1")->gpus[1 - held].healthy);
+    EXPECT_NE(c.FindPlacement("default/a"), nullptr);
+  });
+  // A 16-unit pod needs the whole other GPU, which is unhealthy now.
+  ASSERT_OK_AND_ASSIGN(std::string reply, ext.Filter(Args(GpuPod("b", 16), {"n1"})));
+  EXPECT_THAT(json::parse(reply)["NodeNames"], IsEmpty());
+  // Healthy again (the annotation removed): the pod fits.
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("MODIFIED", n1.dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  ASSERT_OK_AND_ASSIGN(reply, ext.Filter(Args(GpuPod("b", 16), {"n1"})));
+  EXPECT_THAT(json::parse(reply)["NodeNames"], ElementsAre("n1"));
+  // Sync (the periodic full list) follows health too.
+  ASSERT_OK_AND_ASSIGN(r, ext.Sync(NodeList({sick}).dump(), PodList({}).dump(), 0));
+  scheduler->Read([&](const Cluster& c) { EXPECT_FALSE(c.FindNode("n1")->gpus[1 - held].healthy); });
+  EXPECT_OK(scheduler->CheckInvariants());
 }
 
 TEST(WatchEventTest, NodeEventsAddReplaceCordonAndRemoveIdleNodes) {

@@ -49,6 +49,10 @@ namespace gpushare::k8s {
 inline constexpr char kGpuMemResource[] = "aliyun.com/gpu-mem";
 inline constexpr char kGpuCountResource[] = "aliyun.com/gpu-count";  // Also the pod label.
 inline constexpr char kWholeGpuResource[] = "nvidia.com/gpu";
+// Node annotations gpushare-device-plugin writes: each GPU's units
+// ("10,20"), and the indices of unhealthy GPUs ("1,3"; absent when none).
+inline constexpr char kGpuMemoryAnnotation[] = "gpushare.io/gpu-memory";
+inline constexpr char kUnhealthyGpusAnnotation[] = "gpushare.io/unhealthy-gpus";
 
 // ---- Quantities ---------------------------------------------------------------
 //
@@ -144,10 +148,16 @@ absl::StatusOr<Pod> ParsePod(std::string_view json);
 // nodes take it only when labelled for it (see TakesSharedGpuWork()).
 // The annotation gpushare.io/gpu-topology (Topology::kKubernetesAnnotation),
 // when present, gives the GPU topology in the compact JSON form of
-// gpushare/topology.h; without it the node is topology-blind.
+// gpushare/topology.h; without it the node is topology-blind. The
+// annotations of gpushare-device-plugin, when present, give each GPU's own
+// size (kGpuMemoryAnnotation: one count per GPU, summing to the capacity)
+// and mark GPUs unhealthy (kUnhealthyGpusAnnotation); both are ignored while
+// the capacity offers no GPUs (the kubelet has not reported the plugin's
+// devices yet).
 // Errors: InvalidArgument for malformed JSON, a missing metadata.name, a
-// malformed quantity, or a topology annotation that is malformed or describes
-// another number of GPUs (naming the annotation).
+// malformed quantity, or a topology, GPU memory or unhealthy-GPU annotation
+// that is malformed or describes another number of GPUs (naming the
+// annotation).
 absl::StatusOr<Node> ParseNode(std::string_view json);
 
 // Whether `node` (its name and labels) satisfies the pod's required node

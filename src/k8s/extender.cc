@@ -800,6 +800,24 @@ bool SameNode(const Node& node, const NodeStatus& status) {
   return true;
 }
 
+// Follows what changes without replacing the node: its cordon, and each
+// GPU's health (gpushare-device-plugin's unhealthy-GPU annotation). True if
+// anything changed.
+bool FollowNodeState(Scheduler* scheduler, const Node& node, const NodeStatus& known) {
+  bool changed = false;
+  if (known.schedulable != node.schedulable &&
+      scheduler->SetNodeSchedulable(node.name, node.schedulable).ok()) {
+    changed = true;
+  }
+  for (size_t g = 0; g < node.gpus.size() && g < known.gpus.size(); ++g) {
+    if (node.gpus[g].healthy != known.gpus[g].healthy &&
+        scheduler->SetGpuHealthy(node.name, static_cast<int>(g), node.gpus[g].healthy).ok()) {
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 }  // namespace
 
 absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
@@ -851,10 +869,7 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
         continue;
       }
     }
-    if (known->schedulable != node.schedulable &&
-        scheduler_->SetNodeSchedulable(node.name, node.schedulable).ok()) {
-      ++r.nodes_updated;
-    }
+    if (FollowNodeState(scheduler_, node, *known)) ++r.nodes_updated;
   }
 
   // 2. Placements: confirm the bound, release what is gone.
@@ -1066,10 +1081,7 @@ absl::StatusOr<SyncReport> Extender::ApplyNodeEvent(std::string_view type,
       return r;
     }
   }
-  if (known->schedulable != node.schedulable &&
-      scheduler_->SetNodeSchedulable(node.name, node.schedulable).ok()) {
-    ++r.nodes_updated;
-  }
+  if (FollowNodeState(scheduler_, node, *known)) ++r.nodes_updated;
   return r;
 }
 

@@ -343,6 +343,51 @@ absl::Status NodeGpus(int64_t memory, std::optional<int64_t> gpu_count, int64_t 
 
 absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& annotations,
                                     int64_t memory, Node* node) {
+  // The GPUs' own sizes, which gpushare-device-plugin publishes because a
+  // node's GPUs may differ: a comma-separated list of units, one per GPU,
+  // summing to the capacity. Both annotations wait for the capacity: the
+  // plugin writes them before the kubelet reports its devices.
+  if (node->gpus.empty()) {
+    // Nothing to describe yet.
+  } else if (auto m = annotations.find(kGpuMemoryAnnotation); m != annotations.end()) {
+    auto bad = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(*node), ": annotation ", kGpuMemoryAnnotation, "=\"",
+          ::gpushare::internal::Echo(m->second), "\" ", why));
+    };
+    std::vector<int64_t> sizes;
+    int64_t sum = 0;
+    for (absl::string_view part : absl::StrSplit(m->second, ',')) {
+      int64_t units = 0;
+      if (!absl::SimpleAtoi(part, &units) || units < 1 || units > kMaxQuantity) {
+        return bad("is not a list of positive unit counts");
+      }
+      sizes.push_back(units);
+      sum += units;
+    }
+    if (sizes.size() != node->gpus.size()) {
+      return bad(absl::StrCat("lists ", sizes.size(), " GPUs but the node has ", node->gpus.size()));
+    }
+    if (sum != memory) {
+      return bad(absl::StrCat("sums to ", sum, " units but capacity ", kGpuMemResource, " is ",
+                              memory));
+    }
+    for (size_t g = 0; g < sizes.size(); ++g) node->gpus[g].memory = sizes[g];
+  }
+  // GPUs the device plugin found unhealthy: their indices, comma-separated.
+  if (auto u = annotations.find(kUnhealthyGpusAnnotation);
+      u != annotations.end() && !u->second.empty() && !node->gpus.empty()) {
+    for (absl::string_view part : absl::StrSplit(u->second, ',')) {
+      int g = 0;
+      if (!absl::SimpleAtoi(part, &g) || g < 0 || g >= static_cast<int>(node->gpus.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Who(*node), ": annotation ", kUnhealthyGpusAnnotation, "=\"",
+            ::gpushare::internal::Echo(u->second), "\" does not name GPUs of the node (it has ",
+            node->gpus.size(), ")"));
+      }
+      node->gpus[g].healthy = false;
+    }
+  }
   if (auto t = annotations.find(Topology::kKubernetesAnnotation); t != annotations.end()) {
     absl::StatusOr<TopologyPtr> topology = Topology::FromJson(t->second);
     if (!topology.ok()) {

@@ -24,11 +24,12 @@ TEST(KubeTest, AssignedPatchSetsTheOriginalsAnnotations) {
 
 TEST(KubeTest, NodePatchSetsOrRemovesTheUnhealthyList) {
   nlohmann::json sick = nlohmann::json::parse(
-      NodeAnnotationsPatch(R"({"gpus":2,"links":["NV2"]})", {{0, "XID 79"}, {1, "lost"}}));
+      NodeAnnotationsPatch(R"({"gpus":2,"links":["NV2"]})", {10, 20}, {{0, "XID 79"}, {1, "lost"}}));
   EXPECT_EQ(sick["metadata"]["annotations"]["gpushare.io/unhealthy-gpus"], "0,1");
+  EXPECT_EQ(sick["metadata"]["annotations"]["gpushare.io/gpu-memory"], "10,20");
   EXPECT_EQ(sick["metadata"]["annotations"]["gpushare.io/gpu-topology"],
             R"({"gpus":2,"links":["NV2"]})");
-  nlohmann::json well = nlohmann::json::parse(NodeAnnotationsPatch("", {}));
+  nlohmann::json well = nlohmann::json::parse(NodeAnnotationsPatch("", {16}, {}));
   EXPECT_TRUE(well["metadata"]["annotations"]["gpushare.io/unhealthy-gpus"].is_null());
   EXPECT_FALSE(well["metadata"]["annotations"].contains("gpushare.io/gpu-topology"));
 }
