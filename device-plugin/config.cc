@@ -29,6 +29,10 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
   f->Add(kNodeGroup, "--device-plugin-path", "DIR",
          "the kubelet's device plugin folder (default " + c->plugin_dir + ")",
          SetString("--device-plugin-path", &c->plugin_dir));
+  f->Add(kNodeGroup, "--pod-resources-socket", "FILE",
+         "the kubelet's pod-resources API, read at start to learn\n"
+         "what was allocated before (default " + c->pod_resources_socket + ")",
+         SetString("--pod-resources-socket", &c->pod_resources_socket));
   f->Add(kNodeGroup, "--nvml-library", "FILE",
          "NVML, loaded at run time (default " + c->nvml_library + ")",
          SetString("--nvml-library", &c->nvml_library));

@@ -23,6 +23,7 @@
 #include "device-plugin/inventory.h"
 #include "device-plugin/kube.h"
 #include "device-plugin/nvml.h"
+#include "device-plugin/pod_resources.h"
 #include "device-plugin/server.h"
 #include "extender/api_client.h"
 #include "extender/kubeconfig.h"
@@ -136,6 +137,19 @@ int main(int argc, char** argv) {
   auto server = DevicePluginServer::Start(*inventory, options, list_pods, mark_assigned);
   if (!server.ok()) return Fail("serving the device plugin API", server.status());
   annotate_node({});
+
+  // A restart: what the kubelet allocated before is served already.
+  if (auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket); served.ok()) {
+    auto pods = list_pods();
+    if (!pods.ok()) return Fail("listing this node's pods", pods.status());
+    const auto keys = gpushare::deviceplugin::ServedKeys(*served, *pods);
+    for (const auto& k : keys) (*server)->RecordServed(k.pod_uid, k.container, k.resource);
+    std::cout << "gpushare-device-plugin: " << keys.size()
+              << " containers already served, from the kubelet's pod-resources API" << std::endl;
+  } else {
+    std::cerr << "gpushare-device-plugin: " << served.status().message()
+              << " (a fresh node has nothing allocated yet)" << std::endl;
+  }
 
   // Registration is kept up by the loop below (a missing kubelet socket is
   // waited for, a restarted kubelet is registered with again).

@@ -57,7 +57,8 @@ TEST(DevicePluginConfigTest, HelpNamesEveryFlag) {
   const std::string help = DevicePluginHelp();
   for (const char* flag : {"--node-name", "--device-plugin-path", "--nvml-library",
                            "--memory-unit", "--exclusive-resource", "--hami-limits",
-                           "--kubeconfig", "--annotate-node", "--health-interval-ms"}) {
+                           "--kubeconfig", "--annotate-node", "--health-interval-ms",
+                           "--pod-resources-socket"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   absl::StatusOr<DevicePluginConfig> c = Parse({"--help"}, nullptr);

@@ -1,0 +1,90 @@
+// The kubelet's pod-resources API as a restarted plugin reads it
+// (device-plugin/pod_resources.h), from a PodResourcesLister served here
+// over real gRPC (the real kubelet serves it in the node stage).
+
+#include "device-plugin/pod_resources.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "podresources/v1/api.grpc.pb.h"
+
+namespace gpushare::deviceplugin {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class Lister final : public ::v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* reply) override {
+    auto* pod = reply->add_pod_resources();
+    pod->set_name("p");
+    pod->set_namespace_("default");
+    auto* c = pod->add_containers();
+    c->set_name("main");
+    auto* mem = c->add_devices();
+    mem->set_resource_name("aliyun.com/gpu-mem");
+    mem->add_device_ids("GPU-1-mem-0");
+    mem->add_device_ids("GPU-1-mem-1");
+    auto* other = c->add_devices();
+    other->set_resource_name("example.com/fpga");
+    other->add_device_ids("f0");
+    auto* gone = reply->add_pod_resources();
+    gone->set_name("deleted");
+    gone->set_namespace_("default");
+    auto* g = gone->add_containers();
+    g->set_name("c");
+    auto* whole = g->add_devices();
+    whole->set_resource_name("nvidia.com/gpu");
+    whole->add_device_ids("GPU-0");
+    return grpc::Status::OK;
+  }
+};
+
+TEST(PodResourcesTest, ServedContainersOfGpushareResourcesAreRestored) {
+  char tmpl[] = "/tmp/gpushare-pr-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string socket = std::string(tmpl) + "/kubelet.sock";
+  Lister lister;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  builder.RegisterService(&lister);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  absl::StatusOr<std::vector<ServedContainer>> served = ListServed(socket);
+  ASSERT_TRUE(served.ok()) << served.status();
+  ASSERT_EQ(served->size(), 2u);  // The FPGA is not ours.
+  EXPECT_EQ((*served)[0].container, "main");
+  EXPECT_EQ((*served)[0].resource, Resource::kGpuMem);
+  EXPECT_THAT((*served)[0].device_ids, ElementsAre("GPU-1-mem-0", "GPU-1-mem-1"));
+  EXPECT_EQ((*served)[1].resource, Resource::kWholeGpu);
+
+  NodePod p;
+  p.uid = "uid-p";
+  p.namespace_name = "default";
+  p.name = "p";
+  std::vector<ServedKey> keys = ServedKeys(*served, {p});
+  ASSERT_EQ(keys.size(), 1u);  // The deleted pod's container is dropped.
+  EXPECT_EQ(keys[0].pod_uid, "uid-p");
+  EXPECT_EQ(keys[0].container, "main");
+  server->Shutdown();
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST(PodResourcesTest, ASilentKubeletIsNamed) {
+  absl::StatusOr<std::vector<ServedContainer>> served =
+      ListServed("/tmp/gpushare-no-such-kubelet.sock", std::chrono::milliseconds(200));
+  EXPECT_EQ(served.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(served.status().message()),
+              HasSubstr("/tmp/gpushare-no-such-kubelet.sock"));
+}
+
+}  // namespace
+}  // namespace gpushare::deviceplugin
