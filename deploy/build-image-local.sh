@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Builds a gpushare-extender image without a daemon, a registry or root:
-# buildah, FROM scratch, from the programs already built in $BUILD (default
-# build): gpushare-extender and kubectl-inspect-gpushare, the shared libraries
-# they load (as ldd lists them, copied from this Debian system), the system's
-# CA certificates, and passwd/group entries for user 65532, which it runs as.
-# deploy/Dockerfile is the canonical build (it needs registry access for
-# debian:bookworm); this one needs nothing but buildah (see deploy/README.md).
+# Builds a gpushare image without a daemon, a registry or root: buildah, FROM
+# scratch, from the programs already built in $BUILD (default build), the
+# shared libraries they load (as ldd lists them, copied from this Debian
+# system), the system's CA certificates, and passwd/group entries.
 #
-#   deploy/build-image-local.sh [TAG]     (default localhost/gpushare-extender:0.1.0-local)
+#   deploy/build-image-local.sh [TAG]
+#       gpushare-extender and kubectl-inspect-gpushare, run as user 65532
+#       (default tag localhost/gpushare-extender:0.1.0-local). deploy/Dockerfile
+#       is the canonical build of this one (it needs registry access for
+#       debian:bookworm); this needs nothing but buildah (deploy/README.md).
+#   deploy/build-image-local.sh --device-plugin [TAG]
+#       gpushare-device-plugin (configure with -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON),
+#       run as root, the owner of the kubelet's socket folder (the DaemonSet
+#       drops every capability); NVML comes from the node's driver at run time
+#       (default tag localhost/gpushare-device-plugin:0.1.0-local).
 #
 # Environment: BUILD; STORAGE_DRIVER (buildah's, default vfs: works in
 # unprivileged containers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
-tag=${1:-localhost/gpushare-extender:0.1.0-local}
-programs=("$build/extender/gpushare-extender" "$build/extender/kubectl-inspect-gpushare")
+if [ "${1:-}" = "--device-plugin" ]; then
+  shift
+  tag=${1:-localhost/gpushare-device-plugin:0.1.0-local}
+  programs=("$build/device-plugin/gpushare-device-plugin")
+  user="0:0"
+  expose=""
+  entrypoint="/usr/local/bin/gpushare-device-plugin"
+  cmd=""
+else
+  tag=${1:-localhost/gpushare-extender:0.1.0-local}
+  programs=("$build/extender/gpushare-extender" "$build/extender/kubectl-inspect-gpushare")
+  user="65532:65532"
+  expose="EXPOSE 32766"
+  entrypoint="/usr/local/bin/gpushare-extender"
+  cmd='CMD ["--address=0.0.0.0", "--port=32766"]'
+fi
 for p in "${programs[@]}"; do
   [ -x "$p" ] || { echo "build-image-local: $p is not built" >&2; exit 1; }
 done
@@ -36,13 +56,13 @@ printf 'root:x:0:0:root:/:/nonexistent\nnonroot:x:65532:65532:nonroot:/:/nonexis
   > "$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
 chmod 1777 "$root/tmp"
-cat > "$ctx/Containerfile" <<'EOF'
+cat > "$ctx/Containerfile" <<EOF
 FROM scratch
 COPY root/ /
-USER 65532:65532
-EXPOSE 32766
-ENTRYPOINT ["/usr/local/bin/gpushare-extender"]
-CMD ["--address=0.0.0.0", "--port=32766"]
+USER $user
+$expose
+ENTRYPOINT ["$entrypoint"]
+$cmd
 EOF
 buildah --storage-driver "${STORAGE_DRIVER:-vfs}" build --quiet --layers=false \
   -f "$ctx/Containerfile" -t "$tag" "$ctx"

@@ -9,17 +9,22 @@
 # sample state with gpushare-extender, reading /readyz and /metrics: a missing
 # library or file fails it. deploy/Dockerfile (Debian base images) is not built:
 # no registry is reachable here (deploy/README.md).
+# Then the same for gpushare-device-plugin's image (--device-plugin): root,
+# its entrypoint, and NVML loaded in it from a fixture through the stand-in
+# library of the tests.
 # Cost: about 10 s once the two programs are built (the image itself ~2.5 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
 command -v buildah >/dev/null 2>&1 || scripts/install-deps.sh --image
-[ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null
-cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare
+cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
+cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare \
+  gpushare-device-plugin nvml_stub
 
 export STORAGE_DRIVER=vfs
 tag="localhost/gpushare-extender:stage-test-$$"
-cleanup() { buildah --storage-driver vfs rmi -f "$tag" >/dev/null 2>&1 || true; }
+dp_tag="localhost/gpushare-device-plugin:stage-test-$$"
+cleanup() { buildah --storage-driver vfs rmi -f "$tag" "$dp_tag" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 start=$(date +%s.%N)
 BUILD="$build" deploy/build-image-local.sh "$tag" >/dev/null
@@ -69,4 +74,41 @@ if [ "$(id -u)" -eq 0 ]; then
   bash -c "$check" check "$tag"
 else
   buildah unshare bash -c "$check" check "$tag"
+fi
+
+# The device plugin's image: root (the kubelet's socket folder is root's),
+# its entrypoint, and inside it: --help, the clear error of a node without
+# the NVIDIA driver, and the GPUs of an NVML fixture read through the
+# stand-in libnvidia-ml.so.1 (so the image can load NVML at run time).
+start=$(date +%s.%N)
+BUILD="$build" deploy/build-image-local.sh --device-plugin "$dp_tag" >/dev/null
+echo "55-image: built $dp_tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
+     "$(buildah --storage-driver vfs images --format '{{.Size}}' "$dp_tag")"
+user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$dp_tag")
+entry=$(buildah --storage-driver vfs inspect --type image \
+          --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$dp_tag")
+[ "$user" = "0:0" ] || { echo "55-image: device plugin image user is '$user', not 0:0" >&2; exit 1; }
+[ "$entry" = "/usr/local/bin/gpushare-device-plugin " ] ||
+  { echo "55-image: device plugin entrypoint is '$entry'" >&2; exit 1; }
+dp_check='
+set -euo pipefail
+b() { buildah --storage-driver vfs "$@"; }
+c=$(b from "$1"); m=$(b mount "$c")
+trap "b umount $c >/dev/null; b rm $c >/dev/null" EXIT
+run() { chroot "$m" /usr/local/bin/gpushare-device-plugin --node-name n1 "$@" 2>&1 || true; }
+chroot "$m" /usr/local/bin/gpushare-device-plugin --help | grep -q "^usage: gpushare-device-plugin"
+run | grep -q "is the NVIDIA driver installed on this node?"
+mkdir -p "$m/tmp/nvml"
+cp "$2" "$m/tmp/nvml/libnvidia-ml.so.1"
+cp tests/data/nvml/two-a100.json "$m/tmp/nvml/"
+out=$(GPUSHARE_NVML_FIXTURE=/tmp/nvml/two-a100.json KUBERNETES_SERVICE_HOST= run --nvml-library /tmp/nvml/libnvidia-ml.so.1)
+echo "$out" | grep -q "GPU 1 GPU-1b1b1b1b-0000-0000-0000-000000000000 NVIDIA A100-SXM4-40GB, 40 GiB" ||
+  { echo "$out"; echo "the device plugin did not read NVML in its image" >&2; exit 1; }
+echo "55-image: the device plugin image loads NVML and reads the GPUs"
+'
+stub="$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1"
+if [ "$(id -u)" -eq 0 ]; then
+  bash -c "$dp_check" check "$dp_tag" "$stub"
+else
+  buildah unshare bash -c "$dp_check" check "$dp_tag" "$stub"
 fi

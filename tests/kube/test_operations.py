@@ -239,6 +239,30 @@ DENIED = [
     ("delete", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
 ]
 
+DP_SA = "system:serviceaccount:kube-system:gpushare-device-plugin"
+# What the device plugin does (device-plugin/main.cc, kube.cc).
+DP_ALLOWED = [("list", "pods"), ("patch", "pods"), ("patch", "nodes")]
+DP_DENIED = [
+    ("watch", "pods"), ("get", "pods"), ("delete", "pods"), ("create", "pods"),
+    ("update", "pods"), ("get", "secrets"), ("list", "nodes"), ("update", "nodes"),
+    ("delete", "nodes"), ("create", "pods", "--subresource=binding"),
+]
+
+
+def can_i_mismatches(cluster, sa, allowed, denied):
+    """(what, verb, ...) for each answer of `kubectl auth can-i --as sa` that
+    differs from the lists."""
+    wrong = []
+    for verb, *rest in allowed:
+        r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", sa, check=False)
+        if r.stdout.strip() != "yes":
+            wrong.append(("denied", verb, *rest))
+    for verb, *rest in denied:
+        r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", sa, check=False)
+        if r.stdout.strip() != "no":
+            wrong.append(("allowed", verb, *rest))
+    return wrong
+
 
 def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
     kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", DEPLOY)
@@ -268,16 +292,21 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         config = cm["data"]["scheduler-config.yaml"]
         assert "https://gpushare-extender.kube-system.svc:32766" in config
         assert "certFile: /etc/kubernetes/gpushare/scheduler.crt" in config
-        wrong = []
-        for verb, *rest in ALLOWED:
-            r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", SA, check=False)
-            if r.stdout.strip() != "yes":
-                wrong.append(("denied", verb, *rest))
-        for verb, *rest in DENIED:
-            r = kubectl(cluster, "auth", "can-i", verb, *rest, "--as", SA, check=False)
-            if r.stdout.strip() != "no":
-                wrong.append(("allowed", verb, *rest))
-        assert wrong == []
+        assert can_i_mismatches(cluster, SA, ALLOWED, DENIED) == []
+        # The device plugin's DaemonSet: on GPU nodes labelled for sharing,
+        # with the kubelet's folders, no capabilities, and its own RBAC.
+        ds = cluster.api.get("/apis/apps/v1/namespaces/kube-system/daemonsets/gpushare-device-plugin")
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["nodeSelector"] == {"gpushare": "true"}
+        dc = spec["containers"][0]
+        assert dc["image"].startswith("gpushare-device-plugin:")
+        assert dc["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert dc["securityContext"]["readOnlyRootFilesystem"] is True
+        env = {e["name"]: e for e in dc["env"]}
+        assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        mounts = {m["mountPath"] for m in dc["volumeMounts"]}
+        assert mounts == {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
+        assert can_i_mismatches(cluster, DP_SA, DP_ALLOWED, DP_DENIED) == []
     finally:
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
 
