@@ -117,16 +117,18 @@ int main(int argc, char** argv) {
               gpushare::deviceplugin::AssignedPatch(NowNs()), gpushare::deviceplugin::kMergePatch)
         .status();
   };
-  auto annotate_node = [&](const std::map<int, std::string>& unhealthy) {
-    if (!c.annotate_node) return;
+  // True when the Node carries the annotations (or none are written).
+  auto annotate_node = [&](const std::map<int, std::string>& unhealthy) -> bool {
+    if (!c.annotate_node) return true;
     absl::StatusOr<std::string> r =
         client.Call(boost::beast::http::verb::patch, gpushare::deviceplugin::NodePath(c.node_name),
                     gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, gpu_units, unhealthy),
                     gpushare::deviceplugin::kMergePatch);
     if (!r.ok()) {
       std::cerr << "gpushare-device-plugin: annotating node " << c.node_name << ": "
-                << r.status().message() << std::endl;
+                << r.status().message() << " (tried again in 10 s)" << std::endl;
     }
+    return r.ok();
   };
 
   // The kubelet.
@@ -136,7 +138,8 @@ int main(int argc, char** argv) {
   options.allocation.hami_limits = c.hami_limits;
   auto server = DevicePluginServer::Start(*inventory, options, list_pods, mark_assigned);
   if (!server.ok()) return Fail("serving the device plugin API", server.status());
-  annotate_node({});
+  bool node_annotated = annotate_node({});
+  auto next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
 
   // A restart: what the kubelet allocated before is served already.
   if (auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket); served.ok()) {
@@ -201,7 +204,12 @@ int main(int argc, char** argv) {
         }
       }
       unhealthy = now_unhealthy;
-      annotate_node(unhealthy);
+      node_annotated = false;
+      next_annotate = std::chrono::steady_clock::now();
+    }
+    if (!node_annotated && std::chrono::steady_clock::now() >= next_annotate) {
+      node_annotated = annotate_node(unhealthy);
+      next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
   }
   std::cout << "gpushare-device-plugin: stopping" << std::endl;

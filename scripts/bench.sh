@@ -17,7 +17,7 @@ min_time=${BENCH_MIN_TIME:-0.2}
 filter=${BENCH_FILTER:-.}
 
 cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUSHARE_BUILD_TESTS=OFF \
-      -DGPUSHARE_BUILD_TOOLS=OFF -DGPUSHARE_BUILD_BENCH=ON >/dev/null
+      -DGPUSHARE_BUILD_TOOLS=OFF -DGPUSHARE_BUILD_BENCH=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
 programs=()
 for src in bench/*_benchmark.cc; do
   programs+=("$(basename "$src" .cc)")
