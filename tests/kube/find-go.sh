@@ -5,7 +5,8 @@
 # go.mod. Otherwise installs Debian's golang-go and, as Debian 12's Go (1.19)
 # predates GOTOOLCHAIN, fetches the Go toolchain module
 # golang.org/toolchain@v0.0.1-go<ver>.linux-<arch> through the module proxy,
-# the same module that GOTOOLCHAIN=go<ver> downloads on a newer Go.
+# the same module that GOTOOLCHAIN=go<ver> downloads on a newer Go; with
+# GPUSHARE_FIND_GO_NO_INSTALL set it installs nothing and fails instead.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,6 +37,9 @@ find_go() {
 fetch_go_toolchain() {
   # Debian's Go, used only to download the toolchain module.
   if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/lib/go/bin/go ]; then
+    if [ -n "${GPUSHARE_FIND_GO_NO_INSTALL:-}" ]; then
+      log "no Go >= $go_min, and GPUSHARE_FIND_GO_NO_INSTALL forbids installing one"; exit 1
+    fi
     if ! command -v apt-get >/dev/null 2>&1; then
       log "no Go >= $go_min and no apt-get; install Go $go_min or newer"; exit 1
     fi
