@@ -24,6 +24,9 @@ constexpr char kApiGroup[] = "The Kubernetes API (default: the in-cluster servic
 constexpr char kResourceGroup[] = "What is advertised";
 
 void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
+  f->AddSwitch(kNodeGroup, "--discover",
+               "print this node's GPUs as NVML reports them and what would\n"
+               "be advertised (JSON), then exit", &c->discover);
   f->Add(kNodeGroup, "--node-name", "NAME", "this node (default: $NODE_NAME)",
          SetString("--node-name", &c->node_name));
   f->Add(kNodeGroup, "--device-plugin-path", "DIR",
@@ -87,7 +90,7 @@ absl::StatusOr<DevicePluginConfig> ParseDevicePluginFlags(int argc, const char* 
   DefineFlags(&f, &c);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) return s;
   c.help = f.help_requested();
-  if (c.help) return c;
+  if (c.help || c.discover) return c;
   if (c.node_name.empty()) {
     return absl::InvalidArgumentError(
         "no node name: pass --node-name, or set NODE_NAME (the DaemonSet sets it from "

@@ -17,6 +17,9 @@ namespace gpushare::deviceplugin {
 
 struct DevicePluginConfig {
   bool help = false;  // --help: print DevicePluginHelp() and exit 0.
+  // --discover: print what NVML reports and would be advertised (JSON),
+  // then exit; needs no node name, kubelet or API server.
+  bool discover = false;
   // This node's name (--node-name, else $NODE_NAME, which the DaemonSet sets
   // from spec.nodeName). Required.
   std::string node_name;

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::deviceplugin {
 
@@ -56,6 +57,30 @@ std::optional<int> Inventory::GpuOfDevice(std::string_view id) const {
     if (gpus_[g].uuid == uuid) return g;
   }
   return std::nullopt;
+}
+
+std::string InventoryJson(const Inventory& inv, const std::string& driver_version,
+                          const std::string& topology_json) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int g = 0; g < inv.gpu_count(); ++g) {
+    const GpuInfo& i = inv.gpus()[g];
+    gpus.push_back({{"index", i.index},
+                    {"uuid", i.uuid},
+                    {"name", i.name},
+                    {"memory_bytes", i.memory_bytes},
+                    {"units", inv.units(g)},
+                    {"pci_bus_id", i.pci_bus_id},
+                    {"numa_node", i.numa_node},
+                    {"compute_capability", absl::StrCat(i.compute_major, ".", i.compute_minor)},
+                    {"mig_enabled", i.mig_enabled}});
+  }
+  nlohmann::json out = {{"driver_version", driver_version},
+                        {"memory_unit", MemoryUnitName(inv.unit())},
+                        {"gpus", gpus}};
+  if (!topology_json.empty()) {
+    out["topology"] = nlohmann::json::parse(topology_json, nullptr, /*allow_exceptions=*/false);
+  }
+  return out.dump(1);
 }
 
 absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo> gpus, MemoryUnit unit) {

@@ -62,6 +62,13 @@ class Inventory {
   MemoryUnit unit_ = MemoryUnit::kGiB;
 };
 
+// What gpushare-device-plugin --discover prints: the driver version, the
+// unit, each GPU (index, uuid, name, memory_bytes, units, pci_bus_id,
+// numa_node (-1: unknown), compute_capability "9.0", mig_enabled) and the
+// topology's compact JSON (omitted when empty), as one JSON object.
+std::string InventoryJson(const Inventory& inventory, const std::string& driver_version,
+                          const std::string& topology_json);
+
 // Errors: InvalidArgument when a GPU has no UUID, two GPUs share one, or a
 // GPU has less than one unit of memory (naming it); FailedPrecondition when
 // there is no GPU at all.

@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
   if (!gpus.ok()) return Fail("reading the GPUs", gpus.status());
   auto inventory = gpushare::deviceplugin::MakeInventory(*gpus, c.memory_unit);
   if (!inventory.ok()) return Fail("this node's GPUs", inventory.status());
+  std::ostream& log = c.discover ? std::cerr : std::cout;  // --discover: stdout is JSON.
   for (const auto& g : inventory->gpus()) {
-    std::cout << "gpushare-device-plugin: GPU " << g.index << " " << g.uuid << " " << g.name
+    log << "gpushare-device-plugin: GPU " << g.index << " " << g.uuid << " " << g.name
               << ", " << inventory->units(g.index) << " "
               << gpushare::deviceplugin::MemoryUnitName(c.memory_unit) << std::endl;
   }
@@ -84,10 +85,18 @@ int main(int argc, char** argv) {
   std::string topology_json;
   if (auto topo = (*nvml)->Topology(inventory->gpus()); topo.ok()) {
     topology_json = (*topo)->ToJson();
-    std::cout << "gpushare-device-plugin: topology " << topology_json << std::endl;
+    log << "gpushare-device-plugin: topology " << topology_json << std::endl;
   } else {
     std::cerr << "gpushare-device-plugin: no GPU topology published: " << topo.status().message()
               << std::endl;
+  }
+
+  if (c.discover) {
+    auto driver = (*nvml)->DriverVersion();
+    std::cout << gpushare::deviceplugin::InventoryJson(*inventory, driver.ok() ? *driver : "",
+                                                       topology_json)
+              << std::endl;
+    return 0;
   }
 
   std::vector<int64_t> gpu_units;

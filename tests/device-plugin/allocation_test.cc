@@ -56,6 +56,19 @@ TEST(InventoryTest, DeviceIdsMapBackToTheirGpu) {
   EXPECT_EQ(inv.GpuOfDevice("nonsense"), std::nullopt);
 }
 
+TEST(InventoryTest, DiscoveryJsonSaysWhatIsAdvertised) {
+  Inventory inv = MakeInv({10, 20});
+  nlohmann::json j = nlohmann::json::parse(InventoryJson(inv, "550.1", R"({"gpus":2,"links":["PIX"]})"));
+  EXPECT_EQ(j["driver_version"], "550.1");
+  EXPECT_EQ(j["memory_unit"], "GiB");
+  ASSERT_EQ(j["gpus"].size(), 2u);
+  EXPECT_EQ(j["gpus"][1]["uuid"], "GPU-1");
+  EXPECT_EQ(j["gpus"][1]["units"], 20);
+  EXPECT_EQ(j["gpus"][1]["memory_bytes"], 20 * kGiB + 100 * (1 << 20));
+  EXPECT_EQ(j["topology"]["links"][0], "PIX");
+  EXPECT_FALSE(nlohmann::json::parse(InventoryJson(inv, "1", "")).contains("topology"));
+}
+
 TEST(InventoryTest, RefusesWhatCannotBeAdvertised) {
   EXPECT_THAT(MakeInventory({}, MemoryUnit::kGiB).status().message(), HasSubstr("no GPU"));
   std::vector<GpuInfo> same = Gpus({1, 1});

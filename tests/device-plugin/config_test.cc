@@ -43,6 +43,13 @@ TEST(DevicePluginConfigTest, FlagsOverride) {
   EXPECT_EQ(c->health_interval_ms, 250);
 }
 
+TEST(DevicePluginConfigTest, DiscoverNeedsNoNodeName) {
+  absl::StatusOr<DevicePluginConfig> c = Parse({"--discover"}, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->discover);
+  EXPECT_THAT(FlagError(Parse({"--discover=yes"})), HasSubstr("--discover"));
+}
+
 TEST(DevicePluginConfigTest, BadValuesAreNamed) {
   EXPECT_THAT(FlagError(Parse({}, nullptr)), HasSubstr("no node name"));
   EXPECT_THAT(FlagError(Parse({"--memory-unit", "GB"})), HasSubstr("\"GB\""));
