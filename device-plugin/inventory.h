@@ -12,7 +12,7 @@
 //                         pods; optional (PluginOptions::exclusive_resource)
 //
 //   absl::StatusOr<Inventory> inventory = MakeInventory(gpus, MemoryUnit::kGiB);
-//   inventory->units(0);                        // 139 for an H200
+//   inventory->units(0);                        // 140 for an H200
 //   inventory->GpuOfDevice("GPU-7300...-mem-5")  // 0
 //
 // A unit is a GiB (memory / 2^30, rounded down, as the original plugin

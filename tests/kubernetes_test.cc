@@ -771,6 +771,45 @@ TEST(WatchEventTest, GpuHealthFollowsTheDevicePluginEvenOnABusyNode) {
   EXPECT_OK(scheduler->CheckInvariants());
 }
 
+TEST(WatchEventTest, ABoundPodWhoseGpusAreCorrectedIsMovedAtOnce) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 2, 16)});
+  Extender ext(scheduler.get());
+  ASSERT_OK(ext.Filter(Args(GpuPod("a", 4), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("a", "n1")))["Error"], "");
+  int held = -1;
+  scheduler->Read([&](const Cluster& c) { held = c.FindPlacement("default/a")->gpus[0]; });
+  json bound = GpuPod("a", 4);
+  bound["spec"]["nodeName"] = "n1";
+  bound["status"]["phase"] = "Running";
+  bound["metadata"]["annotations"] = {{"ALIYUN_COM_GPU_MEM_IDX", std::to_string(held)}};
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyPodEvent("MODIFIED", bound.dump()));  // Confirms.
+  // The device plugin found the pod on the other GPU.
+  bound["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] = std::to_string(1 - held);
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", bound.dump()));
+  EXPECT_EQ(r.restored, 1);
+  scheduler->Read([&](const Cluster& c) {
+    EXPECT_THAT(c.FindPlacement("default/a")->gpus, ElementsAre(1 - held));
+    EXPECT_EQ(c.FindNode("n1")->gpus[held].memory_used, 0);
+  });
+  // A correction that cannot fit is not followed, and says so.
+  ASSERT_OK(ext.Filter(Args(GpuPod("b", 14), {"n1"})).status());
+  ASSERT_EQ(json::parse(*ext.Bind(Binding("b", "n1")))["Error"], "");
+  int b_gpu = -1;
+  scheduler->Read([&](const Cluster& c) { b_gpu = c.FindPlacement("default/b")->gpus[0]; });
+  ASSERT_EQ(b_gpu, held);
+  json b = GpuPod("b", 14);
+  b["spec"]["nodeName"] = "n1";
+  b["metadata"]["annotations"] = {{"ALIYUN_COM_GPU_MEM_IDX", std::to_string(b_gpu)}};
+  ASSERT_OK(ext.ApplyPodEvent("MODIFIED", b.dump()).status());
+  b["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] = std::to_string(1 - held);
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", b.dump()));
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("not followed")));
+  scheduler->Read([&](const Cluster& c) {
+    EXPECT_THAT(c.FindPlacement("default/b")->gpus, ElementsAre(b_gpu));
+  });
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
 TEST(WatchEventTest, NodeEventsAddReplaceCordonAndRemoveIdleNodes) {
   const json n1 = GpuNode("n1", "10.0.0.1", 1, 14);
   auto scheduler = MakeScheduler({n1});

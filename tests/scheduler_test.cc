@@ -83,6 +83,32 @@ TEST(SchedulerTest, ReservationCountsAgainstCapacityAtOnce) {
   EXPECT_OK(f->CheckInvariants());
 }
 
+TEST(SchedulerTest, MoveReplacesAConfirmedPlacementOrChangesNothing) {
+  Cluster c;
+  ASSERT_OK(c.AddNode(SharedNode("n", {16, 16})));
+  Fixture f(std::move(c));
+  ASSERT_OK_AND_ASSIGN(Placement a, f->Reserve(Shared("a", 4), "n"));
+  Placement to = a;
+  to.gpus = {1 - a.gpus[0]};
+  EXPECT_THAT(f->Move(to), StatusIs(absl::StatusCode::kFailedPrecondition, "reserved"));
+  ASSERT_OK(f->Confirm("a"));
+  ASSERT_OK(f->Move(to));
+  f->Read([&](const Cluster& cl) { EXPECT_EQ(cl.FindPlacement("a")->gpus, to.gpus); });
+  // A move that does not fit leaves the placement where it was.
+  ASSERT_OK_AND_ASSIGN(Placement b, f->Reserve(Shared("b", 14), "n"));
+  ASSERT_OK(f->Confirm("b"));
+  Placement crowded = to;
+  crowded.gpus = b.gpus;
+  if (crowded.gpus != to.gpus) {
+    EXPECT_THAT(f->Move(crowded), StatusIs(absl::StatusCode::kFailedPrecondition, "free units"));
+    f->Read([&](const Cluster& cl) { EXPECT_EQ(cl.FindPlacement("a")->gpus, to.gpus); });
+  }
+  Placement ghost = to;
+  ghost.request_id = "ghost";
+  EXPECT_THAT(f->Move(ghost), StatusIs(absl::StatusCode::kNotFound, "holds nothing"));
+  EXPECT_OK(f->CheckInvariants());
+}
+
 TEST(SchedulerTest, ReserveErrorsChangeNothing) {
   Fixture f(S1Cluster());
   EXPECT_THAT(f->Reserve(Shared("a", 2), "nowhere"), StatusIs(absl::StatusCode::kNotFound));

@@ -32,7 +32,7 @@
 // Locking: one reader/writer lock guards the cluster and the reservations.
 // Filter, Score, Read, Placements, CheckInvariants and the other const methods
 // take it shared and may run in parallel; Reserve, Confirm, Forget, Release,
-// ExpireReservations and the node edits take it exclusively. Writers are
+// Move, ExpireReservations and the node edits take it exclusively. Writers are
 // preferred: once a writer waits, new readers wait behind it, so a stream of
 // overlapping reads (filters, metrics scrapes) cannot hold a bind back
 // indefinitely. Each call is
@@ -169,6 +169,12 @@ class Scheduler {
   // Errors: those of Cluster::Commit().
   [[nodiscard]] absl::Status Commit(const Placement& placement);
 
+  // Replaces the confirmed placement of `to.request_id` with `to`, as one
+  // step: a device plugin reports that the pod runs on other GPUs than were
+  // recorded. Errors: NotFound if the id holds nothing; FailedPrecondition
+  // if it is reserved, not confirmed; those of Cluster::Commit() for `to`,
+  // and then the old placement stays as it was.
+  [[nodiscard]] absl::Status Move(const Placement& to);
   // Forgets every reservation whose TTL has run out; returns how many.
   int ExpireReservations();
 

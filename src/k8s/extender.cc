@@ -1129,6 +1129,28 @@ absl::StatusOr<SyncReport> Extender::ApplyPodEvent(std::string_view type,
       release();
     } else if (reserved && pod.node_name == *held_node) {
       if (scheduler_->Confirm(id).ok()) ++r.confirmed;
+    } else if (pod.node_name == *held_node) {
+      // Bound here, but its annotations now name other GPUs: the device
+      // plugin corrected them to the GPUs the kubelet gave the pod. Follow
+      // at once, in one step, so that no GPU is counted free while it runs.
+      std::optional<Placement> recorded;
+      bool differs = false;
+      scheduler_->Read([&](const Cluster& c) {
+        absl::StatusOr<std::optional<Placement>> rec = internal::RecordedPlacement(c, pod);
+        const Placement* held = c.FindPlacement(id);
+        if (rec.ok() && rec->has_value() && held != nullptr && **rec != *held) {
+          recorded = **rec;
+          differs = true;
+        }
+      });
+      if (differs) {
+        if (absl::Status s = scheduler_->Move(*recorded); s.ok()) {
+          ++r.restored;
+        } else {
+          r.warnings.push_back(absl::StrCat("pod ", id, " now names other GPUs on node ",
+                                            pod.node_name, ", not followed: ", s.message()));
+        }
+      }
     }
   }
   if (held_node || !pod.uses_gpus() || pod.node_name.empty() || pod.completed()) return r;

@@ -320,6 +320,28 @@ absl::Status Scheduler::Commit(const Placement& placement) {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::Move(const Placement& to) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  const Placement* held = state_->cluster.FindPlacement(to.request_id);
+  if (held == nullptr) {
+    return absl::NotFoundError(absl::StrCat("'", to.request_id, "' holds nothing to move"));
+  }
+  if (state_->reserved.contains(internal::Sv(to.request_id))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", to.request_id, "' is reserved, not confirmed: it cannot be moved"));
+  }
+  const Placement before = *held;
+  GPUSHARE_RETURN_IF_ERROR(state_->cluster.Release(to.request_id));
+  if (absl::Status s = state_->cluster.Commit(to); !s.ok()) {
+    // Under the same lock nothing else changed: what was just released fits.
+    absl::Status back = state_->cluster.Commit(before);
+    if (!back.ok()) return absl::InternalError(absl::StrCat("Move: ", back.message()));
+    return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::AddNode(const Node& node) {
   std::unique_lock lock(state_->mu);
   return state_->cluster.AddNode(node);
