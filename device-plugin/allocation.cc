@@ -348,10 +348,16 @@ absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
         ResourceName(resource), why_not.empty() ? "" : " (", absl::StrJoin(why_not, "; "),
         why_not.empty() ? "" : ")"));
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return std::make_tuple(AssumeTime(*a.pod), a.pod->creation_timestamp, a.pod->id()) <
-           std::make_tuple(AssumeTime(*b.pod), b.pod->creation_timestamp, b.pod->id());
-  });
+  // The kubelet's order of admission (see allocation.h): first the pods it
+  // found bound at its start, by creation time; then the others as bound.
+  auto order = [&](const Candidate& c) {
+    const int64_t bound = AssumeTime(*c.pod);
+    const bool at_start = kubelet_start_ns_ > 0 && bound < kubelet_start_ns_;
+    return std::make_tuple(!at_start, at_start ? c.pod->creation_timestamp : std::string(), bound,
+                           c.pod->creation_timestamp, c.pod->id());
+  };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const Candidate& a, const Candidate& b) { return order(a) < order(b); });
   Grant best;
   best.resource = resource;
   const Candidate& first = candidates.front();

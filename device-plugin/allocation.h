@@ -19,11 +19,17 @@
 // container asking exactly `count` of the resource which the ledger has not
 // yet served. The kubelet admits pods one at a time and allocates a pod's
 // containers in order (init containers first), so the container taken is the
-// first such container of the chosen pod, and the pod chosen is the one bound
-// first (ALIYUN_COM_GPU_MEM_ASSUME_TIME, then creation time, then name).
-// When several candidates would get different GPUs, Grant::ambiguous says so
-// (the program counts it); when they would all get the same GPUs and units
-// the choice cannot matter.
+// first such container of the chosen pod. It admits pods in the order it
+// learns of them: as they are bound, except at its start, when it lists every
+// pod bound to it and admits those by creation time (HandlePodAdditions sorts
+// them by creationTimestamp). So the pod chosen is, among the pods bound
+// before the kubelet started (Ledger::set_kubelet_start_ns), the one created
+// first; else the one bound first (ALIYUN_COM_GPU_MEM_ASSUME_TIME); then
+// creation time, then name. creationTimestamp counts seconds, and the
+// kubelet's order of pods created in the same second is arbitrary: among
+// those the choice is a guess. When several candidates would get different
+// GPUs, Grant::ambiguous says so (the program counts it); when they would all
+// get the same GPUs and units the choice cannot matter.
 //
 // What a container gets (gpu-mem): the pod's GPUs (every one of them for a
 // multi-card pod, so NVIDIA_VISIBLE_DEVICES lists all M UUIDs) and its own
@@ -131,6 +137,9 @@ class Ledger {
                     Resource resource);
   bool Served(const std::string& pod_uid, const std::string& container,
               Resource resource) const;
+  // When the kubelet last started (Unix time, ns; 0: unknown, every pod is
+  // taken as bound after it): orders the candidates (see the file comment).
+  void set_kubelet_start_ns(int64_t ns) { kubelet_start_ns_ = ns; }
   // Forgets pods that are not in `pods` any more (deleted).
   void Prune(const std::vector<NodePod>& pods);
   size_t size() const { return served_.size(); }
@@ -138,6 +147,7 @@ class Ledger {
  private:
   // (pod uid, container, resource) served.
   std::set<std::tuple<std::string, std::string, Resource>> served_;
+  int64_t kubelet_start_ns_ = 0;
 };
 
 // The container environment of `grant` (its gpus and units filled in) for

@@ -31,6 +31,14 @@ ino_t InodeOf(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
+// When `path` was last modified (Unix time, ns), 0 when absent: for the
+// kubelet's socket, when the kubelet started.
+int64_t ModifiedNsOf(const std::string& path) {
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (s.code()) {
@@ -142,6 +150,11 @@ struct DevicePluginServer::Impl {
   absl::Status RegisterAll() {
     const std::string kubelet = KubeletSocket();
     kubelet_inode = InodeOf(kubelet);
+    {
+      // Pods bound before the kubelet started are admitted by creation time.
+      std::lock_guard lock(mu);
+      ledger.set_kubelet_start_ns(ModifiedNsOf(kubelet));
+    }
     std::shared_ptr<grpc::Channel> channel =
         grpc::CreateChannel("unix:" + kubelet, grpc::InsecureChannelCredentials());
     auto stub = api::Registration::NewStub(channel);

@@ -18,7 +18,9 @@
 // Allocate, see allocation.h), so the kubelet's own records (its checkpoint,
 // the pod-resources API) name the right GPUs. Allocate lists the pods bound
 // to the node (`list_pods`: the API server in the program), matches each
-// container request, records it in the ledger and answers the container's
+// container request (in the kubelet's order of admission, which depends on
+// when it started: its socket's modification time, see allocation.h),
+// records it in the ledger and answers the container's
 // environment; when a pod's last GPU container is served, `mark_assigned`
 // is called (the program sets ALIYUN_COM_GPU_MEM_ASSIGNED=true on the pod).
 // An Allocate that cannot be matched fails with the ledger's message, which

@@ -230,6 +230,30 @@ TEST(LedgerTest, ThePodBoundFirstIsTakenAndADifferentChoiceIsFlagged) {
   EXPECT_FALSE(s->ambiguous);
 }
 
+TEST(LedgerTest, PodsBoundBeforeTheKubeletStartedAreTakenByCreationTime) {
+  // A restarted kubelet lists the pods bound to it and admits them by
+  // creationTimestamp, whatever order they were bound in.
+  Inventory inv = MakeInv({16, 16});
+  nlohmann::json older = PodJson("older", {{"c", 3}}, Bound("1", 200));
+  older["metadata"]["creationTimestamp"] = "2026-11-28T09:59:59Z";
+  nlohmann::json newer = PodJson("newer", {{"c", 3}}, Bound("0", 100));
+  std::vector<NodePod> pods = Parse({newer, older});
+  Ledger ledger;
+  absl::StatusOr<Grant> unknown = ledger.Match(Resource::kGpuMem, 3, pods, inv);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(unknown->pod, "default/newer");  // No start known: the one bound first.
+  ledger.set_kubelet_start_ns(300);          // Both bound before the kubelet started.
+  absl::StatusOr<Grant> at_start = ledger.Match(Resource::kGpuMem, 3, pods, inv);
+  ASSERT_TRUE(at_start.ok()) << at_start.status();
+  EXPECT_EQ(at_start->pod, "default/older");
+  EXPECT_THAT(at_start->gpus, ElementsAre(1));
+  EXPECT_TRUE(at_start->ambiguous);
+  ledger.set_kubelet_start_ns(50);  // Both bound after it: as they were bound.
+  absl::StatusOr<Grant> after = ledger.Match(Resource::kGpuMem, 3, pods, inv);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->pod, "default/newer");
+}
+
 TEST(LedgerTest, PodsThatCannotBeMeantAreSkippedWithReasons) {
   Inventory inv = MakeInv({16});
   nlohmann::json done = PodJson("done", {{"c", 3}}, Bound("0"));

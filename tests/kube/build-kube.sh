@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler and kubectl from the Kubernetes release
-# pinned in tests/kube/go.mod, through the Go module proxy, and caches them
-# outside the source tree so that `make clean` keeps them:
+# Builds Kubernetes programs from the release pinned in tests/kube/go.mod,
+# through the Go module proxy, and caches them outside the source tree so that
+# `make clean` keeps them:
 #
 #   ${GPUSHARE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}/kube-<k8s>-<go>/
 #
-# Prints that directory on stdout (and nothing else); progress goes to stderr.
-# A warm cache costs a `go version` and three file checks. A cold build takes
-# minutes and ~2 GB of memory; it runs under `nice` with GOFLAGS=-p=2.
+#   tests/kube/build-kube.sh [PROGRAM...]
+#
+# PROGRAMs: kube-apiserver, kube-scheduler, kubectl (the default three, for
+# tests/kube/) and kubelet (for tests/node/). Only the programs missing from
+# the cache are built, so asking for the kubelet later adds it beside the
+# others. Prints that directory on stdout (and nothing else); progress goes to
+# stderr. A warm cache costs a `go version` and a file check per program. A
+# cold build takes minutes and ~2 GB of memory; it runs under `nice` with
+# GOFLAGS=-p=2.
 #
 # Go: tests/kube/find-go.sh (a new enough Go, else the toolchain module).
 set -euo pipefail
@@ -26,11 +32,18 @@ go_version="$("$go_bin" env GOVERSION)"
 
 cache_root="${GPUSHARE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 out="$cache_root/kube-${k8s_version}-${go_version}"
-programs=(kube-apiserver kube-scheduler kubectl)
-
-complete=1
-for p in "${programs[@]}"; do [ -x "$out/$p" ] || complete=0; done
-if [ "$complete" -eq 1 ]; then
+known=(kube-apiserver kube-scheduler kubectl kubelet)
+wanted=("$@")
+[ "${#wanted[@]}" -gt 0 ] || wanted=(kube-apiserver kube-scheduler kubectl)
+programs=()  # The wanted ones not yet in the cache.
+for p in "${wanted[@]}"; do
+  case " ${known[*]} " in
+    *" $p "*) ;;
+    *) log "unknown program '$p' (known: ${known[*]})"; exit 2 ;;
+  esac
+  [ -x "$out/$p" ] || programs+=("$p")
+done
+if [ "${#programs[@]}" -eq 0 ]; then
   log "cached: $out"
   echo "$out"
   exit 0
@@ -58,7 +71,7 @@ for p in "${programs[@]}"; do
      nice -n 10 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/$p" "k8s.io/kubernetes/cmd/$p")
   log "  $p built ($(( $(date +%s) - start )) s so far)"
 done
-# Move into place only once all three exist, so an interrupted build is redone.
+# Move into place only once all of them exist, so an interrupted build is redone.
 for p in "${programs[@]}"; do mv -f "$tmp/$p" "$out/$p"; done
 log "built in $(( $(date +%s) - start )) s"
 echo "$out"

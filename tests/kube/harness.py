@@ -440,9 +440,13 @@ class ControlPlane:
     extender, which each test may start and stop (start_scheduler,
     start_extender)."""
 
-    def __init__(self, kube_bin, extender_bin, workdir, extender_tls=True):
+    def __init__(self, kube_bin, extender_bin, workdir, extender_tls=True,
+                 apiserver_args=()):
+        """`apiserver_args` are appended to kube-apiserver's command line
+        (tests/node/ adds what a kubelet needs)."""
         self.kube_bin, self.extender_bin, self.workdir = kube_bin, extender_bin, workdir
         self.extender_tls = extender_tls
+        self.apiserver_args = tuple(apiserver_args)
         self.logs = os.path.join(workdir, "logs")
         os.makedirs(self.logs, exist_ok=True)
         self.procs = {}
@@ -540,7 +544,7 @@ class ControlPlane:
             # Without kube-controller-manager the `default` ServiceAccount never
             # appears, and nothing removes the not-ready taint of a new Node.
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-            "--profiling=false", "--v=1"])
+            "--profiling=false", "--v=1", *self.apiserver_args])
         self.api = Api("127.0.0.1", port, self.pki.ca_crt, *self.admin)
         self.admin_kubeconfig = write_kubeconfig(
             os.path.join(self.workdir, "admin.kubeconfig"), self.server, self.pki.ca_crt,

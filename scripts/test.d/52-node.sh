@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# End-to-end tests of gpushare-device-plugin on a real node: a kubelet built
+# from the Kubernetes release pinned in tests/kube/go.mod (cached beside
+# kube-apiserver and friends by tests/kube/build-kube.sh), Debian's containerd
+# 1.6 and runc 1.1, joined to the control plane of tests/kube/harness.py
+# (etcd, kube-apiserver, kube-scheduler calling gpushare-extender). The GPUs
+# are simulated: the plugin loads the NVML stand-in of the test build
+# (target nvml_stub) on a fixture file. The pytest scenarios of tests/node/:
+# the Node's capacity from the plugin, the environment each container gets
+# (read back from its log), multi-card, GPU faults, and restarts of the
+# kubelet and the plugin during a burst of pods. The tests need root
+# (containerd, the kubelet's cgroups, a private mount namespace for its fixed
+# paths): as another user they run through password-less sudo, else the stage
+# says SKIPPED; they put back what the kubelet changes (sysctls, kubepods
+# cgroups, mounts).
+# Why: only a real kubelet shows what the device plugin API really does
+# (GetPreferredAllocation, checkpoints, re-registration, admission errors).
+# Cost: 60-72 s for the 9 tests on a warm machine (three runs of this
+# script, 2026-11-28, AMD EPYC, 2 cores), after the programs build; a cache
+# without the kubelet adds its build (166 s wall beside the other three
+# programs' warm Go build cache).
+#
+# Environment: BUILD (the CMake build folder, default build; configured with
+# GPUSHARE_BUILD_DEVICE_PLUGIN=ON); GPUSHARE_KUBE_CACHE (binary cache root);
+# GPUSHARE_KUBE_VENV (a virtual environment with pytest, default
+# $BUILD/venv-kube) when python3 lacks it; PYTEST_ARGS (e.g. "-k burst").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+
+# The tests run as root (containerd, cgroups, mount namespaces); the builds
+# run as the caller, so that build/ stays theirs.
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  if ! sudo -n true 2>/dev/null; then
+    echo "52-node: SKIPPED: the node tests need root or password-less sudo" >&2
+    exit 0
+  fi
+  as_root=(sudo -n --preserve-env=GPUSHARE_TEST_RUN,PATH)
+fi
+need=()
+for tool in etcd openssl containerd runc; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
+[ -x /bin/busybox ] && [ -x /usr/lib/cni/loopback ] || need+=(busybox-static)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "52-node: installing etcd-server openssl containerd runc busybox-static" \
+       "containernetworking-plugins (missing: ${need[*]})"
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends etcd-server openssl containerd runc busybox-static \
+    containernetworking-plugins >/dev/null
+fi
+
+start=$(date +%s)
+kube_bin=$(tests/kube/build-kube.sh kube-apiserver kube-scheduler kubectl kubelet)
+echo "52-node: Kubernetes binaries in $kube_bin ($(( $(date +%s) - start )) s)"
+
+if ! grep -q '^GPUSHARE_BUILD_DEVICE_PLUGIN:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+  cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
+fi
+cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender
+
+py=$(command -v python3)  # A full path: sudo looks commands up in its own PATH.
+if ! "$py" -c 'import pytest' 2>/dev/null; then
+  venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest
+  py="$(cd "$venv" && pwd)/bin/python"
+fi
+start=$(date +%s)
+# shellcheck disable=SC2086
+"${as_root[@]}" env GPUSHARE_KUBE_BIN="$kube_bin" \
+  GPUSHARE_EXTENDER="$PWD/$build/extender/gpushare-extender" \
+  GPUSHARE_DEVICE_PLUGIN="$PWD/$build/device-plugin/gpushare-device-plugin" \
+  GPUSHARE_NVML_STUB="$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1" \
+  GPUSHARE_KUBE_KEEP="${GPUSHARE_KUBE_KEEP:-}" \
+  timeout 900 "$py" -m pytest tests/node -v -s -p no:cacheprovider ${PYTEST_ARGS:-}
+echo "52-node: tests took $(( $(date +%s) - start )) s"

@@ -1,0 +1,402 @@
+"""gpushare-device-plugin behind a real kubelet, containerd and runc, with the
+pods placed by kube-scheduler and gpushare-extender.
+
+What is checked comes from outside the device plugin: the Node's capacity
+and allocatable (the kubelet's count of the plugin's devices), what each
+container printed of its environment (read through the API server's
+pods/log, which the kubelet serves), the pods' annotations (the extender's
+placement, the plugin's ALIYUN_COM_GPU_MEM_ASSIGNED) and the kubelet's own
+checkpoint of the device ids it gave each container.
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from harness import HarnessError, wait_until
+from node_harness import (FOUR_V100, GPU_COUNT, GPU_MEM, H200, IMAGE, TWO_A100,
+                          UNHEALTHY_ANNOTATION, WHOLE_GPU, fixture_gpus)
+
+NAMESPACE = "default"
+# Each container prints its GPU environment, then stays up (holding its units).
+SCRIPT = ("env | grep -E '^(NVIDIA_VISIBLE_DEVICES|ALIYUN_COM_GPU_MEM_[A-Z]+)=' | sort; "
+          "echo END-OF-ENV; exec sleep 3600")
+POD_RUNNING = 90
+HOLD = "gpushare.io/e2e-hold"
+
+
+# ---------------------------------------------------------------- helpers
+
+def create_pod(api, name, containers, gpu_count=None, gated=False):
+    """A pod of containers [(name, gpu-mem units)], hostNetwork (the node has
+    loopback-only CNI), the locally imported image, no service account token;
+    `gated`: held back from scheduling until release_pod()."""
+    labels = {"app": "gpushare-node-e2e"}
+    if gpu_count is not None:
+        labels[GPU_COUNT] = str(gpu_count)
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "hostNetwork": True, "automountServiceAccountToken": False,
+            "enableServiceLinks": False, "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": c, "image": IMAGE, "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", SCRIPT],
+                            "resources": {"limits": {GPU_MEM: str(units)}}}
+                           for c, units in containers],
+        },
+    }
+    if gated:
+        pod["spec"]["schedulingGates"] = [{"name": HOLD}]
+    return api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+
+
+def release_pod(api, name):
+    """Removes the scheduling gate of a pod made with create_pod(gated=True)."""
+    api.request("PATCH", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
+                {"spec": {"schedulingGates": None}},
+                content_type="application/merge-patch+json")
+
+
+def wait_running(api, name, timeout=POD_RUNNING):
+    """The pod once Running; fails at once when it failed."""
+    def running():
+        pod = api.pod(name)
+        phase = pod["status"].get("phase")
+        if phase == "Failed":
+            raise HarnessError(f"pod {name} failed: {pod['status'].get('reason')}: "
+                               f"{pod['status'].get('message')}")
+        return pod if phase == "Running" else None
+    return wait_until(f"pod {name} Running", running, timeout, 0.2)
+
+
+def container_env(api, pod_name, container):
+    """{name: value} of the GPU variables the container printed (its log,
+    through the API server and the kubelet)."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}/log?container={container}"
+
+    def printed():
+        text = api.request("GET", path)
+        return text if isinstance(text, str) and "END-OF-ENV" in text else None
+    text = wait_until(f"the log of {pod_name}/{container}", printed, 30, 0.2)
+    env = {}
+    for line in text.splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            env[k] = v
+    return env
+
+
+def annotations(pod):
+    return pod["metadata"].get("annotations") or {}
+
+
+def placed_gpus(pod):
+    """The GPU indices the extender chose (ALIYUN_COM_GPU_MEM_IDX, "0-1-2")."""
+    idx = annotations(pod).get("ALIYUN_COM_GPU_MEM_IDX")
+    assert idx, f"pod {pod['metadata']['name']} has no ALIYUN_COM_GPU_MEM_IDX"
+    return [int(g) for g in idx.replace(",", "-").split("-")]
+
+
+def wait_assigned(api, name, timeout=30):
+    return wait_until(f"pod {name} ALIYUN_COM_GPU_MEM_ASSIGNED=true",
+                      lambda: annotations(api.pod(name)).get("ALIYUN_COM_GPU_MEM_ASSIGNED")
+                      == "true" and api.pod(name), timeout, 0.2)
+
+
+def kubelet_devices(node, pods):
+    """{(pod name, container): [gpu-mem device ids]} from the kubelet's
+    checkpoint (<device-plugins>/kubelet_internal_checkpoint), for `pods`."""
+    with open(os.path.join(node.plugin_dir, "kubelet_internal_checkpoint")) as f:
+        data = json.load(f)["Data"]
+    names = {p["metadata"]["uid"]: p["metadata"]["name"] for p in pods}
+    out = {}
+    for e in data.get("PodDeviceEntries") or []:
+        if e["ResourceName"] != GPU_MEM or e["PodUID"] not in names:
+            continue
+        ids = e["DeviceIDs"]
+        if isinstance(ids, dict):  # {NUMA node: [ids]}
+            ids = [i for per_numa in ids.values() for i in per_numa]
+        out[(names[e["PodUID"]], e["ContainerName"])] = sorted(ids)
+    return out
+
+
+def uuid_of_device(device_id):
+    """The GPU UUID of a gpu-mem device id "<uuid>-mem-<k>"."""
+    assert "-mem-" in device_id, device_id
+    return device_id.rsplit("-mem-", 1)[0]
+
+
+# ---------------------------------------------------------------- a. capacity
+
+@pytest.mark.parametrize("fixture,units,gpus", [(TWO_A100, 80, 2), (FOUR_V100, 64, 4),
+                                                (H200, 140, 1)],
+                         ids=["two-a100", "four-v100", "h200"])
+def test_node_capacity_is_the_sum_of_the_fixture_gpus(node, fixture, units, gpus):
+    if not os.path.exists(fixture):
+        pytest.skip(f"{fixture} is absent (../shared is not beside the checkout)")
+    # The literal figures and the fixture's own sum must agree.
+    assert sum(u for _, u in fixture_gpus(fixture)) == units
+    node.use_fixture(fixture)
+    want = {GPU_MEM: units, GPU_COUNT: gpus, WHOLE_GPU: gpus}
+    assert node.gpu_capacity("capacity") == want
+    assert node.gpu_capacity("allocatable") == want
+
+
+# ---------------------------------------------------------------- b. one container
+
+def test_pod_sees_the_uuid_of_the_gpu_the_extender_chose(node):
+    node.use_fixture(TWO_A100)
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    create_pod(api, "three", [("main", 3)])
+    wait_running(api, "three")
+    pod = wait_assigned(api, "three")
+    (g,) = placed_gpus(pod)
+    env = container_env(api, "three", "main")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpus[g][0]
+    assert env["ALIYUN_COM_GPU_MEM_CONTAINER"] == "3"
+    assert env["ALIYUN_COM_GPU_MEM_IDX"] == str(g)
+    assert env["ALIYUN_COM_GPU_MEM_DEV"] == "40"
+    assert env["ALIYUN_COM_GPU_MEM_POD"] == "3"
+
+    # 38 units fit only on the other GPU: its UUID, not the first one's.
+    create_pod(api, "thirty-eight", [("main", 38)])
+    wait_running(api, "thirty-eight")
+    big = wait_assigned(api, "thirty-eight")
+    assert placed_gpus(big) == [1 - g]
+    assert container_env(api, "thirty-eight", "main")["NVIDIA_VISIBLE_DEVICES"] == gpus[1 - g][0]
+
+    # The kubelet's own record names units of the same GPUs.
+    devices = kubelet_devices(node, [pod, big])
+    assert {uuid_of_device(d) for d in devices[("three", "main")]} == {gpus[g][0]}
+    assert len(devices[("three", "main")]) == 3
+    assert {uuid_of_device(d) for d in devices[("thirty-eight", "main")]} == {gpus[1 - g][0]}
+
+
+# ---------------------------------------------------------------- c. two containers
+
+def test_each_gpu_container_sees_its_own_units(node):
+    node.use_fixture(TWO_A100)
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    create_pod(api, "two-and-three", [("two", 2), ("three", 3)])
+    wait_running(api, "two-and-three")
+    pod = wait_assigned(api, "two-and-three")
+    (g,) = placed_gpus(pod)
+    assert annotations(pod)["ALIYUN_COM_GPU_MEM_POD"] == "5"
+    for container, units in (("two", 2), ("three", 3)):
+        env = container_env(api, "two-and-three", container)
+        assert env["ALIYUN_COM_GPU_MEM_CONTAINER"] == str(units), container
+        assert env["NVIDIA_VISIBLE_DEVICES"] == gpus[g][0], container
+        assert env["ALIYUN_COM_GPU_MEM_POD"] == "5", container
+    devices = kubelet_devices(node, [pod])
+    assert len(devices[("two-and-three", "two")]) == 2
+    assert len(devices[("two-and-three", "three")]) == 3
+
+
+# ---------------------------------------------------------------- d. multi-card
+
+def test_multi_card_pod_gets_four_uuids(node):
+    node.use_fixture(FOUR_V100)
+    gpus = fixture_gpus(FOUR_V100)
+    api = node.api
+    create_pod(api, "eight-over-four", [("main", 8)], gpu_count=4)
+    wait_running(api, "eight-over-four")
+    pod = wait_assigned(api, "eight-over-four")
+    assert placed_gpus(pod) == [0, 1, 2, 3]
+    env = container_env(api, "eight-over-four", "main")
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == [uuid for uuid, _ in gpus]
+    assert env["ALIYUN_COM_GPU_MEM_CONTAINER"] == "2"
+    devices = kubelet_devices(node, [pod])[("eight-over-four", "main")]
+    per_gpu = {}
+    for d in devices:
+        per_gpu[uuid_of_device(d)] = per_gpu.get(uuid_of_device(d), 0) + 1
+    assert per_gpu == {uuid: 2 for uuid, _ in gpus}
+
+
+# ---------------------------------------------------------------- e. health
+
+def test_unhealthy_gpus_leave_allocatable_and_are_annotated(node):
+    node.use_fixture(TWO_A100)
+    full = {GPU_MEM: 80, GPU_COUNT: 2, WHOLE_GPU: 2}
+
+    def state():
+        n = node.node()
+        return (node.gpu_capacity("allocatable"),
+                annotations(n).get(UNHEALTHY_ANNOTATION))
+
+    def wait_state(allocatable, annotation):
+        wait_until(f"allocatable {allocatable}, {UNHEALTHY_ANNOTATION}={annotation}",
+                   lambda: state() == (allocatable, annotation), 30, 0.2)
+        assert node.gpu_capacity("capacity") == full  # Unhealthy devices stay in capacity.
+
+    assert state() == (full, None)
+    # XID 13 (an application's fault) on GPU 1, then XID 79 (fallen off the
+    # bus) on GPU 0: events arrive in order, so once GPU 0 shows, GPU 1's has
+    # been judged, and it is not critical.
+    events = [{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 79}]
+    node.write_faults({"events": events})
+    wait_state({GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}, "0")
+    # GPU 1 stops answering: nothing is left.
+    node.write_faults({"events": events, "lost": [1]})
+    wait_state({GPU_MEM: 0, GPU_COUNT: 0, WHOLE_GPU: 0}, "0,1")
+    # It answers again; XID 79 keeps GPU 0 out until the plugin restarts
+    # (after a GPU reset, which clears the fault: a new stand-in would
+    # deliver the events again).
+    node.write_faults({"events": events})
+    wait_state({GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}, "0")
+    node.write_faults({})
+    node.start_device_plugin(TWO_A100)
+    wait_state(full, None)
+
+
+# ---------------------------------------------------------------- f. restarts
+
+# Units of the burst's pods, in groups created at least a second apart; within
+# a group no two ask the same, so the kubelet's order among pods created in
+# the same second (arbitrary) cannot matter. 41 of the 64 units, none over 5:
+# every pod fits on some GPU however the others were placed.
+BURST = [3, 5, 2, 1, 4,  4, 2, 5, 1,  3, 2,  5, 1, 3]
+
+
+def test_kubelet_and_device_plugin_restarts_during_a_burst(node):
+    """Pods keep coming while the kubelet and then the device plugin restart.
+    A pod the kubelet admits while no plugin serves gpu-mem fails
+    (UnexpectedAdmissionError, the kubelet's rule); it is created again, as a
+    ReplicaSet would. In the end every pod runs, each container has the GPU
+    and units of its pod's placement, and no GPU serves more units than it
+    has."""
+    node.use_fixture(FOUR_V100)
+    gpus = fixture_gpus(FOUR_V100)
+    api = node.api
+    wanted = {}  # pod name -> units
+
+    def submit(i):
+        name = f"burst-{i}"
+        wanted[name] = BURST[i]
+        create_pod(api, name, [("main", BURST[i])])
+
+    for i in range(0, 5):
+        submit(i)
+    time.sleep(1)
+    node.stop_kubelet()
+    time.sleep(1)
+    for i in range(5, 9):  # Bound while the kubelet is down.
+        submit(i)
+    for i in range(5, 9):
+        api.wait_bound(f"burst-{i}")
+    node.start_kubelet()
+    # The restarted kubelet admits what it found bound (allocated: assigned).
+    for i in range(5, 9):
+        wait_assigned(api, f"burst-{i}", timeout=60)
+    for i in range(9, 11):
+        submit(i)
+    node.stop_device_plugin(sig=9)
+    for i in range(11, 14):
+        submit(i)
+    node.start_device_plugin(FOUR_V100)
+
+    # Wait for every pod to run; replace those the kubelet failed.
+    replaced = []
+    deadline = time.monotonic() + 180
+    while True:
+        phases = {}
+        for pod in api.pods():
+            name, status = pod["metadata"]["name"], pod["status"]
+            phases[name] = status.get("phase")
+            if status.get("phase") == "Failed":
+                assert status.get("reason") == "UnexpectedAdmissionError", status
+                api.delete_pod(name)
+                replaced.append((name, status.get("message")))
+                new = f"{name.split('.')[0]}.{len(replaced)}"
+                wanted[new] = wanted.pop(name)
+                wait_until(f"{name} deleted", lambda: name not in
+                           [p["metadata"]["name"] for p in api.pods()], 30, 0.2)
+                create_pod(api, new, [("main", wanted[new])])
+        if set(phases) == set(wanted) and all(p == "Running" for p in phases.values()):
+            break
+        assert time.monotonic() < deadline, f"pods not all Running: {phases}"
+        time.sleep(0.5)
+    print(f"\nburst: {len(wanted)} pods running; replaced after the kubelet failed them: "
+          f"{len(replaced)} {[m for _, m in replaced][:3]}")
+
+    pods = [wait_assigned(api, name, timeout=60) for name in sorted(wanted)]
+    devices = kubelet_devices(node, pods)
+    uuids = [uuid for uuid, _ in gpus]
+    rows, wrong = [], []
+    served = {uuid: 0 for uuid in uuids}
+    for pod in pods:
+        name, ann = pod["metadata"]["name"], annotations(pod)
+        (g,) = placed_gpus(pod)
+        env = container_env(api, name, "main")
+        got = env.get("NVIDIA_VISIBLE_DEVICES")
+        kubelet_gpus = sorted({uuids.index(uuid_of_device(d)) for d in devices[(name, "main")]})
+        rows.append(f"{name:12} units {wanted[name]} placed GPU {g} env GPU "
+                    f"{uuids.index(got) if got in uuids else got} units "
+                    f"{env.get('ALIYUN_COM_GPU_MEM_CONTAINER')} kubelet ids on GPUs "
+                    f"{kubelet_gpus} assume-time {ann.get('ALIYUN_COM_GPU_MEM_ASSUME_TIME')} "
+                    f"created {pod['metadata']['creationTimestamp']}")
+        if got != gpus[g][0] or env.get("ALIYUN_COM_GPU_MEM_CONTAINER") != str(wanted[name]):
+            wrong.append(name)
+        if got in served:
+            served[got] += int(env.get("ALIYUN_COM_GPU_MEM_CONTAINER", "0"))
+    table = "\n".join(rows)
+    print(table)
+    # Each container has its pod's placement (GPU and units).
+    assert not wrong, f"containers given other GPUs or units than placed: {wrong}\n{table}"
+    # The placements (annotations) promise no GPU more than it has ...
+    placed = {g: 0 for g in range(len(gpus))}
+    for pod in pods:
+        on = placed_gpus(pod)
+        for g in on:
+            placed[g] += int(annotations(pod)["ALIYUN_COM_GPU_MEM_POD"]) // len(on)
+    for g, units in placed.items():
+        assert units <= gpus[g][1], f"GPU {g}: {units} units placed of {gpus[g][1]}\n{table}"
+    # ... and the containers were given no more than it has.
+    for uuid, units in gpus:
+        assert served[uuid] <= units, f"GPU {uuid}: {served[uuid]} units served of {units}"
+    assert sum(served.values()) == sum(BURST)
+
+    # The kubelet gave each container distinct device ids, of its pod's GPU.
+    all_ids = [d for ids in devices.values() for d in ids]
+    assert len(all_ids) == len(set(all_ids)) == sum(BURST)
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        (g,) = placed_gpus(pod)
+        assert {uuid_of_device(d) for d in devices[(name, "main")]} == {gpus[g][0]}, \
+            f"{name}\n{table}"
+
+
+# ---------------------------------------------------------------- admission order
+
+def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
+    """Two 30-unit pods (one per 40-unit GPU) bound while the kubelet is down:
+    the one created first is bound second. The restarted kubelet admits the
+    older one first (it sorts the pods it finds at its start by creation
+    time); each container must still see its own pod's GPU. A plugin that
+    takes the pod bound first swaps their GPUs here."""
+    node.use_fixture(TWO_A100)
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    node.stop_kubelet()
+    create_pod(api, "created-first", [("main", 30)], gated=True)
+    created = api.pod("created-first")["metadata"]["creationTimestamp"]
+    # creationTimestamp counts seconds: the other pod must be created in a later one.
+    wait_until("the next second", lambda: time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > created, 3, 0.05)
+    create_pod(api, "bound-first", [("main", 30)])
+    api.wait_bound("bound-first")
+    release_pod(api, "created-first")
+    api.wait_bound("created-first")
+    node.start_kubelet()
+    placed, seen = {}, {}
+    for name in ("created-first", "bound-first"):
+        wait_running(api, name)
+        (placed[name],) = placed_gpus(wait_assigned(api, name))
+        seen[name] = container_env(api, name, "main")["NVIDIA_VISIBLE_DEVICES"]
+    assert placed["created-first"] != placed["bound-first"]
+    assert seen == {name: gpus[g][0] for name, g in placed.items()}, (placed, seen)
