@@ -53,7 +53,9 @@ std::string NodeAnnotationsPatch(const std::string& topology_json,
                                  const std::vector<int64_t>& gpu_units,
                                  const std::map<int, std::string>& unhealthy) {
   nlohmann::json annotations = nlohmann::json::object();
-  if (!topology_json.empty()) annotations[Topology::kKubernetesAnnotation] = topology_json;
+  // Unknown topology: remove a stale one (from other GPUs, or another run).
+  annotations[Topology::kKubernetesAnnotation] =
+      topology_json.empty() ? nlohmann::json(nullptr) : nlohmann::json(topology_json);
   annotations[k8s::kGpuMemoryAnnotation] = absl::StrJoin(gpu_units, ",");
   std::vector<int> gpus;
   for (const auto& [g, why] : unhealthy) gpus.push_back(g);

@@ -30,7 +30,7 @@ std::string NodePath(std::string_view node);
 std::string AssignedPatch(int64_t now_ns);
 // A merge patch of the Node's annotations, which the extender reads
 // (gpushare/kubernetes.h): gpushare.io/gpu-topology set to `topology_json`
-// (left alone when empty), gpushare.io/gpu-memory to each GPU's units
+// (removed when empty: NVML could not tell, and a stale one would mislead), gpushare.io/gpu-memory to each GPU's units
 // ("10,20": the capacity alone cannot tell a 10 and a 20 GiB GPU from two
 // of 15), and gpushare.io/unhealthy-gpus to the unhealthy GPUs' indices, or
 // removed when there are none.

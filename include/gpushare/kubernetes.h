@@ -151,13 +151,15 @@ absl::StatusOr<Pod> ParsePod(std::string_view json);
 // gpushare/topology.h; without it the node is topology-blind. The
 // annotations of gpushare-device-plugin, when present, give each GPU's own
 // size (kGpuMemoryAnnotation: one count per GPU, summing to the capacity)
-// and mark GPUs unhealthy (kUnhealthyGpusAnnotation); both are ignored while
-// the capacity offers no GPUs (the kubelet has not reported the plugin's
-// devices yet).
+// and mark GPUs unhealthy (kUnhealthyGpusAnnotation). When a well-formed
+// annotation disagrees with the capacity (another number of GPUs, another
+// sum: the plugin found other GPUs than the kubelet reports yet), the node
+// is in transition: its GPUs are marked unhealthy (no new work) and it is
+// topology-blind until they agree. All are ignored while the capacity
+// offers no GPUs.
 // Errors: InvalidArgument for malformed JSON, a missing metadata.name, a
-// malformed quantity, or a topology, GPU memory or unhealthy-GPU annotation
-// that is malformed or describes another number of GPUs (naming the
-// annotation).
+// malformed quantity, or a malformed topology, GPU memory or unhealthy-GPU
+// annotation (naming it).
 absl::StatusOr<Node> ParseNode(std::string_view json);
 
 // Whether `node` (its name and labels) satisfies the pod's required node

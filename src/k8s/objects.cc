@@ -343,49 +343,49 @@ absl::Status NodeGpus(int64_t memory, std::optional<int64_t> gpu_count, int64_t 
 
 absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& annotations,
                                     int64_t memory, Node* node) {
-  // The GPUs' own sizes, which gpushare-device-plugin publishes because a
-  // node's GPUs may differ: a comma-separated list of units, one per GPU,
-  // summing to the capacity. Both annotations wait for the capacity: the
-  // plugin writes them before the kubelet reports its devices.
-  if (node->gpus.empty()) {
-    // Nothing to describe yet.
-  } else if (auto m = annotations.find(kGpuMemoryAnnotation); m != annotations.end()) {
-    auto bad = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(*node), ": annotation ", kGpuMemoryAnnotation, "=\"",
-          ::gpushare::internal::Echo(m->second), "\" ", why));
-    };
+  // The annotations gpushare-device-plugin writes describe the GPUs it found:
+  // each GPU's units (a node's GPUs may differ), the unhealthy ones, and the
+  // topology. A malformed value is an error. A well-formed one that disagrees
+  // with the capacity is a node in transition (the plugin restarted on other
+  // GPUs and the kubelet has not reported them yet, or the capacity still
+  // lacks them): its GPUs then take no new work and its topology is left
+  // out, until both agree. Nothing to describe while the capacity offers no
+  // GPUs.
+  const int gpus = static_cast<int>(node->gpus.size());
+  bool disagrees = false;
+  if (auto m = annotations.find(kGpuMemoryAnnotation); m != annotations.end() && gpus > 0) {
     std::vector<int64_t> sizes;
     int64_t sum = 0;
     for (absl::string_view part : absl::StrSplit(m->second, ',')) {
       int64_t units = 0;
       if (!absl::SimpleAtoi(part, &units) || units < 1 || units > kMaxQuantity) {
-        return bad("is not a list of positive unit counts");
+        return absl::InvalidArgumentError(absl::StrCat(
+            Who(*node), ": annotation ", kGpuMemoryAnnotation, "=\"",
+            ::gpushare::internal::Echo(m->second), "\" is not a list of positive unit counts"));
       }
       sizes.push_back(units);
       sum += units;
     }
-    if (sizes.size() != node->gpus.size()) {
-      return bad(absl::StrCat("lists ", sizes.size(), " GPUs but the node has ", node->gpus.size()));
+    if (static_cast<int>(sizes.size()) != gpus || sum != memory) {
+      disagrees = true;
+    } else {
+      for (int g = 0; g < gpus; ++g) node->gpus[g].memory = sizes[g];
     }
-    if (sum != memory) {
-      return bad(absl::StrCat("sums to ", sum, " units but capacity ", kGpuMemResource, " is ",
-                              memory));
-    }
-    for (size_t g = 0; g < sizes.size(); ++g) node->gpus[g].memory = sizes[g];
   }
-  // GPUs the device plugin found unhealthy: their indices, comma-separated.
   if (auto u = annotations.find(kUnhealthyGpusAnnotation);
-      u != annotations.end() && !u->second.empty() && !node->gpus.empty()) {
+      u != annotations.end() && !u->second.empty() && gpus > 0) {
     for (absl::string_view part : absl::StrSplit(u->second, ',')) {
       int g = 0;
-      if (!absl::SimpleAtoi(part, &g) || g < 0 || g >= static_cast<int>(node->gpus.size())) {
+      if (!absl::SimpleAtoi(part, &g) || g < 0 || g >= kMaxGpusPerNode) {
         return absl::InvalidArgumentError(absl::StrCat(
             Who(*node), ": annotation ", kUnhealthyGpusAnnotation, "=\"",
-            ::gpushare::internal::Echo(u->second), "\" does not name GPUs of the node (it has ",
-            node->gpus.size(), ")"));
+            ::gpushare::internal::Echo(u->second), "\" is not a list of GPU indices"));
       }
-      node->gpus[g].healthy = false;
+      if (g >= gpus) {
+        disagrees = true;
+      } else {
+        node->gpus[g].healthy = false;
+      }
     }
   }
   if (auto t = annotations.find(Topology::kKubernetesAnnotation); t != annotations.end()) {
@@ -395,12 +395,15 @@ absl::Status NodeTopologyAndSharing(const std::map<std::string, std::string>& an
                                                      Topology::kKubernetesAnnotation, ": ",
                                                      topology.status().message()));
     }
-    if ((*topology)->num_gpus() != static_cast<int>(node->gpus.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Who(*node), ": annotation ", Topology::kKubernetesAnnotation, " describes ",
-          (*topology)->num_gpus(), " GPUs but the node has ", node->gpus.size()));
+    if ((*topology)->num_gpus() != gpus) {
+      disagrees = disagrees || gpus > 0;
+    } else {
+      node->topology = *std::move(topology);
     }
-    node->topology = *std::move(topology);
+  }
+  if (disagrees) {
+    node->topology = nullptr;
+    for (Gpu& g : node->gpus) g.healthy = false;
   }
   // As gpushare-scheduler-extender does, a node whose capacity offers
   // aliyun.com/gpu-mem (its device plugin runs) takes shared GPU work, unless

@@ -66,8 +66,9 @@ DEVICE_PLUGIN_RBAC = [
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
      "metadata": {"name": "gpushare-e2e-device-plugin"},
      "rules": [
-         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
-         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+         # Exactly what deploy/device-plugin/rbac.yaml grants.
+         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
      ]},
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
      "metadata": {"name": "gpushare-e2e-device-plugin"},
@@ -439,6 +440,8 @@ state = "{d}/state"
         argv = [self.device_plugin_bin, "--node-name", NODE_NAME,
                 "--kubeconfig", self.device_plugin_kubeconfig,
                 "--device-plugin-path", self.plugin_dir,
+                "--pod-resources-socket",
+                os.path.join(self.kubelet_root, "pod-resources", "kubelet.sock"),
                 "--nvml-library", self.nvml_library, "--health-interval-ms", "500",
                 *extra_args]
         log = os.path.join(self.logs, "gpushare-device-plugin.log")

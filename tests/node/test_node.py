@@ -241,6 +241,13 @@ def test_unhealthy_gpus_leave_allocatable_and_are_annotated(node):
     events = [{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 79}]
     node.write_faults({"events": events})
     wait_state({GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}, "0")
+    # The extender reads the annotation: a new pod goes to GPU 1, the
+    # healthy one (binpack alone would take GPU 0, the first of two idle).
+    api = node.api
+    create_pod(api, "after-xid", [("main", 3)])
+    wait_running(api, "after-xid")
+    assert placed_gpus(wait_assigned(api, "after-xid")) == [1]
+    api.delete_pod("after-xid")
     # GPU 1 stops answering: nothing is left.
     node.write_faults({"events": events, "lost": [1]})
     wait_state({GPU_MEM: 0, GPU_COUNT: 0, WHOLE_GPU: 0}, "0,1")
