@@ -113,7 +113,7 @@ int64_t AssumeTime(const NodePod& pod) {
 
 // GPUs recorded on the pod (ascending), from ALIYUN_COM_GPU_MEM_IDX, else
 // the allocation annotation; empty when neither is present.
-absl::StatusOr<std::vector<int>> RecordedGpus(const NodePod& pod, const Inventory& inv) {
+absl::StatusOr<std::vector<int>> GpusOf(const NodePod& pod, const Inventory& inv) {
   std::set<int> gpus;
   auto bad_gpu = [&](std::string_view annotation, std::string_view value) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -183,7 +183,7 @@ std::optional<std::map<int, int64_t>> AnnotatedShare(const NodePod& pod, size_t 
 
 // Fills grant->gpus and grant->units for container `c` of `pod`.
 absl::Status Plan(const NodePod& pod, size_t c, const Inventory& inv, Grant* grant) {
-  absl::StatusOr<std::vector<int>> gpus = RecordedGpus(pod, inv);
+  absl::StatusOr<std::vector<int>> gpus = GpusOf(pod, inv);
   if (!gpus.ok()) return gpus.status();
   const ContainerDemand& want = pod.containers[c];
   if (grant->resource == Resource::kWholeGpu) {
@@ -386,11 +386,17 @@ absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
   return best;
 }
 
-void Ledger::Record(const Grant& grant) { served_.emplace(grant.pod_uid, grant.container, grant.resource); }
+absl::StatusOr<std::vector<int>> RecordedGpus(const NodePod& pod, const Inventory& inventory) {
+  return GpusOf(pod, inventory);
+}
+
+void Ledger::Record(const Grant& grant, int64_t now_ns) {
+  served_[{grant.pod_uid, grant.container, grant.resource}] = now_ns;
+}
 
 void Ledger::RecordServed(const std::string& pod_uid, const std::string& container,
                           Resource resource) {
-  served_.emplace(pod_uid, container, resource);
+  served_[{pod_uid, container, resource}] = 0;
 }
 
 bool Ledger::Served(const std::string& pod_uid, const std::string& container,
@@ -398,11 +404,31 @@ bool Ledger::Served(const std::string& pod_uid, const std::string& container,
   return served_.count({pod_uid, container, resource}) > 0;
 }
 
+std::vector<Ledger::Key> Ledger::Reconcile(const std::vector<Key>& kubelet, int64_t now_ns,
+                                           int64_t grace_ns) {
+  std::set<std::tuple<std::string, std::string, Resource>> listed;
+  for (const Key& k : kubelet) {
+    listed.emplace(k.pod_uid, k.container, k.resource);
+    served_[{k.pod_uid, k.container, k.resource}] = 0;
+  }
+  std::vector<Key> put_back;
+  for (auto it = served_.begin(); it != served_.end();) {
+    const int64_t at = it->second;
+    if (at != 0 && now_ns - at >= grace_ns && listed.count(it->first) == 0) {
+      put_back.push_back(Key{std::get<0>(it->first), std::get<1>(it->first), std::get<2>(it->first)});
+      it = served_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return put_back;
+}
+
 void Ledger::Prune(const std::vector<NodePod>& pods) {
   std::set<std::string> live;
   for (const NodePod& p : pods) live.insert(p.uid);
   for (auto it = served_.begin(); it != served_.end();) {
-    it = live.count(std::get<0>(*it)) > 0 ? std::next(it) : served_.erase(it);
+    it = live.count(std::get<0>(it->first)) > 0 ? std::next(it) : served_.erase(it);
   }
 }
 

@@ -44,6 +44,15 @@
 // units from the start of the same GPUs. Whole GPUs (nvidia.com/gpu): each
 // container takes the next of the pod's recorded GPUs.
 //
+// The choice can be wrong: pods created in the same second are admitted by
+// the kubelet in an order nobody outside it knows. Then two containers of
+// the same size have swapped GPUs (each GPU still carries the same units).
+// The kubelet's own records show it (GetPreferredAllocation steers its
+// device ids to the GPUs granted): CorrectionsFrom() (pod_resources.h) finds
+// the pods whose devices sit on other GPUs than their annotations name, the
+// program writes the annotations to match (the extender follows at once),
+// and Ledger::Reconcile() puts back the container wrongly taken as served.
+//
 // Thread safety: ParseNodePods() and MakeEnv() are pure; a Ledger is not
 // synchronised (the server guards it).
 
@@ -130,11 +139,26 @@ class Ledger {
   absl::StatusOr<Grant> Match(Resource resource, int64_t count,
                               const std::vector<NodePod>& pods, const Inventory& inventory,
                               const AllocationOptions& options = {}) const;
-  void Record(const Grant& grant);
+  // `now_ns`: a monotonic time (see Reconcile); 0 for records that
+  // Reconcile must never drop.
+  void Record(const Grant& grant, int64_t now_ns = 0);
   // Marks a container served without an Allocate from this process (a
   // restart: what the kubelet's pod-resources API reports).
   void RecordServed(const std::string& pod_uid, const std::string& container,
                     Resource resource);
+  // Makes the ledger what the kubelet's records say (`kubelet`: every
+  // container it allocated, from its pod-resources API): those are served;
+  // a container recorded at least `grace_ns` before `now_ns` that the kubelet
+  // does not list was not the one the kubelet admitted then (it admitted
+  // another pod's container of the same size, see the file comment), so it
+  // is waiting again. Recent records stay: the kubelet lists a container
+  // only once its Allocate has returned. Returns the containers put back.
+  struct Key {
+    std::string pod_uid;
+    std::string container;
+    Resource resource;
+  };
+  std::vector<Key> Reconcile(const std::vector<Key>& kubelet, int64_t now_ns, int64_t grace_ns);
   bool Served(const std::string& pod_uid, const std::string& container,
               Resource resource) const;
   // When the kubelet last started (Unix time, ns; 0: unknown, every pod is
@@ -145,10 +169,15 @@ class Ledger {
   size_t size() const { return served_.size(); }
 
  private:
-  // (pod uid, container, resource) served.
-  std::set<std::tuple<std::string, std::string, Resource>> served_;
+  // (pod uid, container, resource) served -> when it was recorded (0: fixed).
+  std::map<std::tuple<std::string, std::string, Resource>, int64_t> served_;
   int64_t kubelet_start_ns_ = 0;
 };
+
+// The GPUs recorded on `pod` by its annotations (ALIYUN_COM_GPU_MEM_IDX,
+// else the allocation annotation), ascending; empty when neither is there.
+// Errors: InvalidArgument for a malformed one or a GPU this node lacks.
+absl::StatusOr<std::vector<int>> RecordedGpus(const NodePod& pod, const Inventory& inventory);
 
 // The container environment of `grant` (its gpus and units filled in) for
 // `pod` on `inventory`: NVIDIA_VISIBLE_DEVICES (the GPUs' UUIDs); for

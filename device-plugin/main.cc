@@ -8,6 +8,7 @@
 // (health.h) and the API requests (kube.h) sent through the extender's
 // ApiClient.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -150,18 +151,46 @@ int main(int argc, char** argv) {
   bool node_annotated = annotate_node({});
   auto next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
 
-  // A restart: what the kubelet allocated before is served already.
-  if (auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket); served.ok()) {
+  // What the kubelet allocated: at start (a restart: those are served
+  // already), and after Allocate calls that could have meant another pod
+  // (then annotations are corrected to the GPUs the kubelet recorded, and
+  // the ledger follows), and every 30 s.
+  auto reconcile = [&](bool at_start) {
+    auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket);
+    if (!served.ok()) {
+      if (at_start) {
+        std::cerr << "gpushare-device-plugin: " << served.status().message()
+                  << " (a fresh node has nothing allocated yet)" << std::endl;
+      }
+      return;
+    }
     auto pods = list_pods();
-    if (!pods.ok()) return Fail("listing this node's pods", pods.status());
+    if (!pods.ok()) {
+      std::cerr << "gpushare-device-plugin: listing this node's pods: " << pods.status().message()
+                << std::endl;
+      return;
+    }
     const auto keys = gpushare::deviceplugin::ServedKeys(*served, *pods);
-    for (const auto& k : keys) (*server)->RecordServed(k.pod_uid, k.container, k.resource);
-    std::cout << "gpushare-device-plugin: " << keys.size()
-              << " containers already served, from the kubelet's pod-resources API" << std::endl;
-  } else {
-    std::cerr << "gpushare-device-plugin: " << served.status().message()
-              << " (a fresh node has nothing allocated yet)" << std::endl;
-  }
+    const auto put_back = (*server)->ReconcileLedger(keys);
+    if (at_start) {
+      std::cout << "gpushare-device-plugin: " << keys.size()
+                << " containers already served, from the kubelet's pod-resources API" << std::endl;
+    }
+    for (const auto& k : put_back) {
+      std::cout << "gpushare-device-plugin: pod " << k.pod_uid << " container " << k.container
+                << " was not the one admitted; it waits again" << std::endl;
+    }
+    for (const auto& fix : gpushare::deviceplugin::CorrectionsFrom(*served, *pods, *inventory)) {
+      absl::StatusOr<std::string> r =
+          client.Call(boost::beast::http::verb::patch,
+                      gpushare::extender::PodPath(fix.pod_namespace, fix.pod_name), fix.patch,
+                      gpushare::deviceplugin::kMergePatch);
+      std::cout << "gpushare-device-plugin: pod " << fix.pod
+                << " runs on other GPUs than its annotations named; corrected"
+                << (r.ok() ? "" : ": " + std::string(r.status().message())) << std::endl;
+    }
+  };
+  reconcile(/*at_start=*/true);
 
   // Registration is kept up by the loop below (a missing kubelet socket is
   // waited for, a restarted kubelet is registered with again).
@@ -174,6 +203,8 @@ int main(int argc, char** argv) {
   }
   std::map<int, std::string> unhealthy;
   auto next_probe = std::chrono::steady_clock::now();
+  auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int64_t ambiguous_seen = 0;
   auto next_register = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
     const auto now = std::chrono::steady_clock::now();
@@ -196,6 +227,17 @@ int main(int argc, char** argv) {
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    // After an ambiguous Allocate, once the kubelet has recorded it (it
+    // lists a container when its admission completes).
+    if (const int64_t ambiguous = (*server)->Stats().ambiguous; ambiguous != ambiguous_seen) {
+      ambiguous_seen = ambiguous;
+      next_reconcile = std::min(next_reconcile,
+                                std::chrono::steady_clock::now() + std::chrono::seconds(6));
+    }
+    if (std::chrono::steady_clock::now() >= next_reconcile) {
+      reconcile(/*at_start=*/false);
+      next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     }
     if (std::chrono::steady_clock::now() >= next_probe) {
       next_probe = std::chrono::steady_clock::now() + std::chrono::milliseconds(c.health_interval_ms);

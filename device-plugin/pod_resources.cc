@@ -5,6 +5,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 #include "grpcpp/grpcpp.h"
 #include "podresources/v1/api.grpc.pb.h"
 
@@ -46,17 +48,75 @@ absl::StatusOr<std::vector<ServedContainer>> ListServed(const std::string& socke
   return served;
 }
 
-std::vector<ServedKey> ServedKeys(const std::vector<ServedContainer>& served,
-                                  const std::vector<NodePod>& pods) {
+std::vector<Ledger::Key> ServedKeys(const std::vector<ServedContainer>& served,
+                                    const std::vector<NodePod>& pods) {
   std::map<std::pair<std::string, std::string>, std::string> uid_of;
   for (const NodePod& p : pods) uid_of[{p.namespace_name, p.name}] = p.uid;
-  std::vector<ServedKey> keys;
+  std::vector<Ledger::Key> keys;
   for (const ServedContainer& c : served) {
     auto it = uid_of.find({c.pod_namespace, c.pod_name});
     if (it == uid_of.end()) continue;
-    keys.push_back(ServedKey{it->second, c.container, c.resource});
+    keys.push_back(Ledger::Key{it->second, c.container, c.resource});
   }
   return keys;
+}
+
+std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& served,
+                                        const std::vector<NodePod>& pods,
+                                        const Inventory& inventory) {
+  std::map<std::pair<std::string, std::string>, std::vector<const ServedContainer*>> by_pod;
+  for (const ServedContainer& c : served) by_pod[{c.pod_namespace, c.pod_name}].push_back(&c);
+  std::vector<Correction> out;
+  for (const NodePod& pod : pods) {
+    auto listed = by_pod.find({pod.namespace_name, pod.name});
+    if (listed == by_pod.end()) continue;
+    absl::StatusOr<std::vector<int>> annotated = RecordedGpus(pod, inventory);
+    if (!annotated.ok() || annotated->empty()) continue;
+    Correction c;
+    bool complete = true, known = true, any = false;
+    for (const ContainerDemand& d : pod.containers) {
+      if (d.init || (d.gpu_mem == 0 && d.whole_gpus == 0)) continue;
+      any = true;
+      const ServedContainer* seen = nullptr;
+      for (const ServedContainer* s : listed->second) {
+        if (s->container == d.name &&
+            s->resource == (d.gpu_mem > 0 ? Resource::kGpuMem : Resource::kWholeGpu)) {
+          seen = s;
+        }
+      }
+      if (seen == nullptr) {
+        complete = false;
+        break;
+      }
+      for (const std::string& id : seen->device_ids) {
+        std::optional<int> g = inventory.GpuOfDevice(id);
+        if (!g.has_value()) {
+          known = false;
+          continue;
+        }
+        c.actual[*g] += seen->resource == Resource::kGpuMem ? 1 : inventory.units(*g);
+      }
+    }
+    if (!any || !complete || !known || c.actual.empty()) continue;
+    std::vector<int> actual_gpus;
+    for (const auto& [g, units] : c.actual) actual_gpus.push_back(g);
+    if (actual_gpus == *annotated) continue;
+    c.pod = pod.id();
+    c.pod_namespace = pod.namespace_name;
+    c.pod_name = pod.name;
+    c.annotated = *annotated;
+    nlohmann::json per_gpu = nlohmann::json::object();
+    for (const auto& [g, units] : c.actual) per_gpu[absl::StrCat(g)] = units;
+    nlohmann::json patch = {
+        {"metadata",
+         {{"annotations",
+           {{"ALIYUN_COM_GPU_MEM_IDX", absl::StrJoin(actual_gpus, "-")},
+            {"scheduler.framework.gpushare.allocation",
+             nlohmann::json({{"0", per_gpu}}).dump()}}}}}};
+    c.patch = patch.dump();
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace gpushare::deviceplugin

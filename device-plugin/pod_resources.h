@@ -9,12 +9,14 @@
 // (DevicePluginServer::RecordServed) before it registers.
 //
 //   absl::StatusOr<std::vector<ServedContainer>> served = ListServed(socket);
-//   for (const ServedKey& k : ServedKeys(*served, pods)) server->RecordServed(...);
+//   server->ReconcileLedger(ServedKeys(*served, pods));
+//   for (const Correction& c : CorrectionsFrom(*served, pods, inventory)) PATCH c.patch;
 
 #ifndef GPUSHARE_DEVICE_PLUGIN_POD_RESOURCES_H_
 #define GPUSHARE_DEVICE_PLUGIN_POD_RESOURCES_H_
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,17 +43,33 @@ absl::StatusOr<std::vector<ServedContainer>> ListServed(
     const std::string& socket = kPodResourcesSocket,
     std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
-struct ServedKey {
-  std::string pod_uid;
-  std::string container;
-  Resource resource;
-};
-
 // The ledger keys of `served`: each container's pod found by namespace and
 // name among `pods` (the pods bound to this node); containers of pods not
 // there any more are dropped.
-std::vector<ServedKey> ServedKeys(const std::vector<ServedContainer>& served,
-                                  const std::vector<NodePod>& pods);
+std::vector<Ledger::Key> ServedKeys(const std::vector<ServedContainer>& served,
+                                    const std::vector<NodePod>& pods);
+
+// A pod whose devices, as the kubelet recorded them, sit on other GPUs than
+// its annotations name (see allocation.h: a swap between pods of the same
+// size created in the same second).
+struct Correction {
+  std::string pod;                 // "<namespace>/<name>"
+  std::string pod_namespace, pod_name;
+  std::vector<int> annotated;      // The GPUs its annotations named.
+  std::map<int, int64_t> actual;   // Units (whole GPUs: the GPU's units) by GPU.
+  // A merge patch setting ALIYUN_COM_GPU_MEM_IDX and
+  // scheduler.framework.gpushare.allocation to `actual`.
+  std::string patch;
+};
+
+// The corrections `served` calls for: for each pod of `pods` placed by a
+// gpushare scheduler whose every GPU container (init containers aside: the
+// kubelet gives their devices to the others) is listed, the GPUs of its
+// devices against those of its annotations. Devices of other nodes' GPUs
+// (ids this inventory does not know) make no correction.
+std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& served,
+                                        const std::vector<NodePod>& pods,
+                                        const Inventory& inventory);
 
 }  // namespace gpushare::deviceplugin
 

@@ -39,6 +39,12 @@ int64_t ModifiedNsOf(const std::string& path) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (s.code()) {
@@ -312,7 +318,7 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
                      std::string(grant.status().message()).c_str());
         return ToGrpc(grant.status());
       }
-      trial.Record(*grant);
+      trial.Record(*grant, SteadyNs());
       grants.push_back(*std::move(grant));
     }
     s.ledger = std::move(trial);
@@ -403,6 +409,12 @@ void DevicePluginServer::RecordServed(const std::string& pod_uid, const std::str
                                       Resource resource) {
   std::lock_guard lock(impl_->mu);
   impl_->ledger.RecordServed(pod_uid, container, resource);
+}
+
+std::vector<Ledger::Key> DevicePluginServer::ReconcileLedger(
+    const std::vector<Ledger::Key>& kubelet, int64_t grace_ns) {
+  std::lock_guard lock(impl_->mu);
+  return impl_->ledger.Reconcile(kubelet, SteadyNs(), grace_ns);
 }
 
 std::vector<std::string> DevicePluginServer::ResourceNames() const {

@@ -102,6 +102,11 @@ class DevicePluginServer {
   void RecordServed(const std::string& pod_uid, const std::string& container,
                     Resource resource);
 
+  // Ledger::Reconcile() with what the kubelet allocated (ServedKeys() of its
+  // pod-resources API), recent records (`grace_ns`) kept.
+  std::vector<Ledger::Key> ReconcileLedger(const std::vector<Ledger::Key>& kubelet,
+                                           int64_t grace_ns = 5'000'000'000);
+
   // The resources served, in order: gpu-mem, gpu-count, then the exclusive
   // one when enabled.
   std::vector<std::string> ResourceNames() const;

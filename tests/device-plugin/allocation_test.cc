@@ -331,6 +331,37 @@ TEST(LedgerTest, PruneForgetsDeletedPods) {
   EXPECT_TRUE(ledger.Served("uid-a", "c", Resource::kGpuMem));
 }
 
+TEST(LedgerTest, ReconcileFollowsTheKubeletsRecords) {
+  Inventory inv = MakeInv({16, 16});
+  std::vector<NodePod> pods = Parse({PodJson("a", {{"c", 3}}, Bound("0", 100)),
+                                     PodJson("b", {{"c", 3}}, Bound("1", 200))});
+  Ledger ledger;
+  // The kubelet admits "b" first; the ledger takes the call for "a".
+  absl::StatusOr<Grant> g = ledger.Match(Resource::kGpuMem, 3, pods, inv);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->pod, "default/a");
+  ledger.Record(*g, /*now_ns=*/1000);
+  // Too soon to judge: the kubelet may not list it yet.
+  EXPECT_TRUE(ledger.Reconcile({{"uid-b", "c", Resource::kGpuMem}}, 1500, 1000).empty());
+  EXPECT_TRUE(ledger.Served("uid-a", "c", Resource::kGpuMem));
+  // Later: the kubelet lists "b", not "a": "a" waits again, "b" is served.
+  std::vector<Ledger::Key> back = ledger.Reconcile({{"uid-b", "c", Resource::kGpuMem}}, 5000, 1000);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].pod_uid, "uid-a");
+  EXPECT_TRUE(ledger.Served("uid-b", "c", Resource::kGpuMem));
+  EXPECT_FALSE(ledger.Served("uid-a", "c", Resource::kGpuMem));
+  // So "a", admitted next, gets its own GPU.
+  absl::StatusOr<Grant> a = ledger.Match(Resource::kGpuMem, 3, pods, inv);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->pod, "default/a");
+  EXPECT_THAT(a->gpus, ElementsAre(0));
+  // Records made without a time (restarts) are never put back.
+  ledger.RecordServed("uid-x", "c", Resource::kGpuMem);
+  EXPECT_TRUE(ledger.Reconcile({}, 1'000'000, 1).empty() ||
+              ledger.Served("uid-x", "c", Resource::kGpuMem));
+  EXPECT_TRUE(ledger.Served("uid-x", "c", Resource::kGpuMem));
+}
+
 TEST(ParseNodePodsTest, NamesTheBadQuantity) {
   nlohmann::json pod = PodJson("bad", {{"c", 1}}, {});
   pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "1.5";

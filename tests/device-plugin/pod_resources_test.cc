@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace gpushare::deviceplugin {
@@ -70,12 +71,70 @@ TEST(PodResourcesTest, ServedContainersOfGpushareResourcesAreRestored) {
   p.uid = "uid-p";
   p.namespace_name = "default";
   p.name = "p";
-  std::vector<ServedKey> keys = ServedKeys(*served, {p});
+  std::vector<Ledger::Key> keys = ServedKeys(*served, {p});
   ASSERT_EQ(keys.size(), 1u);  // The deleted pod's container is dropped.
   EXPECT_EQ(keys[0].pod_uid, "uid-p");
   EXPECT_EQ(keys[0].container, "main");
   server->Shutdown();
   std::filesystem::remove_all(tmpl);
+}
+
+NodePod BoundPod(const std::string& name, const std::string& idx,
+                 std::vector<std::pair<std::string, int64_t>> containers) {
+  NodePod p;
+  p.uid = "uid-" + name;
+  p.namespace_name = "default";
+  p.name = name;
+  p.annotations["ALIYUN_COM_GPU_MEM_IDX"] = idx;
+  for (const auto& [c, units] : containers) {
+    ContainerDemand d;
+    d.name = c;
+    d.gpu_mem = units;
+    p.containers.push_back(d);
+  }
+  return p;
+}
+
+ServedContainer Served(const std::string& pod, const std::string& container,
+                       std::vector<std::string> ids) {
+  ServedContainer s;
+  s.pod_namespace = "default";
+  s.pod_name = pod;
+  s.container = container;
+  s.device_ids = std::move(ids);
+  return s;
+}
+
+TEST(PodResourcesTest, PodsWhoseDevicesSitElsewhereAreCorrected) {
+  std::vector<GpuInfo> gpus(2);
+  for (int i = 0; i < 2; ++i) {
+    gpus[i].index = i;
+    gpus[i].uuid = "GPU-" + std::to_string(i);
+    gpus[i].memory_bytes = 8ull << 30;
+  }
+  absl::StatusOr<Inventory> inv = MakeInventory(gpus, MemoryUnit::kGiB);
+  ASSERT_TRUE(inv.ok());
+  // "a" was annotated GPU 0 but the kubelet gave it units of GPU 1 (it
+  // admitted "a" while the plugin took it for "b"); "b" is right; "c" is
+  // half admitted (its second container is not listed yet): no correction.
+  std::vector<NodePod> pods = {BoundPod("a", "0", {{"m", 2}}), BoundPod("b", "1", {{"m", 2}}),
+                               BoundPod("c", "0", {{"x", 1}, {"y", 1}})};
+  std::vector<ServedContainer> served = {
+      Served("a", "m", {"GPU-1-mem-0", "GPU-1-mem-1"}),
+      Served("b", "m", {"GPU-1-mem-2", "GPU-1-mem-3"}),
+      Served("c", "x", {"GPU-1-mem-4"})};
+  std::vector<Correction> fixes = CorrectionsFrom(served, pods, *inv);
+  ASSERT_EQ(fixes.size(), 1u);
+  EXPECT_EQ(fixes[0].pod, "default/a");
+  EXPECT_THAT(fixes[0].annotated, ElementsAre(0));
+  EXPECT_EQ(fixes[0].actual, (std::map<int, int64_t>{{1, 2}}));
+  nlohmann::json patch = nlohmann::json::parse(fixes[0].patch);
+  EXPECT_EQ(patch["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"], "1");
+  EXPECT_EQ(patch["metadata"]["annotations"]["scheduler.framework.gpushare.allocation"],
+            R"({"0":{"1":2}})");
+  // Unknown device ids (another node's) correct nothing.
+  served[0].device_ids = {"GPU-9-mem-0", "GPU-9-mem-1"};
+  EXPECT_TRUE(CorrectionsFrom(served, pods, *inv).empty());
 }
 
 TEST(PodResourcesTest, ASilentKubeletIsNamed) {

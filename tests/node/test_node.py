@@ -407,3 +407,42 @@ def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
         seen[name] = container_env(api, name, "main")["NVIDIA_VISIBLE_DEVICES"]
     assert placed["created-first"] != placed["bound-first"]
     assert seen == {name: gpus[g][0] for name, g in placed.items()}, (placed, seen)
+
+
+def test_pods_created_in_one_second_end_with_annotations_naming_their_gpus(node):
+    """Four 18-unit pods (two per 40-unit GPU) created in the same second and
+    bound while the kubelet is down: the restarted kubelet admits them in an
+    order nobody outside it knows (creationTimestamp counts seconds, and its
+    first list comes in no fixed order), so the plugin may give a pod the GPU
+    of another (5 orders in 6 do, for some pair). Then it must correct: each
+    pod's annotations end naming the GPU its container sees, which the
+    extender follows at once. The end state must hold whichever order the
+    kubelet took; the test prints which."""
+    node.use_fixture(TWO_A100)
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    node.stop_kubelet()
+    names = [f"same-second-{i}" for i in range(4)]
+    for name in names:
+        create_pod(api, name, [("main", 18)])
+    for name in names:
+        api.wait_bound(name)
+    node.start_kubelet()
+    seen = {}
+    for name in names:
+        wait_running(api, name)
+        wait_assigned(api, name)
+        seen[name] = container_env(api, name, "main")["NVIDIA_VISIBLE_DEVICES"]
+    assert sorted(seen.values()) == sorted([gpus[0][0]] * 2 + [gpus[1][0]] * 2), seen
+
+    def consistent():
+        placed = {name: gpus[placed_gpus(api.pod(name))[0]][0] for name in names}
+        return placed if placed == seen else None
+    wait_until("annotations naming the GPUs the containers see", consistent, 45, 0.5)
+    with open(os.path.join(node.logs, "gpushare-device-plugin.log")) as f:
+        log = f.read()
+    corrected = [n for n in names if f"pod default/{n} runs on other GPUs" in log]
+    print(f"same second: corrected {corrected or 'nothing (the kubelet took the order guessed)'}")
+    devices = kubelet_devices(node, [api.pod(name) for name in names])
+    for name in names:
+        assert {uuid_of_device(d) for d in devices[(name, "main")]} == {seen[name]}
