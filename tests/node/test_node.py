@@ -380,6 +380,17 @@ def test_kubelet_and_device_plugin_restarts_during_a_burst(node):
 
 # ---------------------------------------------------------------- admission order
 
+def settle_kubelet_devices(node):
+    """Makes the kubelet forget the devices of pods already gone: it prunes
+    its record (and checkpoint) of them only when it next allocates, and not
+    right after its own restart (its pod sources are not ready yet), so a
+    test that restarts it first runs one small pod through admission."""
+    api = node.api
+    create_pod(api, "settle", [("main", 1)])
+    wait_running(api, "settle")
+    node.delete_all_pods()
+
+
 def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
     """Two 30-unit pods (one per 40-unit GPU) bound while the kubelet is down:
     the one created first is bound second. The restarted kubelet admits the
@@ -389,6 +400,7 @@ def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
     node.use_fixture(TWO_A100)
     gpus = fixture_gpus(TWO_A100)
     api = node.api
+    settle_kubelet_devices(node)
     node.stop_kubelet()
     create_pod(api, "created-first", [("main", 30)], gated=True)
     created = api.pod("created-first")["metadata"]["creationTimestamp"]
@@ -421,6 +433,7 @@ def test_pods_created_in_one_second_end_with_annotations_naming_their_gpus(node)
     node.use_fixture(TWO_A100)
     gpus = fixture_gpus(TWO_A100)
     api = node.api
+    settle_kubelet_devices(node)
     node.stop_kubelet()
     names = [f"same-second-{i}" for i in range(4)]
     for name in names:
