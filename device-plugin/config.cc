@@ -43,12 +43,7 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
          absl::StrCat("how often GPU health is checked (default ", c->health_interval_ms,
                       ", at least 100)"),
          SetInt("--health-interval-ms", "milliseconds", 100, 3'600'000, &c->health_interval_ms));
-  f->Add(kApiGroup, "--kubeconfig", "FILE",
-         "kubeconfig to use (default: $KUBECONFIG, first file;\n"
-         "else the in-cluster service account)",
-         SetString("--kubeconfig", &c->kubeconfig));
-  f->Add(kApiGroup, "--context", "NAME", "kubeconfig context (default: its current-context)",
-         SetString("--context", &c->context));
+  flags::AddKubeconfigFlags(f, kApiGroup, &c->kubeconfig, &c->context);
   f->Add(kApiGroup, "--apiserver", "URL", "API server URL; overrides the kubeconfig's server",
          SetString("--apiserver", &c->apiserver));
   f->Add(kResourceGroup, "--memory-unit", "UNIT",

@@ -48,12 +48,7 @@ FlagSet::Setter SetFile(const std::string& flag, std::string* out) {
 
 // Every flag of gpushare-extender, into `c`.
 void DefineFlags(FlagSet* f, ExtenderConfig* c) {
-  f->Add(kApiGroup, "--kubeconfig", "FILE",
-         "kubeconfig to use (default: $KUBECONFIG, first file;\n"
-         "else the in-cluster service account)",
-         SetString("--kubeconfig", &c->kubeconfig));
-  f->Add(kApiGroup, "--context", "NAME", "kubeconfig context (default: its current-context)",
-         SetString("--context", &c->context));
+  flags::AddKubeconfigFlags(f, kApiGroup, &c->kubeconfig, &c->context);
   f->Add(kApiGroup, "--apiserver", "URL",
          "API server URL; overrides the kubeconfig's server.\n"
          "Without --kubeconfig it is used alone (no credentials,\n"

@@ -435,7 +435,21 @@ class TcpBalancer:
             pass
 
 
-class ControlPlane:
+class Processes:
+    """Named processes of a harness, each logging to <self.logs>/<name>.log;
+    starting a name again stops the one running under it first. The class
+    using it keeps `procs` (name -> Process) and `logs`."""
+
+    def _start(self, name, argv, env=None):
+        old = self.procs.pop(name, None)
+        if old:
+            old.stop()
+        p = Process(name, argv, os.path.join(self.logs, name + ".log"), env=env)
+        self.procs[name] = p
+        return p
+
+
+class ControlPlane(Processes):
     """etcd + kube-apiserver (started by start()), then kube-scheduler and the
     extender, which each test may start and stop (start_scheduler,
     start_extender)."""
@@ -455,14 +469,6 @@ class ControlPlane:
         self.scheduler_port = None
         self.balancer = None
         self.replicas = {}   # name -> port
-
-    def _start(self, name, argv, env=None):
-        old = self.procs.pop(name, None)
-        if old:
-            old.stop()
-        p = Process(name, argv, os.path.join(self.logs, name + ".log"), env=env)
-        self.procs[name] = p
-        return p
 
     def start(self):
         try:

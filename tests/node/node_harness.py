@@ -42,7 +42,8 @@ import tarfile
 import time
 import urllib.request
 
-from harness import ApiError, HarnessError, Process, free_port, wait_until, write_kubeconfig
+from harness import (ApiError, HarnessError, Processes, free_port, wait_until,
+                     write_kubeconfig)
 
 NODE_NAME = "localhost"
 IMAGE = "localhost/gpushare-node-e2e:busybox"
@@ -193,7 +194,7 @@ def fixture_gpus(path):
 
 # ---------------------------------------------------------------- the node
 
-class Node:
+class Node(Processes):
     """containerd, a kubelet and gpushare-device-plugin, joined to `cp` (a
     started harness.ControlPlane whose API server has the flags of
     NODE_APISERVER_ARGS)."""
@@ -268,14 +269,6 @@ class Node:
         for obj in DEVICE_PLUGIN_RBAC:
             kind = obj["kind"].lower() + "s"
             self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
-
-    def _start(self, name, argv, env=None):
-        old = self.procs.pop(name, None)
-        if old:
-            old.stop()
-        p = Process(name, argv, os.path.join(self.logs, name + ".log"), env=env)
-        self.procs[name] = p
-        return p
 
     def _start_containerd(self):
         d = self.containerd_dir

@@ -342,4 +342,14 @@ FlagSet::Setter SetBool(const std::string& flag, bool* out) {
   };
 }
 
+void AddKubeconfigFlags(FlagSet* flags, const std::string& group, std::string* kubeconfig,
+                        std::string* context) {
+  flags->Add(group, "--kubeconfig", "FILE",
+             "kubeconfig to use (default: $KUBECONFIG, first file;\n"
+             "else the in-cluster service account)",
+             SetString("--kubeconfig", kubeconfig));
+  flags->Add(group, "--context", "NAME", "kubeconfig context (default: its current-context)",
+             SetString("--context", context));
+}
+
 }  // namespace gpushare::flags

@@ -134,6 +134,11 @@ FlagSet::Setter SetDouble(const std::string& flag, double* out);
 // "true" or "1", "false" or "0": "FLAG takes true or false, not V".
 FlagSet::Setter SetBool(const std::string& flag, bool* out);
 
+// --kubeconfig FILE and --context NAME in `group`, as the programs that reach
+// the Kubernetes API (gpushare-extender, gpushare-device-plugin) define them.
+void AddKubeconfigFlags(FlagSet* flags, const std::string& group, std::string* kubeconfig,
+                        std::string* context);
+
 // "123", "64Ki", "192Mi", "1Gi" (powers of two, as Kubernetes quantities).
 bool ParseBytes(const char* text, uint64_t* out);
 // A whole number in lo..hi, nothing after it.
