@@ -3,7 +3,7 @@
 #   make demo    install what is missing, build, run the demo
 #   make test    install what is missing, build, run every test (C++ and Python):
 #                scripts/test.sh, every stage below and those of scripts/test.d/;
-#                about 47 minutes (docs/testing.md)
+#                about 58 minutes (docs/testing.md)
 #   make check   the fast tier for the edit-test loop (scripts/check.sh): the
 #                incremental build of build/, the C++ unit suite with
 #                GPUSHARE_QUICK=1, and the Python unit suite against
