@@ -5,8 +5,9 @@
 // <kubelet root>/pod-resources/kubelet.sock). A restarted plugin starts with
 // an empty ledger; without this, a container served before the restart
 // would look like one still waiting, and could be matched to another pod's
-// Allocate. The program records every container listed here as served
-// (DevicePluginServer::RecordServed) before it registers.
+// Allocate. The program makes its ledger match what is listed here
+// (DevicePluginServer::ReconcileLedger) before it registers, and again after
+// an Allocate that could have meant another pod.
 //
 //   absl::StatusOr<std::vector<ServedContainer>> served = ListServed(socket);
 //   server->ReconcileLedger(ServedKeys(*served, pods));

@@ -303,6 +303,7 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
         absl::StrCat("cannot list this node's pods: ", pods.status().message())));
   }
   std::vector<Grant> grants;
+  absl::Status matched;  // The first container that matched nothing.
   {
     std::lock_guard lock(s.mu);
     s.ledger.Prune(*pods);
@@ -313,18 +314,19 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
       absl::StatusOr<Grant> grant =
           trial.Match(resource_, want.devices_ids_size(), *pods, s.inventory, s.options.allocation);
       if (!grant.ok()) {
-        ++s.stats.failed_allocations;
-        std::fprintf(stderr, "gpushare-device-plugin: Allocate %s: %s\n", ResourceName(resource_),
-                     std::string(grant.status().message()).c_str());
-        return ToGrpc(grant.status());
+        matched = grant.status();
+        break;
       }
       trial.Record(*grant, SteadyNs());
       grants.push_back(*std::move(grant));
     }
-    s.ledger = std::move(trial);
-    s.stats.allocations += static_cast<int64_t>(grants.size());
-    for (const Grant& g : grants) s.stats.ambiguous += g.ambiguous;
+    if (matched.ok()) {
+      s.ledger = std::move(trial);
+      s.stats.allocations += static_cast<int64_t>(grants.size());
+      for (const Grant& g : grants) s.stats.ambiguous += g.ambiguous;
+    }
   }
+  if (!matched.ok()) return fail(matched);
   for (const Grant& g : grants) {
     api::ContainerAllocateResponse* out = reply->add_container_responses();
     for (const auto& [k, v] : g.env) (*out->mutable_envs())[k] = v;
@@ -403,12 +405,6 @@ void DevicePluginServer::SetHealth(int gpu, bool healthy, const std::string& rea
 std::map<int, std::string> DevicePluginServer::Unhealthy() const {
   std::lock_guard lock(impl_->mu);
   return impl_->unhealthy;
-}
-
-void DevicePluginServer::RecordServed(const std::string& pod_uid, const std::string& container,
-                                      Resource resource) {
-  std::lock_guard lock(impl_->mu);
-  impl_->ledger.RecordServed(pod_uid, container, resource);
 }
 
 std::vector<Ledger::Key> DevicePluginServer::ReconcileLedger(

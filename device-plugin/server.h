@@ -97,11 +97,6 @@ class DevicePluginServer {
   // Unhealthy GPUs and why, by GPU index.
   std::map<int, std::string> Unhealthy() const;
 
-  // Marks containers as served without an Allocate (a restarted plugin
-  // learns them from the kubelet's pod-resources API).
-  void RecordServed(const std::string& pod_uid, const std::string& container,
-                    Resource resource);
-
   // Ledger::Reconcile() with what the kubelet allocated (ServedKeys() of its
   // pod-resources API), recent records (`grace_ns`) kept.
   std::vector<Ledger::Key> ReconcileLedger(const std::vector<Ledger::Key>& kubelet,
