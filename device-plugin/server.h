@@ -9,7 +9,7 @@
 //   auto server = DevicePluginServer::Start(*inventory, options, list_pods, mark_assigned);
 //   absl::Status registered = (*server)->Register();   // with <dir>/kubelet.sock
 //   (*server)->SetHealth(0, false, "XID 79");          // ListAndWatch sends it
-//   while (...) (*server)->KeepRegistered();           // every second or so
+//   while (...) (*server)->KeepRegistered();           // every 100 ms or so
 //
 // ListAndWatch sends the devices of inventory.h, each Healthy or Unhealthy
 // (its GPU's health), with the GPU's NUMA node when known, and again on every

@@ -391,6 +391,39 @@ def settle_kubelet_devices(node):
     node.delete_all_pods()
 
 
+# The kubelet's message when it admits a pod before the device plugin of its
+# resource has registered again after the kubelet's restart.
+KUBELET_ADMITTED_TOO_EARLY = "no healthy devices present"
+
+
+def bound_while_the_kubelet_is_down(node, create, names, attempts=3):
+    """Stops the kubelet, calls `create()` (which creates the pods `names`
+    and waits until they are bound), starts the kubelet and waits until
+    every pod runs; returns their names. A restarted kubelet may admit a pod
+    before the plugin has registered again, and then fails it
+    (UnexpectedAdmissionError, "no healthy devices present": the kubelet's
+    rule, kubernetes/kubernetes#133382, open upstream); the plugin looks
+    every 100 ms, which makes this rare but not impossible on a loaded
+    machine. Then the scenario did not happen: it is set up again, up to
+    `attempts` times."""
+    api = node.api
+    for attempt in range(1, attempts + 1):
+        settle_kubelet_devices(node)
+        node.stop_kubelet()
+        create()
+        node.start_kubelet()
+        try:
+            for name in names:
+                wait_running(api, name)
+            return names
+        except HarnessError as e:
+            if KUBELET_ADMITTED_TOO_EARLY not in str(e) or attempt == attempts:
+                raise
+            print(f"\nattempt {attempt}: the kubelet admitted a pod before the plugin "
+                  f"registered again ({e}); setting the scenario up again")
+            node.delete_all_pods()
+
+
 def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
     """Two 30-unit pods (one per 40-unit GPU) bound while the kubelet is down:
     the one created first is bound second. The restarted kubelet admits the
@@ -400,21 +433,21 @@ def test_pods_bound_while_the_kubelet_was_down_get_their_own_gpus(node):
     node.use_fixture(TWO_A100)
     gpus = fixture_gpus(TWO_A100)
     api = node.api
-    settle_kubelet_devices(node)
-    node.stop_kubelet()
-    create_pod(api, "created-first", [("main", 30)], gated=True)
-    created = api.pod("created-first")["metadata"]["creationTimestamp"]
-    # creationTimestamp counts seconds: the other pod must be created in a later one.
-    wait_until("the next second", lambda: time.strftime(
-        "%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > created, 3, 0.05)
-    create_pod(api, "bound-first", [("main", 30)])
-    api.wait_bound("bound-first")
-    release_pod(api, "created-first")
-    api.wait_bound("created-first")
-    node.start_kubelet()
+
+    def create():
+        create_pod(api, "created-first", [("main", 30)], gated=True)
+        created = api.pod("created-first")["metadata"]["creationTimestamp"]
+        # creationTimestamp counts seconds: the other pod must be created in a later one.
+        wait_until("the next second", lambda: time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > created, 3, 0.05)
+        create_pod(api, "bound-first", [("main", 30)])
+        api.wait_bound("bound-first")
+        release_pod(api, "created-first")
+        api.wait_bound("created-first")
+
+    names = bound_while_the_kubelet_is_down(node, create, ("created-first", "bound-first"))
     placed, seen = {}, {}
-    for name in ("created-first", "bound-first"):
-        wait_running(api, name)
+    for name in names:
         (placed[name],) = placed_gpus(wait_assigned(api, name))
         seen[name] = container_env(api, name, "main")["NVIDIA_VISIBLE_DEVICES"]
     assert placed["created-first"] != placed["bound-first"]
@@ -433,17 +466,17 @@ def test_pods_created_in_one_second_end_with_annotations_naming_their_gpus(node)
     node.use_fixture(TWO_A100)
     gpus = fixture_gpus(TWO_A100)
     api = node.api
-    settle_kubelet_devices(node)
-    node.stop_kubelet()
     names = [f"same-second-{i}" for i in range(4)]
-    for name in names:
-        create_pod(api, name, [("main", 18)])
-    for name in names:
-        api.wait_bound(name)
-    node.start_kubelet()
+
+    def create():
+        for name in names:
+            create_pod(api, name, [("main", 18)])
+        for name in names:
+            api.wait_bound(name)
+
+    bound_while_the_kubelet_is_down(node, create, names)
     seen = {}
     for name in names:
-        wait_running(api, name)
         wait_assigned(api, name)
         seen[name] = container_env(api, name, "main")["NVIDIA_VISIBLE_DEVICES"]
     assert sorted(seen.values()) == sorted([gpus[0][0]] * 2 + [gpus[1][0]] * 2), seen
