@@ -429,7 +429,8 @@ static void test_lifecycle(void) {
   gs_placement_free(any);
   FAILS(gs_scheduler_reserve(s, p1, "", 0, NULL), GS_ALREADY_EXISTS, "already placed");
   OK(gs_scheduler_forget(s, ID("default/p1")));
-  FAILS(gs_scheduler_confirm(s, ID("default/p1")), GS_FAILED_PRECONDITION, "expired or was forgotten");
+  FAILS(gs_scheduler_confirm(s, ID("default/p1")), GS_FAILED_PRECONDITION,
+        "expired or was forgotten");
   CHECK(gs_scheduler_expire(s) == 0);
 
   /* Unknown node. */
@@ -612,7 +613,6 @@ static void test_kubernetes(void) {
   gs_placement_free(p);
 
   /* The pod bound to its node: the event confirms the reservation. */
-  char spec[256];
   char annotated[2600];
   char* bound = pod_json("a", "uid-a", 4, "\"nodeName\":\"k1\"", "Running");
   OK(gs_scheduler_apply_pod_event(s, "MODIFIED", bound, strlen(bound), &report));
@@ -630,15 +630,15 @@ static void test_kubernetes(void) {
   FAILS(gs_scheduler_placement(s, ID("default/a"), &p), GS_NOT_FOUND, "default/a");
 
   /* A bound pod with bind annotations gpushare does not hold is restored. */
-  snprintf(spec, sizeof(spec), "\"nodeName\":\"k2\"");
-  char* other = pod_json("b", "uid-b", 6, spec, "Running");
+  char* other = pod_json("b", "uid-b", 6, "\"nodeName\":\"k2\"", "Running");
   /* Splice the annotations into metadata. */
   const char* meta = "\"uid\":\"uid-b\"";
   char* at = strstr(other, meta);
   CHECK(at != NULL);
   size_t head = (size_t)(at - other) + strlen(meta);
-  snprintf(annotated, sizeof(annotated), "%.*s,\"annotations\":{\"ALIYUN_COM_GPU_MEM_IDX\":\"1\"}%s",
-           (int)head, other, other + head);
+  snprintf(annotated, sizeof(annotated),
+           "%.*s,\"annotations\":{\"ALIYUN_COM_GPU_MEM_IDX\":\"1\"}%s", (int)head, other,
+           other + head);
   OK(gs_scheduler_apply_pod_event(s, "ADDED", annotated, strlen(annotated), &report));
   CHECK(report.restored == 1);
   OK(gs_scheduler_placement(s, ID("default/b"), &p));
