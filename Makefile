@@ -18,8 +18,9 @@
 #   make test-cpp          the C++ build of build/ and ctest (scripts/test-cpp.sh)
 #   make test-sanitize     the same suite under ASan + UBSan in build-asan/, Debug,
 #                          GPUSHARE_QUICK=1 (scripts/test-cpp.sh --sanitize)
-#   make test-install      examples/consumer built against the installed library
-#                          (builds build/ first; scripts/test.d/10-install.sh)
+#   make test-install      examples/consumer and the C ABI's test built against the
+#                          installed library (builds build/ first;
+#                          scripts/test.d/10-install.sh)
 #   make test-python       pip install . into a fresh venv, the pytest suite, the
 #                          quickstart (scripts/test.d/20-python.sh)
 #   make test-python-asan  the Python suite against an ASan + UBSan build

@@ -9,6 +9,7 @@ packages=(g++ cmake ninja-build ccache libgtest-dev libgmock-dev libbenchmark-de
           libsimdjson-dev  # the fast readers of snapshots and Kubernetes lists
           libssl-dev openssl libyaml-cpp-dev  # gpushare-extender: HTTPS, kubeconfig
           libcli11-dev  # the programs' flags (tools/flags/flags.h)
+          pkg-config  # the C ABI's gpushare_c.pc (docs/c-abi.md, the 10-install stage)
           libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)  # the device plugin
 # --fuzz: also clang and its libFuzzer and sanitizer runtimes, for
 # scripts/fuzz.sh (`make fuzz`, the 60-fuzz stage of `make test`); `make demo`

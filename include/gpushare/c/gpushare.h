@@ -207,12 +207,14 @@ GS_API void gs_request_init(gs_request* request);
 GS_API gs_status* gs_pod_from_request(const gs_request* request, gs_pod** out);
 /* A v1.Pod as JSON (ParsePod's rules: aliyun.com/gpu-mem, gpu-count label,
  * nodeSelector, required node affinity, topology annotation). Errors:
- * GS_INVALID_ARGUMENT naming the bad value. */
+ * GS_INVALID_ARGUMENT naming the bad value, also for a namespace or name
+ * the API server could not have issued (they name the host's patch and
+ * bind) and for a request that gs_pod_from_request() would refuse. */
 GS_API gs_status* gs_pod_parse(const char* json, size_t json_len, gs_pod** out);
 GS_API void gs_pod_free(gs_pod* pod);
 GS_API const char* gs_pod_id(const gs_pod* pod);       /* "ns/name" */
-/* 1 when the pod asks for GPU memory or whole GPUs, else 0: a host may skip
- * the scheduler for the others. */
+/* 1 when the pod asks for GPU memory or whole GPUs (or, for a plain request,
+ * GPU compute), else 0: a host may skip the scheduler for the others. */
 GS_API int gs_pod_uses_gpus(const gs_pod* pod);
 
 /* ---- Filter and score -------------------------------------------------------------- */
@@ -220,7 +222,11 @@ GS_API int gs_pod_uses_gpus(const gs_pod* pod);
 /* Whether `pod` fits `node` now: *feasible 1 or 0. When it does not and
  * `reason` is not NULL, *reason is why (the caller frees it with
  * gs_string_free()); else *reason is NULL. An unknown node does not fit
- * ("node 'x' is unknown to gpushare"). Shared lock. */
+ * ("node 'x' is unknown to gpushare"). A pod of gs_pod_parse() is filtered
+ * as gpushare-extender filters it: a known node that its required node
+ * affinity excludes does not fit ("node(s) didn't match Pod's node
+ * affinity/selector"), and a pod that asks for no GPUs fits every node
+ * (kube-scheduler judges it). Shared lock. */
 GS_API gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod,
                                    const char* node, size_t node_len, int* feasible,
                                    char** reason);
@@ -239,6 +245,8 @@ typedef struct gs_fit_results gs_fit_results;
 /* Fit on each node of `nodes` (NULL: every node, in the cluster's order). */
 GS_API gs_status* gs_scheduler_filter(const gs_scheduler* scheduler, const gs_pod* pod,
                                       const gs_names* nodes, gs_fit_results** out);
+/* Accessors of result i < count (a node name, "" for a feasible node's
+ * reason); NULL (0 for feasible) out of range. */
 GS_API size_t gs_fit_results_count(const gs_fit_results* results);
 GS_API const char* gs_fit_results_node(const gs_fit_results* results, size_t i);
 GS_API int gs_fit_results_feasible(const gs_fit_results* results, size_t i);
@@ -246,8 +254,10 @@ GS_API const char* gs_fit_results_reason(const gs_fit_results* results, size_t i
 GS_API void gs_fit_results_free(gs_fit_results* results);
 
 /* The policy's rank (0..10, 10 best, see Scheduler::Score) of each node of
- * `nodes`, written to ranks[i] (`nodes->count` entries); -1 where the pod
- * does not fit or the node is unknown. Shared lock. */
+ * `nodes` (not NULL), written to ranks[i] (`nodes->count` entries); -1 where
+ * the pod does not fit (gs_scheduler_fit()) or the node is unknown. A pod of
+ * gs_pod_parse() that asks for no GPUs ranks 0 everywhere, as with
+ * gpushare-extender. Shared lock. */
 GS_API gs_status* gs_scheduler_rank(const gs_scheduler* scheduler, const gs_pod* pod,
                                     const gs_names* nodes, int64_t* ranks);
 
@@ -257,24 +267,35 @@ typedef struct gs_placement gs_placement;
 
 /* Reserves GPUs for `pod` on `node` (NULL or empty: any node, by the policy)
  * for the TTL; errors as Scheduler::Reserve (GS_RESOURCE_EXHAUSTED says why
- * it does not fit, GS_ALREADY_EXISTS if placed elsewhere). Reserving again
- * on the same node returns the same placement. `out` may be NULL. */
+ * it does not fit, GS_ALREADY_EXISTS if placed elsewhere, GS_NOT_FOUND for
+ * an unknown node). Reserving again on the same node returns the same
+ * placement. `out` may be NULL.
+ * A pod of gs_pod_parse() is reserved as gpushare-extender binds it (with no
+ * binder: it only reserves), so that it owns the placement by its UID and
+ * later gs_scheduler_apply_pod_event() calls confirm (bound to the node) or
+ * release (deleted, completed) it; a placement that its name holds for
+ * another UID (an older pod of that name) is released first. Its required
+ * node affinity holds: a node it excludes does not fit, and with no node it
+ * goes to the best-scored node it allows (ties: the node added last). */
 GS_API gs_status* gs_scheduler_reserve(gs_scheduler* scheduler, const gs_pod* pod,
                                        const char* node, size_t node_len,
                                        gs_placement** out);
-/* Places `pod` with no TTL (a simulator, a batch host). */
+/* Places `pod` on any node, by the policy, with no TTL (a simulator, a
+ * batch host): a pod of gs_pod_parse() is reserved as above, then confirmed.
+ * GS_ALREADY_EXISTS if it is placed. */
 GS_API gs_status* gs_scheduler_place(gs_scheduler* scheduler, const gs_pod* pod,
                                      gs_placement** out);
 /* Reservation lifecycle by request id; errors as the Scheduler's. */
 GS_API gs_status* gs_scheduler_confirm(gs_scheduler* scheduler, const char* id, size_t id_len);
 GS_API gs_status* gs_scheduler_forget(gs_scheduler* scheduler, const char* id, size_t id_len);
 GS_API gs_status* gs_scheduler_release(gs_scheduler* scheduler, const char* id, size_t id_len);
-/* Forgets reservations past their TTL; returns how many. */
+/* Forgets reservations past their TTL; returns how many (0 for NULL). */
 GS_API int gs_scheduler_expire(gs_scheduler* scheduler);
 /* The placement held (reserved or confirmed) for `id`: GS_NOT_FOUND if none. */
 GS_API gs_status* gs_scheduler_placement(const gs_scheduler* scheduler, const char* id,
                                          size_t id_len, gs_placement** out);
 
+/* Accessors; gs_placement_gpu() is -1 for i out of range. */
 GS_API const char* gs_placement_request_id(const gs_placement* placement);
 GS_API const char* gs_placement_node(const gs_placement* placement);
 GS_API size_t gs_placement_gpu_count(const gs_placement* placement);
