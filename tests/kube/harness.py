@@ -673,14 +673,27 @@ class ControlPlane(Processes):
 
     # -- kube-scheduler -------------------------------------------------------
 
-    def start_scheduler(self, with_extender=True, node_cache_capable=False):
+    def start_scheduler(self, with_extender=True, node_cache_capable=False, binary=None,
+                        plugin_config=None, qps=200, burst=400):
+        """Starts kube-scheduler: the one of kube_bin, or `binary` (a
+        kube-scheduler built with out-of-tree plugins), calling the extender
+        when `with_extender`. `plugin_config`, when given, is a path to a
+        KubeSchedulerConfiguration whose "profiles" (and "extenders", if
+        any) are used as they are; this harness sets the connection, the
+        client's `qps` and `burst`, and leader election."""
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": self.scheduler_kubeconfig,
-                                 "qps": 200, "burst": 400},
+                                 "qps": qps, "burst": burst},
             "leaderElection": {"leaderElect": False},
         }
+        if plugin_config:
+            with open(plugin_config) as f:
+                given = yaml_or_json(f.read())
+            for key in ("profiles", "extenders", "percentageOfNodesToScore"):
+                if key in given:
+                    config[key] = given[key]
         if with_extender:
             ext = {
                 "urlPrefix": self.extender_url(),
@@ -716,7 +729,7 @@ class ControlPlane(Processes):
         self.scheduler_port = free_port()
         kc = self.scheduler_kubeconfig
         p = self._start("kube-scheduler", [
-            os.path.join(self.kube_bin, "kube-scheduler"), f"--config={path}",
+            binary or os.path.join(self.kube_bin, "kube-scheduler"), f"--config={path}",
             "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}",
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             f"--client-ca-file={self.pki.ca_crt}",
@@ -818,6 +831,15 @@ def gpu_allocation(pod):
     gpus = [int(g) for g in idx.replace(",", "-").split("-")]
     pod_units = int(ann["ALIYUN_COM_GPU_MEM_POD"])
     return {g: pod_units // len(gpus) for g in gpus}
+
+
+def yaml_or_json(text):
+    """A configuration file's object: JSON, else YAML (PyYAML)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        import yaml  # Only plugin configurations are YAML.
+        return yaml.safe_load(text)
 
 
 def node_gpus(node):

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Pods per second through a real kube-scheduler, side by side: kube-scheduler
+alone, gpushare's scheduler plugin, and gpushare-extender with and without
+node names, on the same nodes and the same burst, in one run.
+
+For each cluster size and each row, a fresh control plane of tests/kube
+(etcd, kube-apiserver, kube-scheduler and, for the extender rows, the
+extender; all on 127.0.0.1; nodes are API objects, no kubelets) gets
+--nodes nodes of --gpus GPUs x --units memory units, then a burst of --pods
+pods sampled from an openb trace (the task mix of Alibaba's GPU cluster:
+CPU-only, shared fractions of one GPU, whole GPUs):
+
+  ceiling         kube-scheduler alone; every pod CPU-only (the trace's CPU
+                  and memory, no GPU): what the scheduler itself can do
+  plugin          the kube-scheduler built with gpushare's plugin
+                  (scheduler-plugin/), the trace's pods
+  extender-names  gpushare-extender, nodeCacheCapable: true
+  extender-nodes  gpushare-extender, nodeCacheCapable: false
+
+kube-scheduler's client QPS is raised (--qps) so that the API client is not
+the limit. Each row has two phases. Throughput: the burst is created before
+kube-scheduler starts, so that pod creation (8 client threads on the same
+machine) is not what is measured: pods/s from the first bind to the last.
+Latency: --latency-pods more pods created at half that rate (at most 100/s),
+creation -> bound p50/p99 (the create request's start, to the time of
+kube-scheduler's "Successfully bound" log line). Also: the scheduler's CPU seconds
+(and the extender's) from the scheduler's readiness to the burst's last
+bind, from /proc; resident memory (VmHWM) of the scheduler and the extender;
+and GPUs given more units than they have (must be 0).
+
+  python3 bench/kube_compare.py --kube-bin DIR --extender BIN
+      [--plugin-scheduler BIN --plugin-config deploy/scheduler-plugin/...]
+      [--nodes 1000,5000] [--pods 2000] [--rows ceiling,plugin,...] [--json OUT]
+
+`make bench-kube` runs it with the programs it builds.
+"""
+
+import argparse
+import csv
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
+
+import harness  # noqa: E402
+
+ROWS = ("ceiling", "plugin", "extender-names", "extender-nodes")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def openb_mix(path, count, units, seed):
+    """`count` pods sampled (with replacement, seeded) from an openb pod
+    list: (cpu_milli, memory_mib, kind, amount) where kind is "cpu" (no GPU),
+    "shared" (amount = memory units on one GPU, the task's share of `units`,
+    at least 1) or "whole" (amount = whole GPUs)."""
+    tasks = []
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            num_gpu, milli = int(row["num_gpu"]), int(row["gpu_milli"])
+            cpu, mem = int(row["cpu_milli"]), int(row["memory_mib"])
+            if num_gpu == 0:
+                tasks.append((cpu, mem, "cpu", 0))
+            elif milli < 1000:
+                tasks.append((cpu, mem, "shared", max(1, round(milli * units / 1000))))
+            else:
+                tasks.append((cpu, mem, "whole", num_gpu))
+    rng = random.Random(seed)
+    return [rng.choice(tasks) for _ in range(count)]
+
+
+def pod_object(name, task, cpu_only):
+    cpu, mem, kind, amount = task
+    requests = {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}
+    limits = {}
+    if not cpu_only and kind == "shared":
+        limits[harness.GPU_MEM] = str(amount)
+    elif not cpu_only and kind == "whole":
+        limits[harness.WHOLE_GPU] = str(amount)
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "gpushare-bench"}},
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.invalid/bench:never-pulled",
+                            "resources": {"requests": requests, "limits": limits}}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+class BindLog:
+    """Follows kube-scheduler's log (--v=2) and records, per pod name, the
+    wall-clock time of its "Successfully bound pod to node" line: the bind
+    as the scheduler saw it succeed (the Binding, or the extender's bind,
+    returned). Log times are in the machine's local clock, like the client's
+    time.time()."""
+
+    PATTERN = re.compile(r'^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*"Successfully bound pod '
+                         r'to node" pod="[^/"]+/([^"]+)"')
+
+    def __init__(self, path):
+        self.path, self.offset, self.bound = path, 0, {}
+        self.error = None
+
+    def poll(self):
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        year = time.localtime().tm_year
+        for line in data[:end].decode(errors="replace").splitlines():
+            m = self.PATTERN.match(line)
+            if m and m.group(6) not in self.bound:
+                month, day, hour, minute, sec = m.groups()[:5]
+                whole = time.mktime((year, int(month), int(day), int(hour), int(minute),
+                                     int(float(sec)), 0, 0, -1))
+                self.bound[m.group(6)] = whole + float(sec) % 1
+
+
+def wait_bound(what, check, names, watch, timeout):
+    """Waits until every pod of `names` shows bound in `watch` (a BindLog)."""
+    try:
+        harness.wait_until(f"{what} bound", check, timeout, 0.2)
+    except harness.HarnessError as e:
+        missing = sorted(n for n in names if n not in watch.bound)
+        raise harness.HarnessError(f"{e}: {len(missing)} of {len(names)} not bound, "
+                                   f"e.g. {missing[:5]}") from None
+
+
+def percentile(values, q):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def oversubscribed(api, nodes_units):
+    """GPUs given more units than they have, from the pods' annotations."""
+    over = 0
+    for node, gpus in harness.used_per_gpu(api).items():
+        for _, units in gpus.items():
+            if units > nodes_units:
+                over += 1
+    return over
+
+
+def run_row(args, row, node_count, tasks):
+    """One row at one cluster size, in two phases on a fresh control plane:
+    throughput (the burst created before kube-scheduler starts, so creation
+    is not what is measured: pods/s from the first bind to the last, CPU from
+    the scheduler's readiness to the last bind) and latency (--latency-pods
+    more, created at half that throughput, at most 100/s: creation -> bound
+    p50/p99)."""
+    workdir = tempfile.mkdtemp(prefix=f"gpushare-bench-{row}-{node_count}-")
+    cp = harness.ControlPlane(args.kube_bin, args.extender, workdir)
+    result = {"row": row, "nodes": node_count, "pods": len(tasks)}
+    cpu_only = row == "ceiling"
+    ok = False
+    try:
+        cp.start()
+        api = cp.api
+        if row.startswith("extender"):
+            cp.start_extender()
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: api.create_node(
+                f"n{i:05d}", gpus=args.gpus, gpu_memory=args.units, cpu="96", memory="768Gi"),
+                range(node_count)))
+        result["nodes_created_s"] = round(time.monotonic() - t0, 1)
+
+        def create(name, task, created):
+            created[name] = time.time()
+            api.request("POST", f"/api/v1/namespaces/{harness.NAMESPACE}/pods",
+                        pod_object(name, task, cpu_only))
+        backlog = {}
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: create(f"p{i:05d}", tasks[i], backlog), range(len(tasks))))
+        if row.startswith("extender"):
+            cp.start_scheduler(with_extender=True, node_cache_capable=(row == "extender-names"),
+                               qps=args.qps, burst=2 * args.qps)
+        elif row == "plugin":
+            cp.start_scheduler(with_extender=False, binary=args.plugin_scheduler,
+                               plugin_config=args.plugin_config, qps=args.qps,
+                               burst=2 * args.qps)
+        else:
+            cp.start_scheduler(with_extender=False, qps=args.qps, burst=2 * args.qps)
+        watch = BindLog(cp.procs["kube-scheduler"].log_path)
+        scheduler = cp.procs["kube-scheduler"].proc.pid
+        extender = cp.procs.get("gpushare-extender")
+        extender = extender.proc.pid if extender else None
+        cpu0 = cpu_seconds(scheduler), (cpu_seconds(extender) if extender else 0.0)
+
+        def bound(names):
+            def check():
+                watch.poll()
+                return all(n in watch.bound for n in names)
+            return check
+        wait_bound(f"the burst ({row}, {node_count} nodes)", bound(backlog), backlog, watch,
+                   args.timeout)
+        cpu1 = cpu_seconds(scheduler), (cpu_seconds(extender) if extender else 0.0)
+        times = [watch.bound[n] for n in backlog]
+        throughput = (len(times) - 1) / max(1e-9, max(times) - min(times))
+
+        # Latency at half the throughput (at most 100 pods/s).
+        rate = max(1.0, min(100.0, throughput / 2))
+        paced = {}
+        start = time.monotonic()
+        rng = random.Random(args.seed + 1)
+        for i in range(args.latency_pods):
+            while time.monotonic() < start + i / rate:
+                time.sleep(0.002)
+            create(f"q{i:05d}", rng.choice(tasks), paced)
+        wait_bound("the paced pods", bound(paced), paced, watch, args.timeout)
+        latencies = [watch.bound[n] - paced[n] for n in paced]
+        result.update({
+            "pods_per_s": round(throughput, 1),
+            "paced_rate": round(rate, 1),
+            "bound_p50_ms": round(1e3 * percentile(latencies, 0.5), 1),
+            "bound_p99_ms": round(1e3 * percentile(latencies, 0.99), 1),
+            "scheduler_cpu_s": round(cpu1[0] - cpu0[0], 2),
+            "extender_cpu_s": round(cpu1[1] - cpu0[1], 2) if extender else None,
+            "scheduler_rss_mib": round(peak_rss_mib(scheduler), 1),
+            "extender_rss_mib": round(peak_rss_mib(extender), 1) if extender else None,
+            "oversubscribed_gpus": 0 if cpu_only else oversubscribed(api, args.units),
+        })
+        ok = True
+    finally:
+        cp.stop()
+        if ok and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"work folder: {workdir}", file=sys.stderr)
+    return result
+
+
+def table(results):
+    head = ("| nodes | row | pods/s | ×ceiling | bound p50 ms | p99 ms | scheduler CPU s"
+            " | its CPU ms/pod | extender CPU s | scheduler RSS MiB | extender RSS MiB"
+            " | oversubscribed |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    ceilings = {r["nodes"]: r["pods_per_s"] for r in results if r["row"] == "ceiling"}
+    for r in results:
+        ceiling = ceilings.get(r["nodes"])
+        ratio = f"{r['pods_per_s'] / ceiling:.2f}" if ceiling else "—"
+        per_pod = 1e3 * r["scheduler_cpu_s"] / r["pods"]
+        lines.append(
+            f"| {r['nodes']} | {r['row']} | {r['pods_per_s']} | {ratio} | {r['bound_p50_ms']}"
+            f" | {r['bound_p99_ms']} | {r['scheduler_cpu_s']} | {per_pod:.2f}"
+            f" | {r['extender_cpu_s'] if r['extender_cpu_s'] is not None else '—'}"
+            f" | {r['scheduler_rss_mib']}"
+            f" | {r['extender_rss_mib'] if r['extender_rss_mib'] is not None else '—'}"
+            f" | {r['oversubscribed_gpus']} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kube-bin", required=True)
+    ap.add_argument("--extender", required=True)
+    ap.add_argument("--plugin-scheduler", help="kube-scheduler built with the plugin")
+    ap.add_argument("--plugin-config", help="its KubeSchedulerConfiguration (profiles)")
+    ap.add_argument("--nodes", default="1000,5000", help="cluster sizes, comma-separated")
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--units", type=int, default=32, help="memory units per GPU")
+    ap.add_argument("--pods", type=int, default=2000, help="pods in each burst")
+    ap.add_argument("--trace", default=os.path.join(ROOT, "..", "shared", "traces", "openb",
+                                                    "openb_pod_list_default.csv"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--latency-pods", type=int, default=200,
+                    help="pods created at a steady rate after the burst, for latency")
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--qps", type=int, default=5000, help="kube-scheduler's client QPS")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the work folders (logs)")
+    args = ap.parse_args()
+    rows = [r for r in args.rows.split(",") if r]
+    for r in rows:
+        if r not in ROWS:
+            ap.error(f"unknown row '{r}' (known: {', '.join(ROWS)})")
+    if "plugin" in rows and not (args.plugin_scheduler and args.plugin_config):
+        ap.error("the plugin row needs --plugin-scheduler and --plugin-config")
+    tasks = openb_mix(args.trace, args.pods, args.units, args.seed)
+    results = []
+    for size in [int(n) for n in args.nodes.split(",")]:
+        for row in rows:
+            r = run_row(args, row, size, tasks)
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    cpu = os.cpu_count()
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                  if line.startswith("model name")), "unknown CPU")
+    print(f"\n{time.strftime('%Y-%m-%d')}, {model}, {cpu} cores; burst of {args.pods} pods "
+          f"from {os.path.basename(args.trace)} (seed {args.seed}); nodes of {args.gpus} GPUs "
+          f"x {args.units} units; kube-scheduler client QPS {args.qps}\n")
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": model, "cores": cpu, "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
