@@ -99,8 +99,9 @@ func ParsePod(json []byte) (*Pod, error) {
 // valid after Close.
 func (p *Pod) ID() string { return p.id }
 
-// UsesGPUs reports whether the pod asks for GPU memory or whole GPUs; a
-// host may leave the others to other schedulers. It stays valid after Close.
+// UsesGPUs reports whether the pod asks for GPU memory or whole GPUs (a
+// Request also: GPU compute); a host may leave the others to other
+// schedulers. It stays valid after Close.
 func (p *Pod) UsesGPUs() bool { return p.usesGPUs }
 
 // Close frees the pod once the calls using it have returned; later calls

@@ -466,9 +466,12 @@ func takePlacement(p *C.gs_placement) *Placement {
 
 // Reserve reserves GPUs for `pod` on `node` ("" = any node, by the policy)
 // until the reservation TTL runs out, unless Confirm comes first.
-// Reserving again on the same node returns the same placement. Errors:
-// ResourceExhausted saying why it does not fit; AlreadyExists if the pod
-// is placed on another node.
+// Reserving again on the same node returns the same placement. A parsed pod
+// (ParsePod) is reserved as gpushare-extender binds it: the placement is
+// owned by its metadata.uid, so ApplyPodEvent confirms or releases it, and a
+// placement its name holds for an older pod (another UID) is released
+// first. Errors: ResourceExhausted saying why it does not fit; AlreadyExists
+// if the pod is placed on another node; NotFound for an unknown node.
 func (s *Scheduler) Reserve(pod *Pod, node string) (*Placement, error) {
 	h, err := s.handle()
 	if err != nil {
