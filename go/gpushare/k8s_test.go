@@ -238,3 +238,44 @@ func TestPodEvents(t *testing.T) {
 		}
 	}
 }
+
+// A pod deleted and recreated under its name before the DELETED event
+// arrives: the new pod's Reserve releases the old pod's placement (another
+// UID) first, as gpushare-extender's bind does.
+func TestRecreatedPod(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{})
+	if _, err := s.ApplyNodeEvent(gpushare.EventAdded, nodeJSON("gpu-node-1", false)); err != nil {
+		t.Fatal(err)
+	}
+	old, err := gpushare.ParsePod(podJSON("p1", "uid-1", "16", "2", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, err := s.Reserve(old, "gpu-node-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Confirm("default/p1"); err != nil {
+		t.Fatal(err)
+	}
+	recreated, err := gpushare.ParsePod(podJSON("p1", "uid-2", "16", "2", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recreated.Close()
+	p, err := s.Reserve(recreated, "gpu-node-1")
+	if err != nil || len(p.GPUs) != 2 {
+		t.Fatalf("Reserve of the recreated pod: %+v, %v", p, err)
+	}
+	// The old pod's late DELETED leaves the new pod's placement alone.
+	if r, err := s.ApplyPodEvent(gpushare.EventDeleted, podJSON("p1", "uid-1", "16", "2", "gpu-node-1", nil)); err != nil ||
+		r.Released != 0 {
+		t.Fatalf("late DELETED of the old pod: %+v, %v", r, err)
+	}
+	if _, err := s.Placement("default/p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
