@@ -241,7 +241,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestPlaceForgetExpire(t *testing.T) {
-	s := newScheduler(t, gpushare.Options{ReservationTTL: 50 * time.Millisecond})
+	s := newScheduler(t, gpushare.Options{ReservationTTL: 500 * time.Millisecond})
 	mustAdd(t, s, sharedNode("n1", 1, 16))
 	a := newPod(t, gpushare.Request{ID: "ns/a", GPUMemory: 8})
 	b := newPod(t, gpushare.Request{ID: "ns/b", GPUMemory: 8})
@@ -260,7 +260,7 @@ func TestPlaceForgetExpire(t *testing.T) {
 	if _, err := s.Reserve(c, "n1"); err != nil {
 		t.Fatalf("Reserve after Forget: %v", err)
 	}
-	time.Sleep(120 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond)
 	if n, err := s.Expire(); err != nil || n != 1 {
 		t.Fatalf("Expire = %d, %v; want 1", n, err)
 	}
