@@ -1,0 +1,454 @@
+// Package plugin is GpuShare, a kube-scheduler framework plugin that places
+// GPU-sharing pods with gpushare's scheduler core (through the Go binding
+// gpushare.dev/go/gpushare and libgpushare_c.so): the rules, scores and
+// bind annotations of gpushare-extender, inside kube-scheduler instead of
+// behind its HTTP extender interface.
+//
+// Extension points, for a pod that asks for aliyun.com/gpu-mem or
+// nvidia.com/gpu (every other pod is skipped at PreFilter):
+//
+//	PreFilter   the pod is read once (its JSON through gpushare.ParsePod)
+//	            and kept in the CycleState
+//	Filter      gpushare's Fit on the node: Unschedulable with its reason
+//	PreScore    one Rank call for all the filtered nodes
+//	Score       the node's rank (0..10), NormalizeScore scales it to 0..100
+//	Reserve     GPUs reserved on the chosen node (for the reservation TTL);
+//	            Unreserve forgets them
+//	PreBind     the pod is patched with the placement's annotations
+//	            (ALIYUN_COM_GPU_MEM_IDX, ..., the extender's), which the
+//	            device plugin reads
+//	PostBind    the reservation is confirmed
+//
+// The cluster's state comes from the node and pod informers of kube-scheduler's
+// SharedInformerFactory: every event is applied with ApplyNodeEvent and
+// ApplyPodEvent (bound pods confirm or restore their placements, ended pods
+// release them), and the informers' initial lists replay the cluster as
+// ADDED events when the scheduler starts.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"gpushare.dev/go/gpushare"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GpuShare"
+
+// Args are the plugin's arguments (pluginConfig[].args).
+type Args struct {
+	// Policy is gpushare's placement policy: binpack (the default),
+	// spread, fgdpack, ... (gpushare.Policies()).
+	Policy string `json:"policy,omitempty"`
+	// ReservationTTLSeconds is how long a reservation holds its GPUs
+	// between Reserve and the bind (PostBind, or the pod's informer event,
+	// confirms it). Default 60; keep it above the longest Permit wait.
+	ReservationTTLSeconds int64 `json:"reservationTTLSeconds,omitempty"`
+	// SyncTimeoutSeconds is how long PreFilter waits for the informers'
+	// initial lists to be applied before it fails a GPU pod (which is then
+	// retried). Default 30.
+	SyncTimeoutSeconds int64 `json:"syncTimeoutSeconds,omitempty"`
+}
+
+// Plugin is the GpuShare plugin.
+type Plugin struct {
+	sched     *gpushare.Scheduler
+	client    kubernetes.Interface
+	podLister corelisters.PodLister
+	gate      eventGate
+	logger    klog.Logger
+	// synced reports whether both informers' initial lists have been applied.
+	synced      func() bool
+	syncTimeout time.Duration
+}
+
+var (
+	_ framework.PreFilterPlugin   = &Plugin{}
+	_ framework.FilterPlugin      = &Plugin{}
+	_ framework.PreScorePlugin    = &Plugin{}
+	_ framework.ScorePlugin       = &Plugin{}
+	_ framework.ScoreExtensions   = &Plugin{}
+	_ framework.ReservePlugin     = &Plugin{}
+	_ framework.PreBindPlugin     = &Plugin{}
+	_ framework.PostBindPlugin    = &Plugin{}
+	_ framework.EnqueueExtensions = &Plugin{}
+)
+
+// Name returns Name.
+func (p *Plugin) Name() string { return Name }
+
+// DecodeArgs reads the plugin's arguments and fills in the defaults.
+func DecodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+		return args, fmt.Errorf("%s args: %w", Name, err)
+	}
+	if args.ReservationTTLSeconds == 0 {
+		args.ReservationTTLSeconds = 60
+	}
+	if args.SyncTimeoutSeconds == 0 {
+		args.SyncTimeoutSeconds = 30
+	}
+	if args.ReservationTTLSeconds < 0 || args.SyncTimeoutSeconds < 0 {
+		return args, fmt.Errorf("%s args: reservationTTLSeconds and syncTimeoutSeconds must be positive", Name)
+	}
+	return args, nil
+}
+
+// New is the plugin's factory (app.WithPlugin(Name, New)). It starts
+// following the nodes and pods of handle's informers; the scheduler is
+// closed when ctx ends.
+func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	s, err := gpushare.New(gpushare.Options{
+		Policy:         args.Policy,
+		ReservationTTL: time.Duration(args.ReservationTTLSeconds) * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	logger := klog.FromContext(ctx).WithName(Name)
+	informers := h.SharedInformerFactory()
+	pods := informers.Core().V1().Pods()
+	p := newPlugin(s, h.ClientSet(), pods.Lister(), logger, time.Duration(args.SyncTimeoutSeconds)*time.Second)
+
+	// Nodes first: a bound pod is restored only onto a node gpushare knows,
+	// so the pod handler (whose registration replays every pod as ADDED)
+	// is added once the nodes' initial list has been applied.
+	nodeReg, err := informers.Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler())
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%s: node event handler: %w", Name, err)
+	}
+	podInformer := pods.Informer() // Created now, so that the factory starts it.
+	var podReg atomic.Pointer[cache.ResourceEventHandlerRegistration]
+	p.synced = func() bool {
+		r := podReg.Load()
+		return nodeReg.HasSynced() && r != nil && (*r).HasSynced()
+	}
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), nodeReg.HasSynced) {
+			return
+		}
+		reg, err := podInformer.AddEventHandler(p.podHandler())
+		if err != nil {
+			logger.Error(err, "Cannot follow pods; GPU pods will not be scheduled")
+			return
+		}
+		podReg.Store(&reg)
+	}()
+
+	// Reads (Fit, Rank) do not expire reservations; this timer does.
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		if n, err := s.Expire(); err == nil && n > 0 {
+			logger.V(2).Info("Reservations expired", "count", n)
+		}
+	}, expireInterval(args.ReservationTTLSeconds))
+	go func() {
+		<-ctx.Done()
+		s.Close()
+	}()
+	logger.Info("Plugin ready", "policy", args.Policy, "reservationTTL", args.ReservationTTLSeconds,
+		"library", gpushare.Version())
+	return p, nil
+}
+
+func newPlugin(s *gpushare.Scheduler, client kubernetes.Interface, pods corelisters.PodLister,
+	logger klog.Logger, syncTimeout time.Duration) *Plugin {
+	return &Plugin{
+		sched: s, client: client, podLister: pods, logger: logger,
+		gate:        eventGate{last: map[string]gateEntry{}},
+		synced:      func() bool { return true },
+		syncTimeout: syncTimeout,
+	}
+}
+
+func expireInterval(ttlSeconds int64) time.Duration {
+	d := time.Duration(ttlSeconds) * time.Second / 4
+	if d < time.Second {
+		d = time.Second
+	}
+	return d
+}
+
+// ---- CycleState ---------------------------------------------------------------
+
+const stateKey fwk.StateKey = Name
+
+// cycleState is what one scheduling cycle knows of its pod.
+type cycleState struct {
+	pod *gpushare.Pod
+	// ranks by node name, from PreScore.
+	ranks map[string]int64
+	// placement, from a successful Reserve.
+	mu        sync.Mutex
+	placement *gpushare.Placement
+}
+
+// Clone shares the pod (immutable) and the ranks (written once, in
+// PreScore, before any reader); the placement belongs to the binding cycle
+// of the original state.
+func (c *cycleState) Clone() fwk.StateData {
+	return &cycleState{pod: c.pod, ranks: c.ranks}
+}
+
+func readState(state fwk.CycleState) *cycleState {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	c, _ := data.(*cycleState)
+	return c
+}
+
+// ---- Filter ---------------------------------------------------------------------
+
+// PreFilter reads the pod once; a pod that asks for no GPU is skipped (its
+// Filter and Score do not run).
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	_ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	if !RequestsGPUs(pod) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if err := p.waitSynced(ctx); err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	body, err := json.Marshal(pod)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("encoding pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	gp, err := gpushare.ParsePod(body)
+	if err != nil {
+		// A malformed request (say, gpu-count 0) stays wrong until the pod changes.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if !gp.UsesGPUs() {
+		gp.Close()
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, &cycleState{pod: gp})
+	return nil, nil
+}
+
+// waitSynced waits (at most syncTimeout) for the informers' initial lists:
+// before them, gpushare does not know which GPUs bound pods hold.
+func (p *Plugin) waitSynced(ctx context.Context) error {
+	if p.synced() {
+		return nil
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, p.syncTimeout, true,
+		func(context.Context) (bool, error) { return p.synced(), nil })
+	if err != nil {
+		return fmt.Errorf("%s is still loading the cluster's nodes and pods: %w", Name, err)
+	}
+	return nil
+}
+
+// PreFilterExtensions returns nil: gpushare keeps its own view of the GPUs,
+// so the pods that preemption would remove do not change its answer.
+func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return nil }
+
+// Filter says whether the pod's GPUs fit the node now.
+func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	nodeInfo fwk.NodeInfo) *fwk.Status {
+	c := readState(state)
+	if c == nil {
+		return fwk.AsStatus(fmt.Errorf("%s: no state for pod %s/%s (PreFilter did not run)", Name, pod.Namespace, pod.Name))
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.AsStatus(errors.New("node not found"))
+	}
+	fits, reason, err := p.sched.Fit(c.pod, node.Name)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if !fits {
+		return fwk.NewStatus(fwk.Unschedulable, reason)
+	}
+	return nil
+}
+
+// ---- Score ----------------------------------------------------------------------
+
+// PreScore ranks every filtered node in one call.
+func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	nodes []fwk.NodeInfo) *fwk.Status {
+	c := readState(state)
+	if c == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	names := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if node := n.Node(); node != nil {
+			names = append(names, node.Name)
+		}
+	}
+	ranks, err := p.sched.Rank(c.pod, names)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	c.ranks = make(map[string]int64, len(names))
+	for i, name := range names {
+		c.ranks[name] = ranks[i]
+	}
+	return nil
+}
+
+// Score is the node's rank from PreScore: 0..10, 10 best (0 where the pod no
+// longer fits).
+func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	c := readState(state)
+	if c == nil || c.ranks == nil {
+		return 0, fwk.AsStatus(fmt.Errorf("%s: no ranks for pod %s/%s (PreScore did not run)", Name, pod.Namespace, pod.Name))
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return 0, fwk.AsStatus(errors.New("node not found"))
+	}
+	return max(c.ranks[node.Name], 0), nil
+}
+
+// ScoreExtensions returns the plugin, for NormalizeScore.
+func (p *Plugin) ScoreExtensions() framework.ScoreExtensions { return p }
+
+// MaxRank is the best rank gpushare gives.
+const MaxRank = 10
+
+// NormalizeScore scales the ranks 0..10 to the framework's 0..100.
+func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod,
+	scores framework.NodeScoreList) *fwk.Status {
+	NormalizeRanks(scores)
+	return nil
+}
+
+// NormalizeRanks maps ranks 0..MaxRank to 0..framework.MaxNodeScore in place
+// (values outside are clamped first).
+func NormalizeRanks(scores framework.NodeScoreList) {
+	for i := range scores {
+		r := min(max(scores[i].Score, 0), MaxRank)
+		scores[i].Score = r * framework.MaxNodeScore / MaxRank
+	}
+}
+
+// ---- Reserve and bind -------------------------------------------------------------
+
+// Reserve reserves the pod's GPUs on the chosen node.
+func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	c := readState(state)
+	if c == nil {
+		return nil
+	}
+	placement, err := p.sched.Reserve(c.pod, nodeName)
+	if err != nil {
+		if errors.Is(err, gpushare.ErrResourceExhausted) || errors.Is(err, gpushare.ErrAlreadyExists) {
+			// The state changed since Filter (an event, a concurrent bind).
+			return fwk.NewStatus(fwk.Unschedulable, err.Error())
+		}
+		return fwk.AsStatus(err)
+	}
+	c.mu.Lock()
+	c.placement = placement
+	c.mu.Unlock()
+	klog.FromContext(ctx).V(4).Info("GPUs reserved", "pod", klog.KObj(pod), "node", nodeName,
+		"gpus", placement.GPUs, "unitsPerGPU", placement.MemoryPerGPU)
+	return nil
+}
+
+// Unreserve forgets the reservation made by Reserve, if any; the cycle's
+// pod is freed.
+func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	c := readState(state)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	placement := c.placement
+	c.placement = nil
+	c.mu.Unlock()
+	if placement != nil {
+		// FailedPrecondition: already confirmed (the pod is bound after all)
+		// or expired; NotFound: released meanwhile. Nothing to undo then.
+		if err := p.sched.Forget(placement.RequestID); err != nil &&
+			!errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound) {
+			klog.FromContext(ctx).Error(err, "Forgetting a reservation", "pod", klog.KObj(pod))
+		}
+	}
+	c.pod.Close()
+}
+
+func (c *cycleState) reserved() *gpushare.Placement {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.placement
+}
+
+// PreBindPreFlight skips PreBind for pods without a reservation.
+func (p *Plugin) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if c := readState(state); c != nil && c.reserved() != nil {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Skip)
+}
+
+// PreBind writes the placement's annotations on the pod (a JSON merge
+// patch), as gpushare-extender does before its bind: the device plugin
+// reads them on the node.
+func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	c := readState(state)
+	if c == nil {
+		return nil
+	}
+	placement := c.reserved()
+	if placement == nil {
+		return nil
+	}
+	if placement.Node != nodeName {
+		return fwk.AsStatus(fmt.Errorf("%s: pod %s/%s reserved on node %s, bound to %s", Name,
+			pod.Namespace, pod.Name, placement.Node, nodeName))
+	}
+	_, err := p.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType,
+		placement.Patch, metav1.PatchOptions{})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("patching pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err))
+	}
+	return nil
+}
+
+// PostBind confirms the reservation: the pod is bound. (The pod's informer
+// event would confirm it too; this does not wait for it.)
+func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	c := readState(state)
+	if c == nil {
+		return
+	}
+	if placement := c.reserved(); placement != nil {
+		if err := p.sched.Confirm(placement.RequestID); err != nil {
+			klog.FromContext(ctx).V(2).Info("Confirming a reservation", "pod", klog.KObj(pod), "err", err)
+		}
+	}
+	c.pod.Close()
+}

@@ -1,0 +1,447 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"gpushare.dev/go/gpushare"
+)
+
+func TestDecodeArgs(t *testing.T) {
+	args, err := DecodeArgs(nil)
+	if err != nil || args.ReservationTTLSeconds != 60 || args.SyncTimeoutSeconds != 30 || args.Policy != "" {
+		t.Fatalf("defaults: %+v, %v", args, err)
+	}
+	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte(`{"policy":"spread","reservationTTLSeconds":5}`)})
+	if err != nil || args.Policy != "spread" || args.ReservationTTLSeconds != 5 {
+		t.Fatalf("JSON: %+v, %v", args, err)
+	}
+	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte("policy: fgdpack\n"), ContentType: runtime.ContentTypeYAML})
+	if err != nil || args.Policy != "fgdpack" {
+		t.Fatalf("YAML: %+v, %v", args, err)
+	}
+	if _, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"reservationTTLSeconds":-1}`)}); err == nil {
+		t.Error("a negative TTL is accepted")
+	}
+	if _, err := DecodeArgs(&v1.Pod{}); err == nil {
+		t.Error("args of another type are accepted")
+	}
+}
+
+func TestNormalizeRanks(t *testing.T) {
+	scores := framework.NodeScoreList{{Name: "a", Score: -1}, {Name: "b", Score: 0},
+		{Name: "c", Score: 5}, {Name: "d", Score: 10}, {Name: "e", Score: 12}}
+	NormalizeRanks(scores)
+	want := []int64{0, 0, 50, 100, 100}
+	for i, s := range scores {
+		if s.Score != want[i] {
+			t.Errorf("%s: %d, want %d", s.Name, s.Score, want[i])
+		}
+	}
+}
+
+func TestEventGate(t *testing.T) {
+	g := eventGate{last: map[string]gateEntry{}}
+	ran := 0
+	step := func(rv string, deleted, final bool) bool {
+		return g.apply("pod/ns/p", rv, deleted, final, func() { ran++ })
+	}
+	steps := []struct {
+		rv             string
+		deleted, final bool
+		want           bool
+	}{
+		{"10", false, false, true},  // ADDED
+		{"10", false, false, false}, // the same event again (a hint applied it)
+		{"12", false, false, true},  // newer
+		{"11", false, false, false}, // older, still queued in the handler
+		{"12", true, false, true},   // DELETED with the last state's version (a hint)
+		{"12", false, false, false}, // a stale MODIFIED after it
+		{"12", true, true, false},   // the handler's DELETED: a duplicate, and the end
+		{"3", false, false, true},   // a new pod of that name starts afresh
+		{"x", false, false, true},   // unparseable: always applied
+	}
+	for i, s := range steps {
+		if got := step(s.rv, s.deleted, s.final); got != s.want {
+			t.Errorf("step %d %+v: applied %v", i, s, got)
+		}
+	}
+	if ran != 5 {
+		t.Errorf("ran %d times, want 5", ran)
+	}
+}
+
+// ---- Objects ----------------------------------------------------------------------
+
+func gpuNode(name string, gpus, unitsPerGPU int64) *v1.Node {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("64"),
+		v1.ResourceMemory: resource.MustParse("256Gi"),
+		v1.ResourcePods:   resource.MustParse("110"),
+	}
+	if gpus > 0 {
+		capacity[GPUMemResource] = *resource.NewQuantity(gpus*unitsPerGPU, resource.DecimalSI)
+		capacity[GPUCountResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		capacity[WholeGPUResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1",
+			Labels: map[string]string{"gpushare": "true", "kubernetes.io/hostname": name}},
+		Status: v1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
+	}
+}
+
+func gpuPod(name string, units int64) *v1.Pod {
+	limits := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}
+	if units > 0 {
+		limits[GPUMemResource] = *resource.NewQuantity(units, resource.DecimalSI)
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			ResourceVersion: "5"},
+		Spec: v1.PodSpec{
+			SchedulerName: "gpushare-scheduler",
+			Containers: []v1.Container{{Name: "main", Image: "registry.invalid/cuda",
+				Resources: v1.ResourceRequirements{Limits: limits, Requests: limits}}},
+		},
+		Status: v1.PodStatus{Phase: v1.PodPending},
+	}
+}
+
+func nodeInfo(n *v1.Node) fwk.NodeInfo {
+	ni := framework.NewNodeInfo()
+	ni.SetNode(n)
+	return ni
+}
+
+type fixture struct {
+	p       *Plugin
+	s       *gpushare.Scheduler
+	client  *fake.Clientset
+	indexer cache.Indexer
+	nodes   map[string]*v1.Node
+}
+
+func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
+	t.Helper()
+	s, err := gpushare.New(gpushare.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	objs := make([]runtime.Object, len(pods))
+	for i, p := range pods {
+		objs[i] = p
+	}
+	client := fake.NewClientset(objs...)
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, p := range pods {
+		if err := indexer.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{
+		p: newPlugin(s, client, corelisters.NewPodLister(indexer), klog.Background(), time.Second),
+		s: s, client: client, indexer: indexer,
+		nodes: map[string]*v1.Node{
+			"big":   gpuNode("big", 2, 16),
+			"small": gpuNode("small", 1, 8),
+			"cpu":   gpuNode("cpu", 0, 0),
+		},
+	}
+	for _, n := range f.nodes {
+		f.p.nodeHandler().OnAdd(n, true)
+	}
+	return f
+}
+
+func (f *fixture) filter(t *testing.T, state fwk.CycleState, pod *v1.Pod) map[string]*fwk.Status {
+	t.Helper()
+	out := map[string]*fwk.Status{}
+	for name, n := range f.nodes {
+		out[name] = f.p.Filter(context.Background(), state, pod, nodeInfo(n))
+	}
+	return out
+}
+
+// ---- A scheduling cycle -------------------------------------------------------
+
+func TestSchedulingCycle(t *testing.T) {
+	ctx := context.Background()
+	pod := gpuPod("train", 12)
+	f := newFixture(t, pod)
+
+	// A pod without GPUs is skipped.
+	web := gpuPod("web", 0)
+	if _, st := f.p.PreFilter(ctx, framework.NewCycleState(), web, nil); !st.IsSkip() {
+		t.Fatalf("PreFilter of a CPU pod: %v", st)
+	}
+
+	state := framework.NewCycleState()
+	if _, st := f.p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	filtered := f.filter(t, state, pod)
+	if !filtered["big"].IsSuccess() {
+		t.Errorf("Filter big: %v", filtered["big"])
+	}
+	for _, n := range []string{"small", "cpu"} {
+		if st := filtered[n]; st.Code() != fwk.Unschedulable || st.Message() == "" {
+			t.Errorf("Filter %s: %v, want Unschedulable with a reason", n, st)
+		}
+	}
+
+	feasible := []fwk.NodeInfo{nodeInfo(f.nodes["big"])}
+	if st := f.p.PreScore(ctx, state, pod, feasible); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	score, st := f.p.Score(ctx, state, pod, feasible[0])
+	if !st.IsSuccess() || score < 0 || score > MaxRank {
+		t.Fatalf("Score = %d, %v", score, st)
+	}
+	scores := framework.NodeScoreList{{Name: "big", Score: score}}
+	if st := f.p.ScoreExtensions().NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() ||
+		scores[0].Score != score*10 {
+		t.Fatalf("NormalizeScore: %v, %v", scores, st)
+	}
+
+	if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("PreBindPreFlight: %v", st)
+	}
+	if st := f.p.PreBind(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("PreBind: %v", st)
+	}
+	patched, err := f.client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := patched.Annotations
+	if ann[GPUIndexAnnotation] == "" || ann["ALIYUN_COM_GPU_MEM_POD"] != "12" || ann[AllocationAnnotation] == "" {
+		t.Fatalf("annotations after PreBind: %v", ann)
+	}
+	f.p.PostBind(ctx, state, pod, "big")
+	held, err := f.s.Placement("default/train")
+	if err != nil || held.Node != "big" {
+		t.Fatalf("placement after PostBind: %+v, %v", held, err)
+	}
+	// Confirmed: an Unreserve now (idempotent, maybe without Reserve) keeps it.
+	f.p.Unreserve(ctx, state, pod, "big")
+	if _, err := f.s.Placement("default/train"); err != nil {
+		t.Fatalf("Unreserve dropped a confirmed placement: %v", err)
+	}
+
+	// The same pod, bound, through the informer: nothing new. Then it ends.
+	bound := patched.DeepCopy()
+	bound.Spec.NodeName = "big"
+	bound.ResourceVersion = "7"
+	f.p.podHandler().OnUpdate(patched, bound)
+	second := gpuPod("second", 12)
+	state2 := framework.NewCycleState()
+	if _, st := f.p.PreFilter(ctx, state2, second, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := f.p.Filter(ctx, state2, second, nodeInfo(f.nodes["big"])); !st.IsSuccess() {
+		t.Fatalf("the other GPU of big: %v", st)
+	}
+	if st := f.p.Reserve(ctx, state2, second, "big"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	third := gpuPod("third", 12)
+	state3 := framework.NewCycleState()
+	if _, st := f.p.PreFilter(ctx, state3, third, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := f.p.Filter(ctx, state3, third, nodeInfo(f.nodes["big"])); st.Code() != fwk.Unschedulable {
+		t.Fatalf("big is full: %v", st)
+	}
+	// The bind of `second` fails: Unreserve frees its GPU.
+	f.p.Unreserve(ctx, state2, second, "big")
+	if _, err := f.s.Placement("default/second"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Fatalf("after Unreserve: %v", err)
+	}
+	if st := f.p.Filter(ctx, state3, third, nodeInfo(f.nodes["big"])); !st.IsSuccess() {
+		t.Fatalf("after Unreserve: %v", st)
+	}
+
+	f.p.podHandler().OnDelete(bound)
+	if _, err := f.s.Placement("default/train"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Fatalf("after the pod's DELETED: %v", err)
+	}
+	if err := f.s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadPod(t *testing.T) {
+	pod := gpuPod("bad", 4)
+	pod.Labels = map[string]string{string(GPUCountResource): "0"}
+	f := newFixture(t, pod)
+	_, st := f.p.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "gpu-count") {
+		t.Fatalf("PreFilter: %v", st)
+	}
+}
+
+func TestWaitSynced(t *testing.T) {
+	f := newFixture(t)
+	f.p.synced = func() bool { return false }
+	f.p.syncTimeout = 200 * time.Millisecond
+	_, st := f.p.PreFilter(context.Background(), framework.NewCycleState(), gpuPod("p", 4), nil)
+	if st.Code() != fwk.Error || !strings.Contains(st.AsError().Error(), "loading") {
+		t.Fatalf("PreFilter before the informers synced: %v", st)
+	}
+}
+
+// A restart: bound pods with bind annotations are restored from the pod
+// informer's replay, once the nodes are known.
+func TestRestore(t *testing.T) {
+	f := newFixture(t)
+	state := framework.NewCycleState()
+	pod := gpuPod("old", 8)
+	if _, st := f.p.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := f.p.Reserve(context.Background(), state, pod, "small"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	placement := readState(state).reserved()
+	var patch struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(placement.Patch, &patch); err != nil {
+		t.Fatal(err)
+	}
+	bound := pod.DeepCopy()
+	bound.Annotations = patch.Metadata.Annotations
+	bound.Spec.NodeName = "small"
+	bound.Status.Phase = v1.PodRunning
+
+	restarted := newFixture(t, bound)
+	restarted.p.podHandler().OnAdd(bound, true)
+	got, err := restarted.s.Placement("default/old")
+	if err != nil || got.Node != "small" {
+		t.Fatalf("restored: %+v, %v", got, err)
+	}
+}
+
+func TestHints(t *testing.T) {
+	gone := gpuPod("gone", 8)
+	alive := gpuPod("alive", 8)
+	f := newFixture(t, alive)
+	ctx := context.Background()
+	events, err := f.p.EventsToRegister(ctx)
+	if err != nil || len(events) != 3 {
+		t.Fatalf("EventsToRegister: %v, %v", events, err)
+	}
+	logger := klog.Background()
+	pending := gpuPod("pending", 16)
+
+	if h, _ := f.p.nodeHint(logger, pending, nil, gpuNode("new", 1, 16)); h != fwk.Queue {
+		t.Errorf("a GPU node added: %v", h)
+	}
+	if _, err := f.s.Placement("x"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if fits, _, _ := f.s.Fit(mustParse(t, pending), "new"); !fits {
+		t.Error("the hint did not add the node")
+	}
+	if h, _ := f.p.nodeHint(logger, pending, nil, gpuNode("cpu2", 0, 0)); h != fwk.QueueSkip {
+		t.Errorf("a node without GPUs added: %v", h)
+	}
+
+	// Two pods hold GPUs; one is deleted for real, the other only unassumed.
+	for _, pod := range []*v1.Pod{gone, alive} {
+		state := framework.NewCycleState()
+		if _, st := f.p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		f.p.PostBind(ctx, state, pod, "big")
+	}
+	goneBound := gone.DeepCopy()
+	goneBound.Spec.NodeName = "big"
+	goneBound.ResourceVersion = "9"
+	if h, _ := f.p.podDeletedHint(logger, pending, goneBound, nil); h != fwk.Queue {
+		t.Errorf("a GPU pod deleted: %v", h)
+	}
+	if _, err := f.s.Placement("default/gone"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Errorf("the hint did not release the deleted pod: %v", err)
+	}
+	aliveBound := alive.DeepCopy()
+	aliveBound.Spec.NodeName = "big"
+	if h, _ := f.p.podDeletedHint(logger, pending, aliveBound, nil); h != fwk.Queue {
+		t.Errorf("a GPU pod unassumed: %v", h)
+	}
+	if _, err := f.s.Placement("default/alive"); err != nil {
+		t.Errorf("the hint released a pod that still exists: %v", err)
+	}
+	if h, _ := f.p.podDeletedHint(logger, pending, gpuPod("web", 0), nil); h != fwk.QueueSkip {
+		t.Errorf("a CPU pod deleted: %v", h)
+	}
+	// The handler's own (late, older) events of the deleted pod change nothing.
+	f.p.podHandler().OnUpdate(gone, goneBound)
+	if _, err := f.s.Placement("default/gone"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Errorf("a stale event restored the deleted pod: %v", err)
+	}
+
+	if h, _ := selfUpdatedHint(logger, pending, pending, pending); h != fwk.Queue {
+		t.Errorf("the pod's own update: %v", h)
+	}
+	if h, _ := selfUpdatedHint(logger, pending, alive, alive); h != fwk.QueueSkip {
+		t.Errorf("another pod's update: %v", h)
+	}
+}
+
+func mustParse(t *testing.T, pod *v1.Pod) *gpushare.Pod {
+	t.Helper()
+	b, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := gpushare.ParsePod(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestPredicates(t *testing.T) {
+	if RequestsGPUs(gpuPod("web", 0)) || !RequestsGPUs(gpuPod("p", 1)) {
+		t.Error("RequestsGPUs")
+	}
+	whole := gpuPod("whole", 0)
+	whole.Spec.Containers[0].Resources.Limits[WholeGPUResource] = resource.MustParse("1")
+	if !RequestsGPUs(whole) {
+		t.Error("RequestsGPUs: whole GPUs")
+	}
+	annotated := gpuPod("a", 0)
+	annotated.Annotations = map[string]string{GPUIndexAnnotation: "0"}
+	if !MayHoldGPUs(annotated) || MayHoldGPUs(gpuPod("web", 0)) {
+		t.Error("MayHoldGPUs")
+	}
+	if !offersGPUs(gpuNode("g", 1, 8)) || offersGPUs(gpuNode("c", 0, 0)) {
+		t.Error("offersGPUs")
+	}
+}
