@@ -186,15 +186,10 @@ func TestPodEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var patch struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(p.Patch, &patch); err != nil {
+	ann, err := p.Annotations()
+	if err != nil {
 		t.Fatal(err)
 	}
-	ann := patch.Metadata.Annotations
 	if _, ok := ann["scheduler.framework.gpushare.allocation"]; !ok || ann["ALIYUN_COM_GPU_MEM_POD"] != "6" {
 		t.Fatalf("patch %s", p.Patch)
 	}

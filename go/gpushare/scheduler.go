@@ -7,6 +7,8 @@ package gpushare
 import "C"
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -443,6 +445,21 @@ type Placement struct {
 	// and scheduler.framework.gpushare.allocation, as gpushare-extender
 	// writes them, for the device plugin.
 	Patch []byte
+}
+
+// Annotations are the pod annotations of Patch, for a host that writes them
+// another way than a merge patch: on the v1.Binding itself, say, which the
+// API server merges into the pod in the same update that binds it.
+func (p *Placement) Annotations() (map[string]string, error) {
+	var patch struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p.Patch, &patch); err != nil {
+		return nil, fmt.Errorf("gpushare: the bind patch of %s: %w", p.RequestID, err)
+	}
+	return patch.Metadata.Annotations, nil
 }
 
 // takePlacement copies a gs_placement and frees it.

@@ -14,9 +14,12 @@
 //	Score       the node's rank (0..10), NormalizeScore scales it to 0..100
 //	Reserve     GPUs reserved on the chosen node (for the reservation TTL);
 //	            Unreserve forgets them
-//	PreBind     the pod is patched with the placement's annotations
-//	            (ALIYUN_COM_GPU_MEM_IDX, ..., the extender's), which the
-//	            device plugin reads
+//	Bind        the pod is bound with the placement's annotations on the
+//	            Binding (ALIYUN_COM_GPU_MEM_IDX, ..., the extender's), which
+//	            the API server writes on the pod and the device plugin reads;
+//	            pods without a reservation go to the next bind plugin
+//	PreBind     only where GpuShare is not the first bind plugin: the
+//	            annotations are patched onto the pod before another binds it
 //	PostBind    the reservation is confirmed
 //
 // The cluster's state comes from the node and pod informers of kube-scheduler's
@@ -79,6 +82,11 @@ type Plugin struct {
 	// synced reports whether both informers' initial lists have been applied.
 	synced      func() bool
 	syncTimeout time.Duration
+	// firstBinder reports whether GpuShare is the profile's first bind
+	// plugin (so its Bind runs); else PreBind writes the annotations with a
+	// patch. Decided once, at the first call: the profile's plugin lists
+	// are complete only after every plugin is made.
+	firstBinder func() bool
 }
 
 var (
@@ -89,6 +97,7 @@ var (
 	_ framework.ScoreExtensions   = &Plugin{}
 	_ framework.ReservePlugin     = &Plugin{}
 	_ framework.PreBindPlugin     = &Plugin{}
+	_ framework.BindPlugin        = &Plugin{}
 	_ framework.PostBindPlugin    = &Plugin{}
 	_ framework.EnqueueExtensions = &Plugin{}
 )
@@ -133,6 +142,20 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	informers := h.SharedInformerFactory()
 	pods := informers.Core().V1().Pods()
 	p := newPlugin(s, h.ClientSet(), pods.Lister(), logger, time.Duration(args.SyncTimeoutSeconds)*time.Second)
+	p.firstBinder = sync.OnceValue(func() bool {
+		fw, ok := h.(framework.Framework)
+		if !ok {
+			return false
+		}
+		bind := fw.ListPlugins().Bind.Enabled
+		first := len(bind) > 0 && bind[0].Name == Name
+		if !first {
+			logger.Info("GpuShare is not the first bind plugin: the GPU annotations are written "+
+				"with a patch before the bind, one more API write per pod; enable GpuShare at "+
+				"the bind extension point to bind with them in one write", "bind", bind)
+		}
+		return first
+	})
 
 	// Nodes first: a bound pod is restored only onto a node gpushare knows,
 	// so the pod handler (whose registration replays every pod as ADDED)
@@ -182,6 +205,7 @@ func newPlugin(s *gpushare.Scheduler, client kubernetes.Interface, pods corelist
 		gate:        eventGate{last: map[string]gateEntry{}},
 		synced:      func() bool { return true },
 		syncTimeout: syncTimeout,
+		firstBinder: func() bool { return true },
 	}
 }
 
@@ -406,20 +430,22 @@ func (c *cycleState) reserved() *gpushare.Placement {
 	return c.placement
 }
 
-// PreBindPreFlight skips PreBind for pods without a reservation.
+// PreBindPreFlight skips PreBind unless the pod has a reservation and
+// GpuShare's Bind will not run first.
 func (p *Plugin) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if c := readState(state); c != nil && c.reserved() != nil {
+	if c := readState(state); c != nil && c.reserved() != nil && !p.firstBinder() {
 		return nil
 	}
 	return fwk.NewStatus(fwk.Skip)
 }
 
-// PreBind writes the placement's annotations on the pod (a JSON merge
-// patch), as gpushare-extender does before its bind: the device plugin
-// reads them on the node.
+// PreBind writes the placement's annotations on the pod with a JSON merge
+// patch when another plugin binds (GpuShare is not the first bind plugin):
+// the annotations must be on the pod before it is bound, for the device
+// plugin.
 func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	c := readState(state)
-	if c == nil {
+	if c == nil || p.firstBinder() {
 		return nil
 	}
 	placement := c.reserved()
@@ -434,6 +460,42 @@ func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		placement.Patch, metav1.PatchOptions{})
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("patching pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err))
+	}
+	return nil
+}
+
+// Bind binds a pod that GpuShare reserved GPUs for, with the placement's
+// annotations (ALIYUN_COM_GPU_MEM_IDX, ..., what gpushare-extender writes)
+// on the v1.Binding: the API server merges them into the pod in the same
+// update that sets spec.nodeName. One write instead of a patch and a
+// binding, and no moment when the pod is bound without them or annotated
+// but not bound. Other pods are left to the next bind plugin (Skip), so
+// GpuShare must come before DefaultBinder at the bind extension point (see
+// deploy/scheduler-plugin/scheduler-config.yaml).
+func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	c := readState(state)
+	if c == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	placement := c.reserved()
+	if placement == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if placement.Node != nodeName {
+		return fwk.AsStatus(fmt.Errorf("%s: pod %s/%s reserved on node %s, bound to %s", Name,
+			pod.Namespace, pod.Name, placement.Node, nodeName))
+	}
+	annotations, err := placement.Annotations()
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+			Annotations: annotations},
+		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if err := p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err))
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -224,20 +225,40 @@ func TestSchedulingCycle(t *testing.T) {
 	if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
-		t.Fatalf("PreBindPreFlight: %v", st)
+	// Bind: one Binding that carries the annotations (the API server merges
+	// them into the pod); a pod GpuShare did not reserve is left to the next
+	// bind plugin.
+	var bindings []*v1.Binding
+	f.client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := action.(k8stesting.CreateAction).GetObject().(*v1.Binding)
+		bindings = append(bindings, b)
+		return true, b, nil
+	})
+	if st := f.p.Bind(ctx, framework.NewCycleState(), gpuPod("other", 1), "big"); st.Code() != fwk.Skip {
+		t.Fatalf("Bind of a pod without a reservation: %v, want Skip", st)
 	}
-	if st := f.p.PreBind(ctx, state, pod, "big"); !st.IsSuccess() {
-		t.Fatalf("PreBind: %v", st)
+	if st := f.p.Bind(ctx, state, pod, "small"); st.IsSuccess() {
+		t.Fatalf("Bind to another node than reserved: %v", st)
+	}
+	if st := f.p.Bind(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("Bind: %v", st)
+	}
+	if len(bindings) != 1 || bindings[0].Target.Name != "big" || bindings[0].Name != "train" ||
+		bindings[0].UID != pod.UID {
+		t.Fatalf("bindings: %+v", bindings)
+	}
+	ann := bindings[0].Annotations
+	if ann[GPUIndexAnnotation] == "" || ann["ALIYUN_COM_GPU_MEM_POD"] != "12" || ann[AllocationAnnotation] == "" {
+		t.Fatalf("annotations on the Binding: %v", ann)
 	}
 	patched, err := f.client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann := patched.Annotations
-	if ann[GPUIndexAnnotation] == "" || ann["ALIYUN_COM_GPU_MEM_POD"] != "12" || ann[AllocationAnnotation] == "" {
-		t.Fatalf("annotations after PreBind: %v", ann)
-	}
+	patched.Annotations = ann // What the API server does with the Binding's annotations.
 	f.p.PostBind(ctx, state, pod, "big")
 	held, err := f.s.Placement("default/train")
 	if err != nil || held.Node != "big" {
@@ -288,6 +309,42 @@ func TestSchedulingCycle(t *testing.T) {
 	}
 	if err := f.s.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Where another plugin binds (GpuShare is not the first bind plugin), PreBind
+// patches the annotations onto the pod before the bind.
+func TestPreBindPatchesWhenAnotherPluginBinds(t *testing.T) {
+	ctx := context.Background()
+	pod := gpuPod("infer", 4)
+	f := newFixture(t, pod)
+	state := framework.NewCycleState()
+	if _, st := f.p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	// First binder: PreBind has nothing to do.
+	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+		t.Fatalf("PreBindPreFlight before Reserve: %v, want Skip", st)
+	}
+	if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+		t.Fatalf("PreBindPreFlight as the first binder: %v, want Skip", st)
+	}
+	f.p.firstBinder = func() bool { return false }
+	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("PreBindPreFlight behind another binder: %v", st)
+	}
+	if st := f.p.PreBind(ctx, state, pod, "big"); !st.IsSuccess() {
+		t.Fatalf("PreBind: %v", st)
+	}
+	patched, err := f.client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ann := patched.Annotations; ann[GPUIndexAnnotation] == "" || ann["ALIYUN_COM_GPU_MEM_POD"] != "4" {
+		t.Fatalf("annotations after PreBind: %v", ann)
 	}
 }
 
