@@ -12,6 +12,10 @@ CPU-only, shared fractions of one GPU, whole GPUs):
 
   ceiling         kube-scheduler alone; every pod CPU-only (the trace's CPU
                   and memory, no GPU): what the scheduler itself can do
+  ceiling-gpu     kube-scheduler alone with the trace's GPU pods, their
+                  aliyun.com/gpu-mem and nvidia.com/gpu counted per node
+                  only (no GPU is chosen: not a usable scheduler, but what
+                  kube-scheduler itself spends on such pods)
   plugin          the kube-scheduler built with gpushare's plugin
                   (scheduler-plugin/), the trace's pods
   extender-names  gpushare-extender, nodeCacheCapable: true
@@ -52,7 +56,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
 
 import harness  # noqa: E402
 
-ROWS = ("ceiling", "plugin", "extender-names", "extender-nodes")
+ROWS = ("ceiling", "ceiling-gpu", "plugin", "extender-names", "extender-nodes")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -167,6 +171,30 @@ def oversubscribed(api, nodes_units):
     return over
 
 
+def as_default_scheduler(config_path, workdir):
+    """A copy of the plugin's KubeSchedulerConfiguration whose profile is
+    default-scheduler, so the burst's pods (no schedulerName) go to it."""
+    with open(config_path) as f:
+        config = harness.yaml_or_json(f.read())
+    for profile in config.get("profiles", []):
+        profile["schedulerName"] = "default-scheduler"
+    path = os.path.join(workdir, "plugin-config.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def apply_cluster_rbac(api, path):
+    """Creates the cluster-scoped RBAC objects of a manifest (the plugin's
+    ClusterRole and binding: patch on pods for kube-scheduler's user)."""
+    import yaml
+    with open(path) as f:
+        for obj in yaml.safe_load_all(f):
+            if obj and obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                kind = obj["kind"].lower() + "s"
+                api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+
+
 def run_row(args, row, node_count, tasks):
     """One row at one cluster size, in two phases on a fresh control plane:
     throughput (the burst created before kube-scheduler starts, so creation
@@ -178,6 +206,7 @@ def run_row(args, row, node_count, tasks):
     cp = harness.ControlPlane(args.kube_bin, args.extender, workdir)
     result = {"row": row, "nodes": node_count, "pods": len(tasks)}
     cpu_only = row == "ceiling"
+    gpus_unchecked = row == "ceiling-gpu"  # No annotations to check.
     ok = False
     try:
         cp.start()
@@ -202,9 +231,10 @@ def run_row(args, row, node_count, tasks):
             cp.start_scheduler(with_extender=True, node_cache_capable=(row == "extender-names"),
                                qps=args.qps, burst=2 * args.qps)
         elif row == "plugin":
+            apply_cluster_rbac(api, args.plugin_rbac)
             cp.start_scheduler(with_extender=False, binary=args.plugin_scheduler,
-                               plugin_config=args.plugin_config, qps=args.qps,
-                               burst=2 * args.qps)
+                               plugin_config=as_default_scheduler(args.plugin_config, workdir),
+                               qps=args.qps, burst=2 * args.qps)
         else:
             cp.start_scheduler(with_extender=False, qps=args.qps, burst=2 * args.qps)
         watch = BindLog(cp.procs["kube-scheduler"].log_path)
@@ -244,7 +274,8 @@ def run_row(args, row, node_count, tasks):
             "extender_cpu_s": round(cpu1[1] - cpu0[1], 2) if extender else None,
             "scheduler_rss_mib": round(peak_rss_mib(scheduler), 1),
             "extender_rss_mib": round(peak_rss_mib(extender), 1) if extender else None,
-            "oversubscribed_gpus": 0 if cpu_only else oversubscribed(api, args.units),
+            "oversubscribed_gpus": (None if gpus_unchecked else
+                                    0 if cpu_only else oversubscribed(api, args.units)),
         })
         ok = True
     finally:
@@ -272,7 +303,7 @@ def table(results):
             f" | {r['extender_cpu_s'] if r['extender_cpu_s'] is not None else '—'}"
             f" | {r['scheduler_rss_mib']}"
             f" | {r['extender_rss_mib'] if r['extender_rss_mib'] is not None else '—'}"
-            f" | {r['oversubscribed_gpus']} |")
+            f" | {r['oversubscribed_gpus'] if r['oversubscribed_gpus'] is not None else '—'} |")
     return "\n".join(lines)
 
 
@@ -281,7 +312,11 @@ def main():
     ap.add_argument("--kube-bin", required=True)
     ap.add_argument("--extender", required=True)
     ap.add_argument("--plugin-scheduler", help="kube-scheduler built with the plugin")
-    ap.add_argument("--plugin-config", help="its KubeSchedulerConfiguration (profiles)")
+    ap.add_argument("--plugin-config", help="its KubeSchedulerConfiguration (profiles)",
+                    default=os.path.join(ROOT, "deploy", "scheduler-plugin",
+                                         "scheduler-config.yaml"))
+    ap.add_argument("--plugin-rbac", help="the RBAC it needs",
+                    default=os.path.join(ROOT, "deploy", "scheduler-plugin", "rbac.yaml"))
     ap.add_argument("--nodes", default="1000,5000", help="cluster sizes, comma-separated")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--units", type=int, default=32, help="memory units per GPU")
@@ -291,7 +326,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--latency-pods", type=int, default=200,
                     help="pods created at a steady rate after the burst, for latency")
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help=f"rows, comma-separated, of: {', '.join(ROWS)}")
     ap.add_argument("--qps", type=int, default=5000, help="kube-scheduler's client QPS")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", help="write the results here")
@@ -301,8 +337,8 @@ def main():
     for r in rows:
         if r not in ROWS:
             ap.error(f"unknown row '{r}' (known: {', '.join(ROWS)})")
-    if "plugin" in rows and not (args.plugin_scheduler and args.plugin_config):
-        ap.error("the plugin row needs --plugin-scheduler and --plugin-config")
+    if "plugin" in rows and not args.plugin_scheduler:
+        ap.error("the plugin row needs --plugin-scheduler (scheduler-plugin/build.sh)")
     tasks = openb_mix(args.trace, args.pods, args.units, args.seed)
     results = []
     for size in [int(n) for n in args.nodes.split(",")]:

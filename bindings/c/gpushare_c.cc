@@ -35,6 +35,7 @@
 #include "gpushare/scheduler.h"
 #include "gpushare/types.h"
 #include "gpushare/version.h"
+#include "src/internal/cluster_state.h"
 #include "src/internal/json_text.h"
 #include "src/internal/status_macros.h"
 
@@ -60,6 +61,9 @@ struct gs_pod {
   gpushare::Request request;  // For gs_pod_from_request().
 
   const gpushare::Request& req() const { return pod ? pod->request : request; }
+  // What req() needs from one node, validated when the pod was made, so
+  // that a fit on one node (gs_scheduler_fit) does not validate again.
+  gpushare::Demand demand;
 };
 
 struct gs_fit_results {
@@ -597,7 +601,7 @@ gs_status* gs_pod_from_request(const gs_request* request, gs_pod** out) {
       }
       r.gpu_models.emplace_back(request->gpu_models[i]);
     }
-    GPUSHARE_RETURN_IF_ERROR(EmptyCluster().Validate(r).status());
+    GPUSHARE_ASSIGN_OR_RETURN(pod->demand, EmptyCluster().Validate(r));
     *out = pod.release();
     return absl::OkStatus();
   });
@@ -615,7 +619,7 @@ gs_status* gs_pod_parse(const char* json, size_t json_len, gs_pod** out) {
     GPUSHARE_RETURN_IF_ERROR(
         k8s::ValidateDns1123Label("pod metadata.namespace", pod->pod->namespace_name));
     GPUSHARE_RETURN_IF_ERROR(k8s::ValidateDns1123Subdomain("pod metadata.name", pod->pod->name));
-    GPUSHARE_RETURN_IF_ERROR(EmptyCluster().Validate(pod->pod->request).status());
+    GPUSHARE_ASSIGN_OR_RETURN(pod->demand, EmptyCluster().Validate(pod->pod->request));
     *out = pod.release();
     return absl::OkStatus();
   });
@@ -636,6 +640,10 @@ int gs_pod_uses_gpus(const gs_pod* pod) {
 
 // ---- Filter and score -----------------------------------------------------------------------
 
+// A host's Filter asks about one node at a time, hundreds of times a pod, so
+// this is Fit() for one node without its copies: one shared lock, the demand
+// validated when the pod was made, no vectors. Fit() stays the reference
+// (gs_scheduler_filter), and the C test checks that both agree.
 gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod, const char* node,
                             size_t node_len, int* feasible, char** reason) {
   constexpr const char* fn = "gs_scheduler_fit";
@@ -643,14 +651,37 @@ gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod, co
     if (scheduler == nullptr) return IsNull(fn, "scheduler");
     if (pod == nullptr) return IsNull(fn, "pod");
     if (feasible == nullptr) return IsNull(fn, "feasible");
-    GPUSHARE_ASSIGN_OR_RETURN(std::string name, TextIn(fn, "node", node, node_len));
-    GPUSHARE_ASSIGN_OR_RETURN(std::vector<FitResult> fits,
-                              Fit(*scheduler, *pod, std::vector<std::string>{name}));
-    const FitResult& f = fits.front();
-    char* why = nullptr;
-    if (reason != nullptr && !f.feasible) why = CopyOut(f.reason);
-    *feasible = f.feasible ? 1 : 0;
-    if (reason != nullptr) *reason = why;
+    if (node == nullptr && node_len != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(fn, ": node is NULL but its length is ", node_len));
+    }
+    const std::string_view name(node == nullptr ? "" : node, node_len);
+    bool fits = false;
+    std::string why;
+    if (pod->pod && !pod->pod->uses_gpus()) {
+      fits = true;  // As Fit(): gpushare has no say over pods without GPUs.
+    } else {
+      scheduler->scheduler->Read([&](const Cluster& cluster) {
+        const NodeStatus* status = cluster.FindNode(name);
+        if (status == nullptr) {
+          why = absl::StrCat("node '", std::string(name), "' is unknown to gpushare");
+          return;
+        }
+        if (pod->pod && !k8s::MatchesNodeAffinity(*pod->pod, status->name, status->labels)) {
+          why = kAffinityReason;
+          return;
+        }
+        thread_local std::vector<int> fitting;
+        std::optional<std::string> no =
+            gpushare::internal::CheckNode(*status, pod->demand, pod->req(), &fitting);
+        fits = !no.has_value();
+        if (no) why = *std::move(no);
+      });
+    }
+    char* out_reason = nullptr;
+    if (reason != nullptr && !fits) out_reason = CopyOut(why);
+    *feasible = fits ? 1 : 0;
+    if (reason != nullptr) *reason = out_reason;
     return absl::OkStatus();
   });
 }

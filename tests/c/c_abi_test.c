@@ -720,6 +720,103 @@ static void test_kubernetes(void) {
 
 /* ---- NULL arguments ---------------------------------------------------------------- */
 
+/* gs_scheduler_fit (one node, its own path) answers as the reference,
+ * gs_scheduler_filter, on every node: feasible and reason, for plain and
+ * parsed pods, with affinities, selectors, models, partly full, unhealthy
+ * and cordoned nodes. */
+static void test_fit_agrees_with_filter(void) {
+  gs_scheduler* s = new_scheduler("binpack");
+  OK(gs_scheduler_apply_node_event(s, "ADDED", kNodeK1, strlen(kNodeK1), NULL));
+  OK(gs_scheduler_apply_node_event(s, "ADDED", kNodeK2, strlen(kNodeK2), NULL));
+  OK(add_node(s, "t1", 1, 16));
+  OK(add_node(s, "t4", 4, 8));
+  OK(add_node(s, "cordoned", 2, 16));
+  OK(gs_scheduler_set_node_schedulable(s, ID("cordoned"), 0));
+  OK(add_node(s, "sick", 2, 16));
+  OK(gs_scheduler_set_gpu_healthy(s, ID("sick"), 0, 0));
+  gs_node cpu;
+  gs_node_init(&cpu);
+  cpu.name = "cpu-only";
+  OK(gs_scheduler_add_node(s, &cpu));
+  gs_pod* filler = shared_pod("default/filler", 6, 1);
+  OK(gs_scheduler_reserve(s, filler, ID("t4"), NULL));
+  OK(gs_scheduler_reserve(s, filler, ID("t4"), NULL));
+  gs_pod_free(filler);
+
+  const char* affinity =
+      "\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":"
+      "{\"nodeSelectorTerms\":[{\"matchExpressions\":[{\"key\":\"zone\",\"operator\":\"In\","
+      "\"values\":[\"b\"]}]}]}}}";
+  const char* selector = "\"nodeSelector\":{\"zone\":\"a\"}";
+  const char* cpu_pod =
+      "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"web\","
+      "\"namespace\":\"default\",\"uid\":\"uid-w\"},\"spec\":{\"containers\":[{\"name\":"
+      "\"main\",\"image\":\"x\"}]}}";
+  gs_pod* pods[12];
+  size_t n = 0;
+  pods[n++] = shared_pod("default/s2", 2, 1);
+  pods[n++] = shared_pod("default/s9", 9, 1);
+  pods[n++] = shared_pod("default/s16", 16, 1);
+  pods[n++] = shared_pod("default/m8x4", 8, 4);
+  pods[n++] = shared_pod("default/m32x2", 32, 2);
+  gs_request r;
+  gs_request_init(&r);
+  r.id = "default/whole2";
+  r.whole_gpus = 2;
+  OK(gs_pod_from_request(&r, &pods[n++]));
+  const char* v100[] = {"V100"};
+  gs_request_init(&r);
+  r.id = "default/v100";
+  r.gpu_memory = 1;
+  r.gpu_models = v100;
+  r.gpu_model_count = 1;
+  OK(gs_pod_from_request(&r, &pods[n++]));
+  gs_request_init(&r);
+  r.id = "default/compute";
+  r.gpu_memory = 1;
+  r.compute = 600;
+  OK(gs_pod_from_request(&r, &pods[n++]));
+  char* json[3];
+  json[0] = pod_json("zoned", "uid-z", 2, affinity, "Pending");
+  json[1] = pod_json("selected", "uid-s", 20, selector, "Pending");
+  json[2] = pod_json("plain", "uid-p", 3, "", "Pending");
+  for (int i = 0; i < 3; ++i) OK(gs_pod_parse(json[i], strlen(json[i]), &pods[n++]));
+  OK(gs_pod_parse(cpu_pod, strlen(cpu_pod), &pods[n++]));
+
+  int compared = 0;
+  for (size_t i = 0; i < n; ++i) {
+    gs_fit_results* all = NULL;
+    OK(gs_scheduler_filter(s, pods[i], NULL, &all));
+    size_t count = gs_fit_results_count(all);
+    CHECK(count == 7);
+    for (size_t k = 0; k <= count; ++k) {
+      /* k == count: a node gpushare does not know. */
+      const char* node = k < count ? gs_fit_results_node(all, k) : "nowhere";
+      int feasible = -1;
+      char* reason = NULL;
+      OK(gs_scheduler_fit(s, pods[i], node, strlen(node), &feasible, &reason));
+      if (k < count) {
+        CHECK(feasible == gs_fit_results_feasible(all, k));
+        CHECK(feasible ? reason == NULL : strcmp(reason, gs_fit_results_reason(all, k)) == 0);
+      } else {
+        const gs_names unknown = {"nowhere", (const uint32_t[]){7}, 1};
+        gs_fit_results* one = NULL;
+        OK(gs_scheduler_filter(s, pods[i], &unknown, &one));
+        CHECK(feasible == gs_fit_results_feasible(one, 0));
+        CHECK(feasible ? reason == NULL : strcmp(reason, gs_fit_results_reason(one, 0)) == 0);
+        gs_fit_results_free(one);
+      }
+      gs_string_free(reason);
+      ++compared;
+    }
+    gs_fit_results_free(all);
+  }
+  CHECK(compared == (int)(n * 8));
+  for (size_t i = 0; i < n; ++i) gs_pod_free(pods[i]);
+  for (int i = 0; i < 3; ++i) free(json[i]);
+  gs_scheduler_destroy(s);
+}
+
 static void test_nulls(void) {
   gs_status_free(NULL);
   gs_string_free(NULL);
@@ -974,6 +1071,7 @@ int main(void) {
   test_exhausted();
   test_multi_card_and_exclusive();
   test_kubernetes();
+  test_fit_agrees_with_filter();
   test_nulls();
   test_snapshot();
   test_threads();
