@@ -31,6 +31,8 @@
 #                every target but clean runs it first
 #   make, make all, make build   configure and build $(BUILD) (default build/)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
+#   make bench-kube  pods/s through a real kube-scheduler: alone, with the GpuShare
+#                plugin, with the extender (scripts/bench-kube.sh; ~40 minutes)
 #   make wheel   an sdist and a manylinux wheel that needs only pip, in dist/
 #   make fuzz    build the libFuzzer targets with clang and run each for
 #                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
@@ -40,7 +42,7 @@ BUILD    ?= build
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test check test-cpp test-sanitize test-install test-python bench fuzz clean
+.PHONY: all deps build demo test check test-cpp test-sanitize test-install test-python bench bench-kube fuzz clean
 
 all: build
 
@@ -75,6 +77,9 @@ test-python: deps
 
 bench: deps
 	@scripts/bench.sh
+
+bench-kube: deps
+	@scripts/bench-kube.sh
 
 fuzz: deps
 	@scripts/fuzz.sh

@@ -287,6 +287,18 @@ def run_row(args, row, node_count, tasks):
     return result
 
 
+def median_row(runs):
+    """Per field, the median over the runs of one row (the lower middle
+    value of an even count; None stays None)."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values = sorted(r[key] for r in runs if r[key] is not None)
+            out[key] = values[(len(values) - 1) // 2]
+    out["rounds"] = len(runs)
+    return out
+
+
 def table(results):
     head = ("| nodes | row | pods/s | ×ceiling | bound p50 ms | p99 ms | scheduler CPU s"
             " | its CPU ms/pod | extender CPU s | scheduler RSS MiB | extender RSS MiB"
@@ -330,6 +342,8 @@ def main():
                     help=f"rows, comma-separated, of: {', '.join(ROWS)}")
     ap.add_argument("--qps", type=int, default=5000, help="kube-scheduler's client QPS")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every row; the table gives medians")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the work folders (logs)")
     args = ap.parse_args()
@@ -340,22 +354,29 @@ def main():
     if "plugin" in rows and not args.plugin_scheduler:
         ap.error("the plugin row needs --plugin-scheduler (scheduler-plugin/build.sh)")
     tasks = openb_mix(args.trace, args.pods, args.units, args.seed)
-    results = []
+    runs = []
     for size in [int(n) for n in args.nodes.split(",")]:
-        for row in rows:
-            r = run_row(args, row, size, tasks)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+        # Rounds of every row in turn, so that a noisy spell of the machine
+        # touches every row alike; the table gives each row's median.
+        for _ in range(args.repeat):
+            for row in rows:
+                r = run_row(args, row, size, tasks)
+                print(json.dumps(r), flush=True)
+                runs.append(r)
+    results = [median_row([r for r in runs if (r["nodes"], r["row"]) == key])
+               for key in dict.fromkeys((r["nodes"], r["row"]) for r in runs)]
     cpu = os.cpu_count()
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                   if line.startswith("model name")), "unknown CPU")
     print(f"\n{time.strftime('%Y-%m-%d')}, {model}, {cpu} cores; burst of {args.pods} pods "
           f"from {os.path.basename(args.trace)} (seed {args.seed}); nodes of {args.gpus} GPUs "
-          f"x {args.units} units; kube-scheduler client QPS {args.qps}\n")
+          f"x {args.units} units; kube-scheduler client QPS {args.qps}; medians of "
+          f"{args.repeat} round(s)\n")
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": model, "cores": cpu, "results": results}, f, indent=1)
+            json.dump({"cpu": model, "cores": cpu, "results": results, "runs": runs}, f,
+                      indent=1)
     return 0
 
 
