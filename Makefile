@@ -32,7 +32,7 @@
 #   make, make all, make build   configure and build $(BUILD) (default build/)
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
 #   make bench-kube  pods/s through a real kube-scheduler: alone, with the GpuShare
-#                plugin, with the extender (scripts/bench-kube.sh; ~40 minutes)
+#                plugin, with the extender (scripts/bench-kube.sh; ~20 minutes)
 #   make wheel   an sdist and a manylinux wheel that needs only pip, in dist/
 #   make fuzz    build the libFuzzer targets with clang and run each for
 #                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/

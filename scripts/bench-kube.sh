@@ -11,9 +11,9 @@
 # Builds in Release into build-bench/ (the extender and the C ABI library),
 # the Kubernetes programs (tests/kube/build-kube.sh, cached) and the plugin's
 # kube-scheduler (scheduler-plugin/build.sh, cached). Results: a table on
-# stdout and build-bench/kube-compare.json. Cost: about 40 minutes at the
-# default sizes on 2 cores, most of it the extender without node names at
-# 5,000 nodes.
+# stdout and build-bench/kube-compare.json. Cost: about 20 minutes at the
+# default sizes on 2 cores (AMD EPYC, 2026-11-28), most of it the extender
+# without node names (about 10 pods/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build-bench
