@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -122,6 +123,9 @@ func (p *Plugin) applyNode(eventType string, node *v1.Node, final bool) {
 		}
 		r, err := p.sched.ApplyNodeEvent(eventType, body)
 		p.logEvent(err, r, "node", klog.KObj(node), eventType)
+		if err == nil && r.NodesAdded+r.NodesUpdated > 0 {
+			p.mayFitNow("node " + eventType)
+		}
 	})
 }
 
@@ -135,6 +139,9 @@ func (p *Plugin) applyPod(eventType string, pod *v1.Pod, final bool) {
 		}
 		r, err := p.sched.ApplyPodEvent(eventType, body)
 		p.logEvent(err, r, "pod", klog.KObj(pod), eventType)
+		if err == nil && r.Released > 0 {
+			p.mayFitNow("pod " + eventType)
+		}
 	})
 }
 
@@ -187,6 +194,9 @@ func (p *Plugin) podHandler() cache.ResourceEventHandler {
 			if !ok {
 				return
 			}
+			if pod.Spec.NodeName != "" {
+				p.rejected.remove(pod.UID) // Bound: no longer waiting.
+			}
 			if oldPod, _ := old.(*v1.Pod); MayHoldGPUs(pod) || (oldPod != nil && MayHoldGPUs(oldPod)) {
 				p.applyPod(gpushare.EventModified, pod, false)
 			}
@@ -196,6 +206,7 @@ func (p *Plugin) podHandler() cache.ResourceEventHandler {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok && MayHoldGPUs(pod) {
+				p.rejected.remove(pod.UID)
 				p.applyPod(gpushare.EventDeleted, pod, true)
 			}
 		},
@@ -265,4 +276,94 @@ func selfUpdatedHint(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.Que
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// ---- Retries that saw the state before an event -------------------------------------
+
+// kube-scheduler retries a pending pod when an event may help it, asking only
+// the queueing hints of the plugins that rejected it. When GpuShare was one
+// of them, its hint applies the event before answering (see eventGate). When
+// another plugin was (NodeResourcesFit's node totals, say: 6 units free on a
+// node and 12 asked), GpuShare's hint is not asked, and the retry, at once,
+// may run GpuShare's Filter before the plugin's own informer handler has
+// applied the same event: the node added is still unknown to gpushare, the
+// deleted pod's GPUs still held. GpuShare then rejects the pod, and it would
+// wait for another event, or kube-scheduler's 5-minute flush of its
+// unschedulable pods.
+//
+// So the plugin remembers the pods its Filter rejected, and each first
+// application of an event that may let pods fit (a node added or changed, a
+// placement released, a reservation expired) asks kube-scheduler to retry
+// them (Handle.Activate: from the unschedulable pods or the backoff queue to
+// the active queue; a pod in its scheduling cycle is retried when the cycle
+// ends). Such applications are counted (the generation); a Filter that
+// rejects its pod after one was applied during the pod's cycle (PreFilter
+// read an older generation) cannot know which state Fit saw, and asks for the
+// pod's retry itself. Either way the pod is retried after the event is
+// applied.
+type rejections struct {
+	mu   sync.Mutex
+	gen  uint64
+	pods map[types.UID]*v1.Pod
+}
+
+// generation is the count of applied events that may let pods fit.
+func (r *rejections) generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}
+
+// add remembers a pod that Filter rejected in a cycle that began at
+// generation gen; it reports whether an event was applied since.
+func (r *rejections) add(pod *v1.Pod, gen uint64) (stale bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil {
+		r.pods = map[types.UID]*v1.Pod{}
+	}
+	r.pods[pod.UID] = pod
+	return r.gen != gen
+}
+
+// remove forgets a pod: placed, bound or gone.
+func (r *rejections) remove(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, uid)
+}
+
+// advance counts an applied event that may let pods fit and returns the
+// rejected pods, keyed as Activate wants them.
+func (r *rejections) advance() map[string]*v1.Pod {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	if len(r.pods) == 0 {
+		return nil
+	}
+	out := make(map[string]*v1.Pod, len(r.pods))
+	for _, pod := range r.pods {
+		out[pod.Namespace+"/"+pod.Name] = pod
+	}
+	return out
+}
+
+// mayFitNow is called after an event that may let pods fit was applied
+// (`what` for the log): the pods GpuShare rejected are retried.
+func (p *Plugin) mayFitNow(what string) {
+	if pods := p.rejected.advance(); len(pods) > 0 {
+		p.logger.V(4).Info("Retrying the pods GpuShare rejected", "after", what, "count", len(pods))
+		p.activate(pods)
+	}
+}
+
+// activate asks kube-scheduler to retry pods. Asynchronously: a queueing
+// hint, which may apply an event, runs under the scheduling queue's lock,
+// which Activate takes too.
+func (p *Plugin) activate(pods map[string]*v1.Pod) {
+	if p.activator == nil {
+		return
+	}
+	go p.activator.Activate(p.logger, pods)
 }

@@ -78,6 +78,11 @@ type Plugin struct {
 	client    kubernetes.Interface
 	podLister corelisters.PodLister
 	gate      eventGate
+	// rejected holds the pods Filter rejected, retried through activator
+	// (the framework's Handle; nil: no retries) after events that may let
+	// them fit (events.go).
+	rejected  rejections
+	activator framework.PodActivator
 	logger    klog.Logger
 	// synced reports whether both informers' initial lists have been applied.
 	synced      func() bool
@@ -156,6 +161,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		}
 		return first
 	})
+	p.activator = h
 
 	// Nodes first: a bound pod is restored only onto a node gpushare knows,
 	// so the pod handler (whose registration replays every pod as ADDED)
@@ -187,6 +193,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		if n, err := s.Expire(); err == nil && n > 0 {
 			logger.V(2).Info("Reservations expired", "count", n)
+			p.mayFitNow("reservations expired")
 		}
 	}, expireInterval(args.ReservationTTLSeconds))
 	go func() {
@@ -224,6 +231,10 @@ const stateKey fwk.StateKey = Name
 // cycleState is what one scheduling cycle knows of its pod.
 type cycleState struct {
 	pod *gpushare.Pod
+	// gen is the plugin's event generation when the cycle began (rejections).
+	gen uint64
+	// retried: Filter asked for the pod's retry already in this cycle.
+	retried *atomic.Bool
 	// ranks by node name, from PreScore.
 	ranks map[string]int64
 	// placement, from a successful Reserve.
@@ -231,11 +242,11 @@ type cycleState struct {
 	placement *gpushare.Placement
 }
 
-// Clone shares the pod (immutable) and the ranks (written once, in
-// PreScore, before any reader); the placement belongs to the binding cycle
-// of the original state.
+// Clone shares the pod (immutable), the cycle's generation and retry flag,
+// and the ranks (written once, in PreScore, before any reader); the
+// placement belongs to the binding cycle of the original state.
 func (c *cycleState) Clone() fwk.StateData {
-	return &cycleState{pod: c.pod, ranks: c.ranks}
+	return &cycleState{pod: c.pod, gen: c.gen, retried: c.retried, ranks: c.ranks}
 }
 
 func readState(state fwk.CycleState) *cycleState {
@@ -259,6 +270,8 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if err := p.waitSynced(ctx); err != nil {
 		return nil, fwk.AsStatus(err)
 	}
+	// Before any Fit of this cycle: see rejections.
+	gen := p.rejected.generation()
 	body, err := json.Marshal(pod)
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("encoding pod %s/%s: %w", pod.Namespace, pod.Name, err))
@@ -272,7 +285,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		gp.Close()
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycleState{pod: gp})
+	state.Write(stateKey, &cycleState{pod: gp, gen: gen, retried: new(atomic.Bool)})
 	return nil, nil
 }
 
@@ -310,9 +323,20 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		return fwk.AsStatus(err)
 	}
 	if !fits {
+		p.reject(pod, c)
 		return fwk.NewStatus(fwk.Unschedulable, reason)
 	}
 	return nil
+}
+
+// reject remembers a pod GpuShare rejected, to retry it after events that may
+// let it fit; and if an event was applied during this cycle, which may
+// postdate what the rejection saw, retries it once the cycle ends (see
+// rejections).
+func (p *Plugin) reject(pod *v1.Pod, c *cycleState) {
+	if p.rejected.add(pod, c.gen) && c.retried.CompareAndSwap(false, true) {
+		p.activate(map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+	}
 }
 
 // ---- Score ----------------------------------------------------------------------
@@ -390,6 +414,7 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if err != nil {
 		if errors.Is(err, gpushare.ErrResourceExhausted) || errors.Is(err, gpushare.ErrAlreadyExists) {
 			// The state changed since Filter (an event, a concurrent bind).
+			p.reject(pod, c)
 			return fwk.NewStatus(fwk.Unschedulable, err.Error())
 		}
 		return fwk.AsStatus(err)
@@ -397,6 +422,7 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	c.mu.Lock()
 	c.placement = placement
 	c.mu.Unlock()
+	p.rejected.remove(pod.UID)
 	klog.FromContext(ctx).V(4).Info("GPUs reserved", "pod", klog.KObj(pod), "node", nodeName,
 		"gpus", placement.GPUs, "unitsPerGPU", placement.MemoryPerGPU)
 	return nil

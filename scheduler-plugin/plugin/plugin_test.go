@@ -502,3 +502,124 @@ func TestPredicates(t *testing.T) {
 		t.Error("offersGPUs")
 	}
 }
+
+// activations records the pods the plugin asks kube-scheduler to retry
+// (framework.PodActivator).
+type activations chan string
+
+func (a activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	for key := range pods {
+		a <- key
+	}
+}
+
+// expect waits for exactly these retries (in any order), then checks that
+// no other follows.
+func (a activations) expect(t *testing.T, keys ...string) {
+	t.Helper()
+	want := map[string]int{}
+	for _, k := range keys {
+		want[k]++
+	}
+	for range keys {
+		select {
+		case k := <-a:
+			if want[k] == 0 {
+				t.Fatalf("retried %s, want %v", k, keys)
+			}
+			want[k]--
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no retry of %v", want)
+		}
+	}
+	select {
+	case k := <-a:
+		t.Fatalf("retried %s too, want only %v", k, keys)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// cycle runs PreFilter for a pod: the start of its scheduling cycle.
+func (f *fixture) cycle(t *testing.T, pod *v1.Pod) fwk.CycleState {
+	t.Helper()
+	state := framework.NewCycleState()
+	if _, st := f.p.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter %s: %v", pod.Name, st)
+	}
+	return state
+}
+
+// kube-scheduler retries a pod rejected by another plugin (NodeResourcesFit)
+// after an event without asking GpuShare's hint, possibly before the
+// plugin's handler applied the event: GpuShare then rejects it on the old
+// state. The pods GpuShare rejected are retried after each event that may
+// let them fit, once applied.
+func TestRetriesAfterEvents(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	retried := make(activations, 16)
+	f.p.activator = retried
+
+	hold := gpuPod("hold", 8)
+	state := f.cycle(t, hold)
+	if st := f.p.Reserve(ctx, state, hold, "small"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	f.p.PostBind(ctx, state, hold, "small")
+
+	// Rejected on the state of the moment: small is full; the node `fresh`
+	// is in kube-scheduler's snapshot, but its ADDED is not applied yet.
+	waiting := gpuPod("waiting", 8)
+	if st := f.p.Filter(ctx, f.cycle(t, waiting), waiting, nodeInfo(f.nodes["small"])); st.Code() != fwk.Unschedulable {
+		t.Fatalf("small is full: %v", st)
+	}
+	twelve := gpuPod("twelve", 12)
+	fresh := gpuNode("fresh", 1, 16)
+	if st := f.p.Filter(ctx, f.cycle(t, twelve), twelve, nodeInfo(fresh)); st.Code() != fwk.Unschedulable {
+		t.Fatalf("a node gpushare does not know yet: %v", st)
+	}
+	retried.expect(t)
+
+	// The handler applies the ADDED: both are retried; its duplicate
+	// changes nothing and retries nobody.
+	f.p.nodeHandler().OnAdd(fresh, false)
+	retried.expect(t, "default/waiting", "default/twelve")
+	f.p.nodeHandler().OnAdd(fresh, false)
+	retried.expect(t)
+
+	// Placed (Reserve): no longer retried.
+	state = f.cycle(t, twelve)
+	if st := f.p.Filter(ctx, state, twelve, nodeInfo(fresh)); !st.IsSuccess() {
+		t.Fatalf("fresh, once known: %v", st)
+	}
+	if st := f.p.Reserve(ctx, state, twelve, "fresh"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+
+	// A deletion applied while `late` is in its cycle: the rejected pods
+	// are retried, and `late`, rejected after it on what may be the state
+	// before it, is retried at once (once per cycle).
+	late := gpuPod("late", 8)
+	state = f.cycle(t, late)
+	bound := hold.DeepCopy()
+	bound.Spec.NodeName = "small"
+	bound.ResourceVersion = "9"
+	f.p.podHandler().OnDelete(bound)
+	retried.expect(t, "default/waiting")
+	for _, n := range []string{"cpu", "cpu"} {
+		if st := f.p.Filter(ctx, state, late, nodeInfo(f.nodes[n])); st.Code() != fwk.Unschedulable {
+			t.Fatalf("a node without GPUs: %v", st)
+		}
+	}
+	retried.expect(t, "default/late")
+
+	// A pending pod deleted is forgotten; events that change nothing (a pod
+	// that held no GPUs) retry nobody.
+	f.p.podHandler().OnDelete(late)
+	retried.expect(t)
+	f.p.nodeHandler().OnAdd(gpuNode("another", 1, 16), false)
+	retried.expect(t, "default/waiting")
+	if err := f.s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -19,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
 
 if ! command -v etcd >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
   sudo=""
@@ -35,7 +36,7 @@ echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s
 
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null
 cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare
-extender="$PWD/$build/extender/gpushare-extender"
+extender="$build/extender/gpushare-extender"
 
 py=python3
 if ! python3 -c 'import pytest, prometheus_client' 2>/dev/null; then
