@@ -2,12 +2,26 @@
 test a clean API (no pods, nodes or events) and a fresh kube-scheduler, with
 or without gpushare-extender. Component logs are printed when a test fails.
 
+gpushare runs in one of two modes, GPUSHARE_KUBE_SCHEDULER:
+  extender (default)  gpushare-extender behind the stock kube-scheduler;
+  plugin              kube-scheduler built with the GpuShare plugin
+                      (scheduler-plugin/), configured by
+                      deploy/scheduler-plugin/scheduler-config.yaml with its
+                      profile renamed default-scheduler, its identity given
+                      deploy/scheduler-plugin/rbac.yaml (needs PyYAML).
+The `gpushare` fixture and ControlPlane.start_gpushare / kill_gpushare /
+restart_gpushare start, kill and restart whichever it is. Tests marked
+`extender_only(reason)` are skipped in plugin mode, with that reason.
+
 Environment: GPUSHARE_KUBE_BIN (folder with kube-apiserver, kube-scheduler,
 kubectl; else build-kube.sh is run, which builds or finds them in its cache),
 GPUSHARE_EXTENDER (the extender binary; else the build folder's),
-GPUSHARE_KUBE_KEEP=1 keeps the work folder (logs, certificates) after the run.
+GPUSHARE_PLUGIN_SCHEDULER (plugin mode: the plugin's kube-scheduler; else
+scheduler-plugin/build.sh is run with BUILD), GPUSHARE_KUBE_KEEP=1 keeps the
+work folder (logs, certificates) after the run.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +35,32 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
+
+MODES = ("extender", "plugin")
+MODE = os.environ.get("GPUSHARE_KUBE_SCHEDULER") or "extender"
+PLUGIN_DEPLOY = os.path.join(ROOT, "deploy", "scheduler-plugin")
+
+
+def plugin_mode():
+    return MODE == "plugin"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "extender_only(reason): a test of gpushare-extender itself (its replicas, "
+        "endpoints, manifests), skipped when GPUSHARE_KUBE_SCHEDULER=plugin")
+    if MODE not in MODES:
+        raise pytest.UsageError(f"GPUSHARE_KUBE_SCHEDULER={MODE!r}: one of {', '.join(MODES)}")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not plugin_mode():
+        return
+    for item in items:
+        marker = item.get_closest_marker("extender_only")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"extender only: {reason}"))
 
 
 def kube_bin():
@@ -39,7 +79,33 @@ def extender_bin():
         path = os.path.join(ROOT, build, rel)
         if os.access(path, os.X_OK):
             return path
+    if plugin_mode():
+        return None   # The tests that need it are skipped.
     pytest.fail("no gpushare-extender binary: build it or set GPUSHARE_EXTENDER")
+
+
+def plugin_scheduler_bin():
+    if os.environ.get("GPUSHARE_PLUGIN_SCHEDULER"):
+        return os.environ["GPUSHARE_PLUGIN_SCHEDULER"]
+    r = subprocess.run([os.path.join(ROOT, "scheduler-plugin", "build.sh")],
+                       stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
+    return r.stdout.strip().splitlines()[-1]
+
+
+def use_plugin(cp):
+    """Plugin mode: the shipped configuration and RBAC, but the profile named
+    default-scheduler (the tests' pods name no scheduler)."""
+    import yaml
+    with open(os.path.join(PLUGIN_DEPLOY, "rbac.yaml")) as f:
+        cp.create_rbac([o for o in yaml.safe_load_all(f) if o])
+    with open(os.path.join(PLUGIN_DEPLOY, "scheduler-config.yaml")) as f:
+        config = yaml.safe_load(f)
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = "default-scheduler"
+    path = os.path.join(cp.workdir, "gpushare-plugin-config.json")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+    cp.use_plugin(plugin_scheduler_bin(), path)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -60,6 +126,8 @@ def control_plane(request):
     failed = False
     try:
         cp.start()
+        if plugin_mode():
+            use_plugin(cp)
     except BaseException:
         print(cp.log_tails(), file=sys.stderr)
         cp.stop()
@@ -88,9 +156,9 @@ def cluster(control_plane, request):
 
 @pytest.fixture
 def gpushare(cluster):
-    """kube-scheduler calling gpushare-extender."""
-    cluster.start_extender()
-    cluster.start_scheduler(with_extender=True)
+    """kube-scheduler calling gpushare-extender, or (plugin mode)
+    kube-scheduler with the GpuShare plugin."""
+    cluster.start_gpushare()
     return cluster
 
 
@@ -105,5 +173,8 @@ def pytest_terminal_summary(terminalreporter):
     mod = sys.modules.get("test_scenarios")
     if mod is not None and getattr(mod, "COMPARISON", None):
         terminalreporter.write_line("")
-        terminalreporter.write_line("What the extender prevents (kube-scheduler alone binds by node totals):")
-        terminalreporter.write_line(mod.comparison_table())
+        what = "the GpuShare plugin" if plugin_mode() else "the extender"
+        terminalreporter.write_line(
+            f"What {what} prevents (kube-scheduler alone binds by node totals):")
+        terminalreporter.write_line(mod.comparison_table(
+            "GpuShare plugin" if plugin_mode() else "gpushare-extender"))

@@ -1,12 +1,14 @@
 """A real Kubernetes control plane on 127.0.0.1 for gpushare's end-to-end tests.
 
 etcd (Debian's etcd-server), kube-apiserver and kube-scheduler (built by
-build-kube.sh) and gpushare-extender, each on free loopback ports, with TLS and
-client certificates everywhere: a throwaway CA made with `openssl`, an admin
-in system:masters for the tests, kube-scheduler as system:kube-scheduler, and
-the extender as user `gpushare-extender` with a least-privilege ClusterRole.
-No kubelet and no kube-controller-manager: the tests create Nodes (with their
-status) through the API and delete pods with grace period 0.
+build-kube.sh) and gpushare-extender, or in place of the last two
+kube-scheduler with the GpuShare plugin (scheduler-plugin/build.sh;
+use_plugin), each on free loopback ports, with TLS and client certificates
+everywhere: a throwaway CA made with `openssl`, an admin in system:masters for
+the tests, kube-scheduler as system:kube-scheduler, and the extender as user
+`gpushare-extender` with a least-privilege ClusterRole. No kubelet and no
+kube-controller-manager: the tests create Nodes (with their status) through
+the API and delete pods with grace period 0.
 
 Everything started is stopped by ControlPlane.stop(), also after a failure;
 each component logs to <workdir>/logs/<name>.log. Every wait has a deadline.
@@ -469,21 +471,28 @@ class ControlPlane(Processes):
         self.scheduler_port = None
         self.balancer = None
         self.replicas = {}   # name -> port
+        # (binary, KubeSchedulerConfiguration path) of kube-scheduler with the
+        # GpuShare plugin, once use_plugin() is called.
+        self.plugin = None
 
     def start(self):
         try:
             self._start_pki()
             self._start_etcd()
             self._start_apiserver()
-            for obj in EXTENDER_RBAC:
-                kind = obj["kind"].lower() + "s"
-                ns = obj["metadata"].get("namespace")
-                where = f"namespaces/{ns}/{kind}" if ns else kind
-                self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{where}", obj)
+            self.create_rbac(EXTENDER_RBAC)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def create_rbac(self, objects):
+        """Creates RBAC objects (Role, ClusterRole and their bindings) given as dicts."""
+        for obj in objects:
+            kind = obj["kind"].lower() + "s"
+            ns = obj["metadata"].get("namespace")
+            where = f"namespaces/{ns}/{kind}" if ns else kind
+            self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{where}", obj)
 
     def _start_pki(self):
         pki = self.pki = Pki(os.path.join(self.workdir, "pki"))
@@ -671,6 +680,47 @@ class ControlPlane(Processes):
         if p:
             p.kill()
 
+    # -- gpushare: the extender, or the GpuShare plugin in kube-scheduler ------
+
+    def use_plugin(self, binary, config):
+        """From now on start_gpushare() runs gpushare as the GpuShare plugin:
+        kube-scheduler `binary` (scheduler-plugin/build.sh) with the profiles
+        of the KubeSchedulerConfiguration file `config` (a profile named
+        default-scheduler, so that pods need no schedulerName), and no
+        extender. kube-scheduler's identity needs the plugin's RBAC
+        (deploy/scheduler-plugin/rbac.yaml)."""
+        self.plugin = (binary, config)
+
+    def start_gpushare(self):
+        """gpushare-extender and kube-scheduler calling it, or (use_plugin)
+        kube-scheduler with the GpuShare plugin."""
+        if self.plugin:
+            self.start_plugin_scheduler()
+        else:
+            self.start_extender()
+            self.start_scheduler(with_extender=True)
+
+    def start_plugin_scheduler(self):
+        binary, config = self.plugin
+        self.start_scheduler(with_extender=False, binary=binary, plugin_config=config)
+
+    def kill_gpushare(self):
+        """SIGKILL of what holds gpushare's state: the extender, or
+        kube-scheduler with the plugin."""
+        if self.plugin:
+            self.kill_scheduler()
+        else:
+            self.kill_extender()
+
+    def restart_gpushare(self):
+        """Starts again what kill_gpushare() killed: the extender on its port
+        (kube-scheduler's configuration names it), or kube-scheduler with
+        the plugin, which lists the cluster again."""
+        if self.plugin:
+            self.start_plugin_scheduler()
+        else:
+            self.start_extender()
+
     # -- kube-scheduler -------------------------------------------------------
 
     def start_scheduler(self, with_extender=True, node_cache_capable=False, binary=None,
@@ -752,6 +802,12 @@ class ControlPlane(Processes):
         p = self.procs.pop("kube-scheduler", None)
         if p:
             p.stop()
+
+    def kill_scheduler(self):
+        """SIGKILL of kube-scheduler, as a crash; start_scheduler() starts it again."""
+        p = self.procs.get("kube-scheduler")
+        if p:
+            p.kill()
 
     def scheduler_metrics(self):
         """kube-scheduler's /metrics, fetched as the admin (delegated authn/authz)."""

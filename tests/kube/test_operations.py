@@ -61,6 +61,9 @@ def scheduled_events(api):
     return counts
 
 
+@pytest.mark.extender_only("two extender replicas, their leader election and /metrics; the "
+                             "plugin runs inside kube-scheduler (whose leader election is off "
+                             "here)")
 def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
     api = cluster.api
     for i in range(8):
@@ -180,6 +183,8 @@ def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
           f"binds to the leader")
 
 
+@pytest.mark.extender_only("the extender replicas' Lease; the plugin runs inside "
+                             "kube-scheduler")
 def test_a_stopped_leader_releases_the_lease_and_the_follower_takes_over_at_once(cluster):
     """SIGTERM (a rolling update): the leader releases the Lease, so the
     follower leads within a retry period or two, not the lease duration."""
@@ -264,6 +269,8 @@ def can_i_mismatches(cluster, sa, allowed, denied):
     return wrong
 
 
+@pytest.mark.extender_only("deploy/'s extender manifests and RBAC; plugin mode runs with "
+                             "deploy/scheduler-plugin/rbac.yaml and scheduler-config.yaml")
 def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
     kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", DEPLOY)
     try:
@@ -311,6 +318,8 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
 
 
+@pytest.mark.extender_only("the deploy/fgdpack overlay configures the extender (its flags, "
+                             "its ConfigMap)")
 def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
     """deploy/fgdpack: the API server's view of the rendered objects (server-side
     dry run), then the ConfigMap's target workload given to a real extender
@@ -387,6 +396,8 @@ def test_fgdpack_overlay_serves_its_target_workload(cluster, tmp_path):
 
 # ---- kubectl inspect gpushare ----------------------------------------------------
 
+@pytest.mark.extender_only("kubectl inspect reads only the pods' annotations, which S1 "
+                             "checks in plugin mode; its tables are tested once, here")
 def test_kubectl_inspect_gpushare_prints_s1(cluster):
     """Scenario S1 (test_scenarios.test_s1_binpack_two_t4_nodes), then the
     plugin run by kubectl itself (`kubectl inspect gpushare` finds
@@ -436,6 +447,8 @@ def test_kubectl_inspect_gpushare_prints_s1(cluster):
 T4 = 14
 
 
+@pytest.mark.extender_only("POST /gpushare-scheduler/plan is the extender's endpoint; the "
+                             "plugin has none")
 def test_plan_endpoint_names_the_one_move_and_changes_nothing(cluster):
     """POST /gpushare-scheduler/plan for a pending pod: the extender answers
     from its own state; the cluster is left as it was, and deleting the pod

@@ -1,7 +1,9 @@
-"""gpushare-extender behind a real kube-scheduler and kube-apiserver.
+"""gpushare-extender behind a real kube-scheduler and kube-apiserver, or
+(GPUSHARE_KUBE_SCHEDULER=plugin, conftest.py) kube-scheduler with the GpuShare
+plugin: the same scenarios and expectations in both modes.
 
 Every assertion reads the API objects (spec.nodeName, the device plugin's
-annotations, events), never the extender's own view.
+annotations, events), never gpushare's own view.
 """
 
 import time
@@ -124,6 +126,20 @@ def test_fits_by_node_total_but_on_no_gpu_stays_pending(gpushare):
     assert_no_oversubscription(api)
 
 
+def test_pods_without_gpus_are_scheduled_too(gpushare):
+    """gpushare leaves pods that ask for no GPU to kube-scheduler's own
+    plugins (the extender is not called for them, the plugin skips them at
+    PreFilter): bound, with no GPU annotations, beside a GPU pod."""
+    api = gpushare.api
+    api.create_node("t4-a", gpus=1, gpu_memory=T4)
+    api.create_pod("web")
+    api.create_pod("eight", gpu_memory=8)
+    assert bound_node(api, "web") == "t4-a"
+    assert bound_node(api, "eight") == "t4-a"
+    assert gpu_allocation(api.pod("web")) is None
+    assert used_per_gpu(api) == {"t4-a": {0: 8}}
+
+
 def test_delete_frees_units(gpushare):
     api = gpushare.api
     api.create_node("t4-a", gpus=1, gpu_memory=T4)
@@ -187,6 +203,8 @@ def fits_somewhere(request_units, gpu_count, nodes, used):
 
 
 def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
+    """In plugin mode kube-scheduler itself is killed and restarted: the
+    restart lists the cluster again, as the extender's does."""
     import random
     from concurrent.futures import ThreadPoolExecutor
     api = gpushare.api
@@ -211,11 +229,12 @@ def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     items = list(pods.items())
     create(items[:100])
     wait_until("30 pods bound", lambda: bound_count() >= 30, 120, 0.02)
-    gpushare.kill_extender()        # SIGKILL, in the middle of the first half
+    gpushare.kill_gpushare()        # SIGKILL, in the middle of the first half
     killed_at = bound_count()
-    create(items[100:])             # kube-scheduler's calls now fail
+    create(items[100:])             # kube-scheduler's calls now fail (or it is down)
     time.sleep(2)
-    gpushare.start_extender()       # same port: kube-scheduler's config still holds
+    gpushare.restart_gpushare()     # the extender on the same port (kube-scheduler's
+                                    # config still holds), or kube-scheduler
     nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
 
     def settled():
@@ -230,7 +249,8 @@ def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     assert len(final) == 200
     print(f"burst: {killed_at} bound at the kill, {len(bound)} bound in the end, "
           f"{len(final) - len(bound)} pending that fit nowhere")
-    # The restarted extender went on binding (the second half came after the kill).
+    # The restarted extender (or scheduler) went on binding (the second half
+    # came after the kill).
     assert len(bound) > killed_at, (killed_at, len(bound))
     for p in bound:
         units, count = pods[p["metadata"]["name"]]
@@ -253,8 +273,9 @@ def record(case, mode, outcome):
 @pytest.fixture(params=["gpushare", "alone"])
 def mode(request, cluster):
     if request.param == "gpushare":
-        cluster.start_extender()
-        cluster.start_scheduler(with_extender=True)
+        cluster.start_gpushare()
+    elif cluster.plugin:
+        pytest.skip("kube-scheduler alone is the same program and test in extender mode")
     else:
         cluster.start_scheduler(with_extender=False)
     return request.param
@@ -316,8 +337,8 @@ def test_compare_exclusive_gpus_beside_shared_pods(cluster, mode):
         record(case, mode, "both bound: a GPU both shared and exclusive")
 
 
-def comparison_table():
-    lines = ["| scenario | gpushare-extender | kube-scheduler alone |", "|---|---|---|"]
+def comparison_table(gpushare="gpushare-extender"):
+    lines = [f"| scenario | {gpushare} | kube-scheduler alone |", "|---|---|---|"]
     for case, modes in COMPARISON.items():
         lines.append(f"| {case} | {modes.get('gpushare', '-')} | {modes.get('alone', '-')} |")
     return "\n".join(lines)
