@@ -8,7 +8,7 @@
 # replicas with leader election, the leader killed during a burst; /metrics
 # parsed with prometheus_client; deploy/ applied and its RBAC checked;
 # `kubectl inspect gpushare`; the deploy/fgdpack overlay rendered and its
-# Deployment's arguments run). Cost: 85-98 s for the 20 tests on a warm
+# Deployment's arguments run). Cost: 85-98 s for the 21 tests on a warm
 # machine (about 55 s of it test_operations.py, mostly the 15 s lease of the
 # takeover), after gpushare-extender and kubectl-inspect-gpushare build.
 #
