@@ -16,9 +16,9 @@
 # kube-apiserver show that it places, rejects (with gpushare's reasons),
 # requeues and restarts as the extender does.
 # Cost (runs of this script, 2026-11-28, AMD EPYC, 2 cores, beside another
-# person's benchmarks): 46-50 s warm (go/gpushare/test.sh 3-4 s, the plugin's
-# vet and unit tests 6-7 s, build.sh cached 0 s, the 12 tests and 9 skips
-# 35-41 s; a first run adds the venv, 6 s). With an empty Go build cache
+# person's benchmarks): 46-62 s warm (go/gpushare/test.sh 3-4 s, the plugin's
+# vet and unit tests 6-16 s, build.sh cached 0 s, the 12 tests and 9 skips
+# 35-42 s; a first run adds the venv, 6 s). With an empty Go build cache
 # (GOCACHE; modules downloaded, kube-apiserver cached, gpushare_c built):
 # 6 min 24 s, 11.2 CPU-minutes (the binding's -race build 32 s, the plugin's
 # vet and tests 289 s, which compile much of Kubernetes with cgo, the binary
