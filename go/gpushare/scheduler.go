@@ -129,6 +129,27 @@ func (s *Scheduler) handle() (*C.gs_scheduler, error) {
 	return s.s, nil
 }
 
+// handles read-locks the scheduler and then the pod for one call into C;
+// release(pod) unlocks both. The pod is not locked when an error returns.
+func (s *Scheduler) handles(pod *Pod) (*C.gs_scheduler, *C.gs_pod, error) {
+	h, err := s.handle()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := pod.handle()
+	if err != nil {
+		s.mu.RUnlock()
+		return nil, nil, err
+	}
+	return h, p, nil
+}
+
+// release undoes handles(pod).
+func (s *Scheduler) release(pod *Pod) {
+	pod.mu.RUnlock()
+	s.mu.RUnlock()
+}
+
 // ---- Nodes ------------------------------------------------------------------
 
 // Sharing says whether a node takes shared (fractional) GPU work.
@@ -335,16 +356,11 @@ func (s *Scheduler) applyEvent(eventType string, object []byte, node bool) (Even
 // Fit reports whether `pod` fits `node` now, and if not why. A node unknown
 // to the scheduler does not fit.
 func (s *Scheduler) Fit(pod *Pod, node string) (fits bool, reason string, err error) {
-	h, err := s.handle()
+	h, p, err := s.handles(pod)
 	if err != nil {
 		return false, "", err
 	}
-	defer s.mu.RUnlock()
-	p, err := pod.handle()
-	if err != nil {
-		return false, "", err
-	}
-	defer pod.mu.RUnlock()
+	defer s.release(pod)
 	n, l := strArg(node)
 	var feasible C.int
 	var why *C.char
@@ -373,16 +389,11 @@ func (s *Scheduler) Filter(pod *Pod, nodes []string) ([]FitResult, error) {
 			return nil, err
 		}
 	}
-	h, err := s.handle()
+	h, p, err := s.handles(pod)
 	if err != nil {
 		return nil, err
 	}
-	defer s.mu.RUnlock()
-	p, err := pod.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer pod.mu.RUnlock()
+	defer s.release(pod)
 	var r *C.gs_fit_results
 	if err := statusError(filterCall(h, p, &packed, nodes == nil, &r)); err != nil {
 		return nil, err
@@ -410,16 +421,11 @@ func (s *Scheduler) Rank(pod *Pod, nodes []string) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := s.handle()
+	h, p, err := s.handles(pod)
 	if err != nil {
 		return nil, err
 	}
-	defer s.mu.RUnlock()
-	p, err := pod.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer pod.mu.RUnlock()
+	defer s.release(pod)
 	ranks := make([]int64, len(nodes))
 	if len(nodes) == 0 {
 		return ranks, nil
@@ -490,16 +496,11 @@ func takePlacement(p *C.gs_placement) *Placement {
 // first. Errors: ResourceExhausted saying why it does not fit; AlreadyExists
 // if the pod is placed on another node; NotFound for an unknown node.
 func (s *Scheduler) Reserve(pod *Pod, node string) (*Placement, error) {
-	h, err := s.handle()
+	h, p, err := s.handles(pod)
 	if err != nil {
 		return nil, err
 	}
-	defer s.mu.RUnlock()
-	p, err := pod.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer pod.mu.RUnlock()
+	defer s.release(pod)
 	n, l := strArg(node)
 	var out *C.gs_placement
 	if err := statusError(C.gs_scheduler_reserve(h, p, n, l, &out)); err != nil {
@@ -511,16 +512,11 @@ func (s *Scheduler) Reserve(pod *Pod, node string) (*Placement, error) {
 // Place places `pod` for good (no TTL), on the node the policy picks: for
 // a simulator or a batch host.
 func (s *Scheduler) Place(pod *Pod) (*Placement, error) {
-	h, err := s.handle()
+	h, p, err := s.handles(pod)
 	if err != nil {
 		return nil, err
 	}
-	defer s.mu.RUnlock()
-	p, err := pod.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer pod.mu.RUnlock()
+	defer s.release(pod)
 	var out *C.gs_placement
 	if err := statusError(C.gs_scheduler_place(h, p, &out)); err != nil {
 		return nil, err
