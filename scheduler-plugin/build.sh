@@ -27,22 +27,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 log() { echo "scheduler-plugin: $*" >&2; }
 
-build="${BUILD:-build}"
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
-lib_dir="$build/bindings/c"
-pc_dir="$lib_dir/pkgconfig"
-if [ ! -f "$pc_dir/gpushare_c.pc" ] || [ ! -e "$lib_dir/libgpushare_c.so" ]; then
-  log "no $pc_dir/gpushare_c.pc or $lib_dir/libgpushare_c.so: build the gpushare_c target first"
-  log "  cmake -S $root -B $build -G Ninja && ninja -C $build gpushare_c"
-  exit 1
-fi
+# shellcheck source=../go/gpushare/cgo-env.sh
+. "$root/go/gpushare/cgo-env.sh"
 
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")"
 if [ -z "$k8s_version" ]; then
   log "cannot read the Kubernetes version from $here/go.mod"; exit 1
 fi
-go_bin="$("$root/tests/kube/find-go.sh")"
-export GOTOOLCHAIN=local CGO_ENABLED=1
 go_version="$("$go_bin" env GOVERSION)"
 
 key="$( (cd "$root" && find scheduler-plugin go/gpushare -type f \
@@ -71,9 +62,7 @@ trap 'rm -rf "$tmp"' EXIT
 log "building kube-scheduler $k8s_version + GpuShare with $go_version against $lib_dir (minutes on a cold cache)"
 start=$(date +%s)
 (cd "$here" &&
- PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
  CGO_LDFLAGS="${CGO_LDFLAGS:-} -Wl,-rpath,$lib_dir" \
- GOFLAGS="${GOFLAGS:-} -p=${GPUSHARE_KUBE_GO_JOBS:-2}" \
    nice -n 10 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/kube-scheduler" ./cmd/kube-scheduler)
 mv -f "$tmp/kube-scheduler" "$out/kube-scheduler"
 log "built in $(( $(date +%s) - start )) s: $out/kube-scheduler"

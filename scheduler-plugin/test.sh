@@ -17,19 +17,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 log() { echo "scheduler-plugin: $*" >&2; }
-build="${BUILD:-build}"
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
-lib_dir="$build/bindings/c"
-pc_dir="$lib_dir/pkgconfig"
-if [ ! -f "$pc_dir/gpushare_c.pc" ] || [ ! -e "$lib_dir/libgpushare_c.so" ]; then
-  log "no $pc_dir/gpushare_c.pc or $lib_dir/libgpushare_c.so: build the gpushare_c target first"
-  exit 1
-fi
-go_bin="$("$root/tests/kube/find-go.sh")"
-export GOTOOLCHAIN=local CGO_ENABLED=1
-export GOFLAGS="${GOFLAGS:-} -p=${GPUSHARE_KUBE_GO_JOBS:-2}"
-export PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=../go/gpushare/cgo-env.sh
+. "$root/go/gpushare/cgo-env.sh"
 race=()
 [ -z "${RACE:-}" ] || race=(-race)
 
