@@ -78,10 +78,10 @@ void BM_Allocate(benchmark::State& state) {
   const std::string dir = TempDir();
   const std::string list = PodList(static_cast<int>(state.range(0)));
   int64_t call = 0;
-  auto lister = [&]() -> absl::StatusOr<std::vector<NodePod>> {
+  auto lister = [&](std::vector<std::string>* skipped) -> absl::StatusOr<std::vector<NodePod>> {
     std::string text = list;
     text.replace(text.find("\"UID\""), 5, "\"uid-" + std::to_string(call) + "\"");
-    return ParseNodePods(text);
+    return ParseNodePods(text, skipped);
   };
   DevicePluginServer::Options options;
   options.plugin_dir = dir;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -246,7 +248,8 @@ const char* ResourceName(Resource resource) {
   return "?";
 }
 
-absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json) {
+absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json,
+                                                   std::vector<std::string>* skipped) {
   json j = json::parse(pod_list_json, nullptr, false);
   if (j.is_discarded()) return absl::InvalidArgumentError("the pod list is not JSON");
   const json* items = &j;
@@ -258,15 +261,53 @@ absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_jso
   std::vector<NodePod> pods;
   if (items->is_null()) return pods;
   if (!items->is_array()) return absl::InvalidArgumentError("the pod list's items are not a list");
+  pods.reserve(items->size());
   for (const json& item : *items) {
     absl::StatusOr<NodePod> pod = ParseOne(item);
-    if (!pod.ok()) return pod.status();
-    pods.push_back(*std::move(pod));
+    if (pod.ok()) {
+      pods.push_back(*std::move(pod));
+    } else if (skipped != nullptr) {
+      skipped->emplace_back(pod.status().message());
+    }
   }
   return pods;
 }
 
-std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod& pod,
+absl::StatusOr<DeviceSet> DevicesOf(Resource resource, const std::vector<std::string>& ids,
+                                    const Inventory& inv) {
+  if (resource == Resource::kGpuCount) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ResourceName(resource), " is advertised to count this node's GPUs, not to be asked for: ask ",
+        k8s::kGpuMemResource, " units, with the pod label ", k8s::kGpuCountResource,
+        ": \"M\" to spread them over M GPUs"));
+  }
+  if (ids.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", ResourceName(resource), " device ids to allocate"));
+  }
+  std::map<int, int64_t> per_gpu;
+  std::set<std::string_view> seen;
+  for (const std::string& id : ids) {
+    std::optional<int> gpu = inv.GpuOfDevice(id);
+    const bool mem_id = id.find("-mem-") != std::string::npos;
+    if (!gpu.has_value() || mem_id != (resource == Resource::kGpuMem)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device \"", id, "\" is not one of this node's ", ResourceName(resource), " devices"));
+    }
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("device \"", id, "\" is named twice"));
+    }
+    per_gpu[*gpu] += resource == Resource::kGpuMem ? 1 : inv.units(*gpu);
+  }
+  DeviceSet set;
+  for (const auto& [g, units] : per_gpu) {
+    set.gpus.push_back(g);
+    set.units.push_back(units);
+  }
+  return set;
+}
+
+std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod* pod,
                                            const Inventory& inv,
                                            const AllocationOptions& options) {
   std::map<std::string, std::string> env;
@@ -284,8 +325,12 @@ std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod& po
       grant.gpus.empty() ? "0" : absl::StrCat(inv.units(grant.gpus.front()));
   env["ALIYUN_COM_GPU_MEM_IDX"] = absl::StrJoin(grant.gpus, "-");
   int64_t pod_units = 0;
-  for (const ContainerDemand& c : pod.containers) {
-    if (!c.init) pod_units += c.gpu_mem;
+  if (pod != nullptr) {
+    for (const ContainerDemand& c : pod->containers) {
+      if (!c.init) pod_units += c.gpu_mem;
+    }
+  } else {
+    for (int64_t u : grant.units) pod_units += u;
   }
   env["ALIYUN_COM_GPU_MEM_POD"] = absl::StrCat(pod_units);
   if (options.hami_limits) {
@@ -297,26 +342,17 @@ std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod& po
   return env;
 }
 
-absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
-                                    const std::vector<NodePod>& pods, const Inventory& inv,
-                                    const AllocationOptions& options) const {
-  if (resource == Resource::kGpuCount) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ResourceName(resource), " is advertised to count this node's GPUs, not to be asked for: ask ",
-        k8s::kGpuMemResource, " units, with the pod label ", k8s::kGpuCountResource,
-        ": \"M\" to spread them over M GPUs"));
-  }
-  struct Candidate {
-    const NodePod* pod;
-    size_t container;
-  };
+std::vector<Ledger::Candidate> Ledger::Candidates(Resource resource, int64_t count,
+                                                 const std::vector<NodePod>& pods,
+                                                 std::vector<std::string>* why_not) const {
   std::vector<Candidate> candidates;
-  std::vector<std::string> why_not;
   for (const NodePod& pod : pods) {
     bool asks = false;
     for (const ContainerDemand& c : pod.containers) asks = asks || Demand(c, resource) > 0;
     if (!asks) continue;
-    auto reject = [&](std::string_view why) { why_not.push_back(absl::StrCat(pod.id(), ": ", std::string(why))); };
+    auto reject = [&](std::string_view why) {
+      why_not->push_back(absl::StrCat(pod.id(), ": ", std::string(why)));
+    };
     if (pod.phase == "Succeeded" || pod.phase == "Failed") { reject("finished"); continue; }
     if (pod.terminating) { reject("being deleted"); continue; }
     auto assigned = pod.annotations.find(kAssignedAnnotation);
@@ -342,12 +378,6 @@ absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
     }
     candidates.push_back({&pod, *found});
   }
-  if (candidates.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no pod bound to this node has a container waiting for ", count, " ",
-        ResourceName(resource), why_not.empty() ? "" : " (", absl::StrJoin(why_not, "; "),
-        why_not.empty() ? "" : ")"));
-  }
   // The kubelet's order of admission (see allocation.h): first the pods it
   // found bound at its start, by creation time; then the others as bound.
   auto order = [&](const Candidate& c) {
@@ -358,25 +388,45 @@ absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
   };
   std::stable_sort(candidates.begin(), candidates.end(),
                    [&](const Candidate& a, const Candidate& b) { return order(a) < order(b); });
+  return candidates;
+}
+
+// Fills the pod, container and completes_pod of `grant` from `c`.
+void Ledger::Label(const Candidate& c, Grant* grant) const {
+  grant->pod_uid = c.pod->uid;
+  grant->pod = c.pod->id();
+  grant->container = c.pod->containers[c.container].name;
+  grant->completes_pod = true;
+  for (size_t i = 0; i < c.pod->containers.size(); ++i) {
+    const ContainerDemand& d = c.pod->containers[i];
+    for (Resource r : {Resource::kGpuMem, Resource::kWholeGpu}) {
+      if (Demand(d, r) > 0 && !(i == c.container && r == grant->resource) &&
+          !Served(c.pod->uid, d.name, r)) {
+        grant->completes_pod = false;
+      }
+    }
+  }
+}
+
+absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
+                                    const std::vector<NodePod>& pods, const Inventory& inv,
+                                    const AllocationOptions& options) const {
+  if (resource == Resource::kGpuCount) return DevicesOf(resource, {}, inv).status();
+  std::vector<std::string> why_not;
+  std::vector<Candidate> candidates = Candidates(resource, count, pods, &why_not);
+  if (candidates.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no pod bound to this node has a container waiting for ", count, " ",
+        ResourceName(resource), why_not.empty() ? "" : " (", absl::StrJoin(why_not, "; "),
+        why_not.empty() ? "" : ")"));
+  }
   Grant best;
   best.resource = resource;
   const Candidate& first = candidates.front();
   absl::Status planned = Plan(*first.pod, first.container, inv, &best);
   if (!planned.ok()) return planned;
-  best.pod_uid = first.pod->uid;
-  best.pod = first.pod->id();
-  best.container = first.pod->containers[first.container].name;
-  best.env = MakeEnv(best, *first.pod, inv, options);
-  best.completes_pod = true;
-  for (size_t i = 0; i < first.pod->containers.size(); ++i) {
-    const ContainerDemand& c = first.pod->containers[i];
-    for (Resource r : {Resource::kGpuMem, Resource::kWholeGpu}) {
-      if (Demand(c, r) > 0 && !(i == first.container && r == resource) &&
-          !Served(first.pod->uid, c.name, r)) {
-        best.completes_pod = false;
-      }
-    }
-  }
+  Label(first, &best);
+  best.env = MakeEnv(best, first.pod, inv, options);
   for (size_t k = 1; k < candidates.size() && !best.ambiguous; ++k) {
     Grant other;
     other.resource = resource;
@@ -386,12 +436,67 @@ absl::StatusOr<Grant> Ledger::Match(Resource resource, int64_t count,
   return best;
 }
 
+absl::StatusOr<Grant> Ledger::Allocate(Resource resource, const std::vector<std::string>& ids,
+                                       const std::vector<NodePod>& pods, const Inventory& inv,
+                                       const AllocationOptions& options) const {
+  absl::StatusOr<DeviceSet> devices = DevicesOf(resource, ids, inv);
+  if (!devices.ok()) return devices.status();
+  Grant grant;
+  grant.resource = resource;
+  grant.gpus = devices->gpus;
+  grant.units = devices->units;
+  grant.device_ids = ids;
+  // The candidate whose plan is what the ids name, else the one predicted.
+  std::vector<std::string> why_not;
+  std::vector<Candidate> candidates =
+      Candidates(resource, static_cast<int64_t>(ids.size()), pods, &why_not);
+  const Candidate* chosen = nullptr;
+  for (const Candidate& c : candidates) {
+    Grant plan;
+    plan.resource = resource;
+    if (Plan(*c.pod, c.container, inv, &plan).ok() && plan.gpus == grant.gpus &&
+        plan.units == grant.units) {
+      chosen = &c;
+      break;
+    }
+  }
+  if (chosen == nullptr && !candidates.empty()) {
+    chosen = &candidates.front();
+    grant.disagrees = true;
+  }
+  if (chosen != nullptr) {
+    Label(*chosen, &grant);
+    grant.identified = true;
+  }
+  // The other resource must not hold any of these GPUs (another pod's).
+  const Resource other =
+      resource == Resource::kGpuMem ? Resource::kWholeGpu : Resource::kGpuMem;
+  for (const auto& [id, h] : held_) {
+    const HeldDevice& d = h.device;
+    if (d.resource != other || (grant.identified && d.pod_uid == grant.pod_uid)) continue;
+    if (std::find(grant.gpus.begin(), grant.gpus.end(), d.gpu) == grant.gpus.end()) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GPU ", d.gpu, " (", inv.gpus()[d.gpu].uuid, ") is in use through ", ResourceName(other),
+        d.pod.empty() ? "" : " by pod ", d.pod, ": it cannot also be allocated as ",
+        ResourceName(resource), grant.identified ? " to pod " : "", grant.pod));
+  }
+  for (const std::string& id : ids) {
+    grant.devices.push_back(
+        HeldDevice{id, resource, *inv.GpuOfDevice(id), grant.pod_uid, grant.pod});
+  }
+  grant.env = MakeEnv(grant, chosen != nullptr ? chosen->pod : nullptr, inv, options);
+  return grant;
+}
+
 absl::StatusOr<std::vector<int>> RecordedGpus(const NodePod& pod, const Inventory& inventory) {
   return GpusOf(pod, inventory);
 }
 
 void Ledger::Record(const Grant& grant, int64_t now_ns) {
-  served_[{grant.pod_uid, grant.container, grant.resource}] = now_ns;
+  if (grant.identified || grant.device_ids.empty()) {
+    served_[{grant.pod_uid, grant.container, grant.resource}] = now_ns;
+  }
+  for (const HeldDevice& d : grant.devices) held_[d.device_id] = Holding{d, now_ns};
 }
 
 void Ledger::RecordServed(const std::string& pod_uid, const std::string& container,
@@ -405,7 +510,8 @@ bool Ledger::Served(const std::string& pod_uid, const std::string& container,
 }
 
 std::vector<Ledger::Key> Ledger::Reconcile(const std::vector<Key>& kubelet, int64_t now_ns,
-                                           int64_t grace_ns) {
+                                           int64_t grace_ns,
+                                           const std::vector<HeldDevice>* in_use) {
   std::set<std::tuple<std::string, std::string, Resource>> listed;
   for (const Key& k : kubelet) {
     listed.emplace(k.pod_uid, k.container, k.resource);
@@ -421,15 +527,39 @@ std::vector<Ledger::Key> Ledger::Reconcile(const std::vector<Key>& kubelet, int6
       ++it;
     }
   }
+  if (in_use != nullptr) {
+    std::map<std::string, Holding> held;
+    for (const HeldDevice& d : *in_use) held[d.device_id] = Holding{d, 0};
+    // Recent grants the kubelet may not list yet stay.
+    for (const auto& [id, h] : held_) {
+      if (h.at_ns != 0 && now_ns - h.at_ns < grace_ns) held.emplace(id, h);
+    }
+    held_ = std::move(held);
+  }
   return put_back;
 }
 
 void Ledger::Prune(const std::vector<NodePod>& pods) {
-  std::set<std::string> live;
-  for (const NodePod& p : pods) live.insert(p.uid);
+  std::set<std::string> live, running;
+  for (const NodePod& p : pods) {
+    live.insert(p.uid);
+    if (p.phase != "Succeeded" && p.phase != "Failed") running.insert(p.uid);
+  }
   for (auto it = served_.begin(); it != served_.end();) {
     it = live.count(std::get<0>(it->first)) > 0 ? std::next(it) : served_.erase(it);
   }
+  // Devices of an unknown pod stay until the kubelet's records settle them.
+  for (auto it = held_.begin(); it != held_.end();) {
+    const std::string& uid = it->second.device.pod_uid;
+    it = uid.empty() || running.count(uid) > 0 ? std::next(it) : held_.erase(it);
+  }
+}
+
+std::vector<HeldDevice> Ledger::Held() const {
+  std::vector<HeldDevice> out;
+  out.reserve(held_.size());
+  for (const auto& [id, h] : held_) out.push_back(h.device);
+  return out;
 }
 
 }  // namespace gpushare::deviceplugin

@@ -1,16 +1,38 @@
 // File: device-plugin/allocation.h
 // -----------------------------------------------------------------------------
-// Which container a kubelet Allocate call is for, and what that container
-// gets. The kubelet's call names only device ids (Allocate carries no pod),
-// so the plugin finds the container among the pods bound to its node, as the
-// API server lists them, by what each container asks for:
+// What a container gets from a kubelet Allocate call, and which container
+// that is.
 //
-//   absl::StatusOr<std::vector<NodePod>> pods = ParseNodePods(pod_list_json);
+// The kubelet's device ids decide what a container gets. Each id names its
+// GPU ("<uuid>-mem-<k>" one unit of it, "<uuid>" the whole GPU), the kubelet
+// never hands one id to two containers at once, and it counts them against
+// what ListAndWatch advertised; so a container granted exactly the GPUs and
+// units its ids name can never take more of a GPU than the GPU has, whatever
+// a pod's spec or annotations say. The scheduler's choice reaches the
+// kubelet before that, through GetPreferredAllocation, which asks for the
+// ids of the GPUs the scheduler recorded on the pod (Ledger::Match).
+//
+//   std::vector<std::string> skipped;
+//   absl::StatusOr<std::vector<NodePod>> pods = ParseNodePods(pod_list_json, &skipped);
 //   Ledger ledger;
-//   absl::StatusOr<Grant> grant =
+//   absl::StatusOr<Grant> predicted =                   // GetPreferredAllocation
 //       ledger.Match(Resource::kGpuMem, /*count=*/3, *pods, inventory, options);
-//   // grant->env["NVIDIA_VISIBLE_DEVICES"] == "GPU-7300..."
-//   ledger.Record(*grant);
+//   absl::StatusOr<Grant> grant =                       // Allocate
+//       ledger.Allocate(Resource::kGpuMem, device_ids, *pods, inventory, options);
+//   // grant->env["NVIDIA_VISIBLE_DEVICES"]: the UUIDs of the ids' GPUs
+//   ledger.Record(*grant, now_ns);
+//
+// Which container a call is for: Allocate carries no pod, so the plugin
+// finds the container among the pods bound to its node by what each
+// container asks for. That choice only labels the grant (the pod's
+// ALIYUN_COM_GPU_MEM_POD, which pod is marked ALIYUN_COM_GPU_MEM_ASSIGNED,
+// whose annotations are corrected); it never changes the GPUs granted.
+// Allocate prefers the container whose recorded placement is exactly what
+// the ids name; when none is, the grant says it disagrees (Grant::disagrees)
+// and the program corrects that pod's annotations to the kubelet's record
+// (pod_resources.h: CorrectionsFrom). When no pod can be told at all (its
+// annotations are missing, or it could not be read), the container still gets
+// its ids' GPUs (Grant::identified is false).
 //
 // A candidate is a pod that is not finished or being deleted, that a
 // gpushare scheduler bound here (ALIYUN_COM_GPU_MEM_IDX, else the allocation
@@ -22,39 +44,33 @@
 // first such container of the chosen pod. It admits pods in the order it
 // learns of them: as they are bound, except at its start, when it lists every
 // pod bound to it and admits those by creation time (HandlePodAdditions sorts
-// them by creationTimestamp). So the pod chosen is, among the pods bound
+// them by creationTimestamp). So the pod predicted is, among the pods bound
 // before the kubelet started (Ledger::set_kubelet_start_ns), the one created
 // first; else the one bound first (ALIYUN_COM_GPU_MEM_ASSUME_TIME); then
-// creation time, then name. creationTimestamp counts seconds, and the
-// kubelet's order of pods created in the same second is arbitrary: among
-// those the choice is a guess. When several candidates would get different
-// GPUs, Grant::ambiguous says so (the program counts it); when they would all
-// get the same GPUs and units the choice cannot matter.
+// creation time, then name. When several candidates would get different
+// GPUs, Grant::ambiguous says so.
 //
-// What a container gets (gpu-mem): the pod's GPUs (every one of them for a
-// multi-card pod, so NVIDIA_VISIBLE_DEVICES lists all M UUIDs) and its own
-// share of units on each. A pod's GPU containers split the pod's placement:
-// with one GPU, each container takes its own request on it (2 + 3 units of a
-// 5-unit pod); over M GPUs, each container's units are spread over the M GPUs
-// round-robin, continuing where the previous container stopped, so that the
-// containers' shares sum to the placement on every GPU. An allocation
-// annotation with one entry per GPU container ({"<container>":{"<gpu>":
-// units}}, containers numbered among the pod's containers as ACK does) is
-// followed as written. Init containers run before the others and take their
-// units from the start of the same GPUs. Whole GPUs (nvidia.com/gpu): each
-// container takes the next of the pod's recorded GPUs.
+// The scheduler's plan for a container (what Match predicts): the pod's GPUs
+// (every one of them for a multi-card pod) and its own share of units on
+// each. A pod's GPU containers split the pod's placement: with one GPU, each
+// container takes its own request on it (2 + 3 units of a 5-unit pod); over
+// M GPUs, each container's units are spread over the M GPUs round-robin,
+// continuing where the previous container stopped, so that the containers'
+// shares sum to the placement on every GPU. An allocation annotation with
+// one entry per GPU container ({"<container>":{"<gpu>":units}}, containers
+// numbered among the pod's containers as ACK does) is followed as written.
+// Init containers run before the others and take their units from the start
+// of the same GPUs. Whole GPUs (nvidia.com/gpu): each container takes the
+// next of the pod's recorded GPUs.
 //
-// The choice can be wrong: pods created in the same second are admitted by
-// the kubelet in an order nobody outside it knows. Then two containers of
-// the same size have swapped GPUs (each GPU still carries the same units).
-// The kubelet's own records show it (GetPreferredAllocation steers its
-// device ids to the GPUs granted): CorrectionsFrom() (pod_resources.h) finds
-// the pods whose devices sit on other GPUs than their annotations name, the
-// program writes the annotations to match (the extender follows at once),
-// and Ledger::Reconcile() puts back the container wrongly taken as served.
+// One GPU, two resources: the kubelet counts aliyun.com/gpu-mem and
+// nvidia.com/gpu apart, so it could hand GPU 0 whole to one pod while units
+// of GPU 0 are in use by another. The ledger remembers which devices are in
+// use (Record; the kubelet's pod-resources API after a restart, Reconcile),
+// and Allocate refuses a GPU that the other resource holds.
 //
-// Thread safety: ParseNodePods() and MakeEnv() are pure; a Ledger is not
-// synchronised (the server guards it).
+// Thread safety: ParseNodePods(), DevicesOf() and MakeEnv() are pure; a
+// Ledger is not synchronised (the server guards it).
 
 #ifndef GPUSHARE_DEVICE_PLUGIN_ALLOCATION_H_
 #define GPUSHARE_DEVICE_PLUGIN_ALLOCATION_H_
@@ -99,15 +115,41 @@ struct NodePod {
   std::string id() const { return namespace_name + "/" + name; }
 };
 
-// The pods of a v1.PodList. Errors: InvalidArgument for malformed JSON or a
-// malformed quantity (naming the pod, container and resource).
-absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json);
+// The pods of a v1.PodList. One pod that cannot be read (a quantity out of
+// range, a container that is not an object) affects only itself: it is left
+// out, and `skipped`, when given, gets one line naming it and why
+// ("pod default/huge container main: limits aliyun.com/gpu-mem: ...").
+// Errors: InvalidArgument when the list itself is not a v1.PodList.
+absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json,
+                                                   std::vector<std::string>* skipped = nullptr);
+
+// The GPUs and units a container's device ids name: `gpus` ascending,
+// `units` the ids on each (nvidia.com/gpu: each GPU's units). Errors:
+// InvalidArgument naming an id that is not one of this node's devices of
+// `resource`, or that is repeated; FailedPrecondition for aliyun.com/gpu-count
+// or no id at all.
+struct DeviceSet {
+  std::vector<int> gpus;
+  std::vector<int64_t> units;
+  bool operator==(const DeviceSet& o) const { return gpus == o.gpus && units == o.units; }
+};
+absl::StatusOr<DeviceSet> DevicesOf(Resource resource, const std::vector<std::string>& ids,
+                                    const Inventory& inventory);
 
 struct AllocationOptions {
   // Also set HAMi-core's per-GPU limits CUDA_DEVICE_MEMORY_LIMIT_<i>
   // ("<MiB>m", i counting the container's visible GPUs), for nodes that
   // install that library to enforce them; gpushare itself does not enforce.
   bool hami_limits = false;
+};
+
+// A device in use, as the ledger remembers it.
+struct HeldDevice {
+  std::string device_id;
+  Resource resource = Resource::kGpuMem;
+  int gpu = -1;          // Index into Inventory::gpus().
+  std::string pod_uid;   // "" when the pod is not known.
+  std::string pod;       // "<namespace>/<name>", for messages; may be "".
 };
 
 // What one container gets.
@@ -119,12 +161,22 @@ struct Grant {
   std::vector<int> gpus;        // Indices into Inventory::gpus(), ascending.
   std::vector<int64_t> units;   // Units on each of `gpus` (whole GPUs: all of it).
   std::map<std::string, std::string> env;
+  // The kubelet's device ids (Allocate only), as given, and each as a
+  // device in use.
+  std::vector<std::string> device_ids;
+  std::vector<HeldDevice> devices;
   // This is the pod's last GPU container not yet served: the pod is now
   // fully assigned (the program marks ALIYUN_COM_GPU_MEM_ASSIGNED=true).
   bool completes_pod = false;
   // Other candidates would have got other GPUs or units.
   bool ambiguous = false;
+  // Allocate: a container of a pod was told (pod_uid, pod, container set).
+  bool identified = false;
+  // Allocate: the told pod's annotations plan other GPUs or units for this
+  // container than its ids name (the ids were granted).
+  bool disagrees = false;
 };
+
 
 class Ledger {
  public:
@@ -136,10 +188,21 @@ class Ledger {
   // chosen pod, or one naming a GPU this node lacks; FailedPrecondition for
   // aliyun.com/gpu-count, which is advertised to count the GPUs, not to be
   // asked for.
+  // What GetPreferredAllocation asks the kubelet for: the scheduler's plan.
   absl::StatusOr<Grant> Match(Resource resource, int64_t count,
                               const std::vector<NodePod>& pods, const Inventory& inventory,
                               const AllocationOptions& options = {}) const;
-  // `now_ns`: a monotonic time (see Reconcile); 0 for records that
+  // What an Allocate of `device_ids` grants: exactly the GPUs and units the
+  // ids name (DevicesOf), labelled with the container they are for (see the
+  // file comment), its environment made by MakeEnv. Does not record it.
+  // Errors: DevicesOf's; FailedPrecondition naming the GPU, the resource and
+  // the pod when a GPU the ids name is in use through the other resource
+  // (whole, or by units) by another pod.
+  absl::StatusOr<Grant> Allocate(Resource resource, const std::vector<std::string>& device_ids,
+                                 const std::vector<NodePod>& pods, const Inventory& inventory,
+                                 const AllocationOptions& options = {}) const;
+  // Records the container served and, for a grant of Allocate, its devices
+  // in use. `now_ns`: a monotonic time (see Reconcile); 0 for records that
   // Reconcile must never drop.
   void Record(const Grant& grant, int64_t now_ns = 0);
   // Marks a container served without an Allocate from this process (a
@@ -158,19 +221,42 @@ class Ledger {
     std::string container;
     Resource resource;
   };
-  std::vector<Key> Reconcile(const std::vector<Key>& kubelet, int64_t now_ns, int64_t grace_ns);
+  // `in_use`, when given, is every device the kubelet lists as allocated:
+  // those are held, and devices recorded at least `grace_ns` ago that it
+  // does not list are free again.
+  std::vector<Key> Reconcile(const std::vector<Key>& kubelet, int64_t now_ns, int64_t grace_ns,
+                             const std::vector<HeldDevice>* in_use = nullptr);
   bool Served(const std::string& pod_uid, const std::string& container,
               Resource resource) const;
   // When the kubelet last started (Unix time, ns; 0: unknown, every pod is
   // taken as bound after it): orders the candidates (see the file comment).
   void set_kubelet_start_ns(int64_t ns) { kubelet_start_ns_ = ns; }
-  // Forgets pods that are not in `pods` any more (deleted).
+  // Forgets pods that are not in `pods` any more (deleted), and frees the
+  // devices of those and of finished pods.
   void Prune(const std::vector<NodePod>& pods);
   size_t size() const { return served_.size(); }
+  // The devices in use, by id.
+  std::vector<HeldDevice> Held() const;
 
  private:
+  struct Candidate {
+    const NodePod* pod;
+    size_t container;  // Index into pod->containers.
+  };
+  // The pods with a container waiting for `count` of `resource`, in the
+  // kubelet's order of admission; why each other pod asking for it is not.
+  std::vector<Candidate> Candidates(Resource resource, int64_t count,
+                                    const std::vector<NodePod>& pods,
+                                    std::vector<std::string>* why_not) const;
+  void Label(const Candidate& c, Grant* grant) const;
+
+  struct Holding {
+    HeldDevice device;
+    int64_t at_ns = 0;  // When recorded (0: from the kubelet's records).
+  };
   // (pod uid, container, resource) served -> when it was recorded (0: fixed).
   std::map<std::tuple<std::string, std::string, Resource>, int64_t> served_;
+  std::map<std::string, Holding> held_;  // By device id.
   int64_t kubelet_start_ns_ = 0;
 };
 
@@ -180,13 +266,14 @@ class Ledger {
 absl::StatusOr<std::vector<int>> RecordedGpus(const NodePod& pod, const Inventory& inventory);
 
 // The container environment of `grant` (its gpus and units filled in) for
-// `pod` on `inventory`: NVIDIA_VISIBLE_DEVICES (the GPUs' UUIDs); for
+// `pod` (nullptr when not known: ALIYUN_COM_GPU_MEM_POD is then the
+// container's own units) on `inventory`: NVIDIA_VISIBLE_DEVICES (the GPUs' UUIDs); for
 // gpu-mem also ALIYUN_COM_GPU_MEM_CONTAINER (the container's units per GPU;
 // a comma-separated list when they differ), ALIYUN_COM_GPU_MEM_DEV (units
 // of its first GPU), ALIYUN_COM_GPU_MEM_IDX (GPU indices joined by '-') and
 // ALIYUN_COM_GPU_MEM_POD (the pod's units), plus HAMi-core's limits when
 // asked.
-std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod& pod,
+std::map<std::string, std::string> MakeEnv(const Grant& grant, const NodePod* pod,
                                            const Inventory& inventory,
                                            const AllocationOptions& options);
 

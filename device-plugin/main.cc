@@ -115,10 +115,11 @@ int main(int argc, char** argv) {
   if (!api.ok()) return Fail("the Kubernetes API", api.status());
   const ApiClient& client = **api;
 
-  auto list_pods = [&]() -> absl::StatusOr<std::vector<gpushare::deviceplugin::NodePod>> {
+  auto list_pods = [&](std::vector<std::string>* skipped)
+      -> absl::StatusOr<std::vector<gpushare::deviceplugin::NodePod>> {
     absl::StatusOr<std::string> body = client.Get(gpushare::deviceplugin::NodePodsPath(c.node_name));
     if (!body.ok()) return body.status();
-    return gpushare::deviceplugin::ParseNodePods(*body);
+    return gpushare::deviceplugin::ParseNodePods(*body, skipped);
   };
   auto mark_assigned = [&](const gpushare::deviceplugin::NodePod& pod) -> absl::Status {
     return client
@@ -152,9 +153,9 @@ int main(int argc, char** argv) {
   auto next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
 
   // What the kubelet allocated: at start (a restart: those are served
-  // already), and after Allocate calls that could have meant another pod
-  // (then annotations are corrected to the GPUs the kubelet recorded, and
-  // the ledger follows), and every 30 s.
+  // already), after Allocate calls whose pod disagreed with its devices or
+  // could not be told (then annotations are corrected to the GPUs the
+  // kubelet recorded, and the ledger follows), and every 30 s.
   auto reconcile = [&](bool at_start) {
     auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket);
     if (!served.ok()) {
@@ -164,14 +165,15 @@ int main(int argc, char** argv) {
       }
       return;
     }
-    auto pods = list_pods();
+    auto pods = list_pods(nullptr);
     if (!pods.ok()) {
       std::cerr << "gpushare-device-plugin: listing this node's pods: " << pods.status().message()
                 << std::endl;
       return;
     }
     const auto keys = gpushare::deviceplugin::ServedKeys(*served, *pods);
-    const auto put_back = (*server)->ReconcileLedger(keys);
+    const auto put_back = (*server)->ReconcileLedger(
+        keys, gpushare::deviceplugin::HeldDevices(*served, *pods, *inventory));
     if (at_start) {
       std::cout << "gpushare-device-plugin: " << keys.size()
                 << " containers already served, from the kubelet's pod-resources API" << std::endl;
@@ -209,7 +211,7 @@ int main(int argc, char** argv) {
   std::map<int, std::string> unhealthy;
   auto next_probe = std::chrono::steady_clock::now();
   auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  int64_t ambiguous_seen = 0;
+  int64_t unsettled_seen = 0;
   auto next_register = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
     const auto now = std::chrono::steady_clock::now();
@@ -233,10 +235,13 @@ int main(int argc, char** argv) {
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    // After an ambiguous Allocate, once the kubelet has recorded it (it
-    // lists a container when its admission completes).
-    if (const int64_t ambiguous = (*server)->Stats().ambiguous; ambiguous != ambiguous_seen) {
-      ambiguous_seen = ambiguous;
+    // After an Allocate whose pod disagreed with its devices or could not be
+    // told, once the kubelet has recorded it (it lists a container when its
+    // admission completes): the annotations follow the devices.
+    const gpushare::deviceplugin::ServerStats stats = (*server)->Stats();
+    if (const int64_t unsettled = stats.unidentified + stats.disagreements;
+        unsettled != unsettled_seen) {
+      unsettled_seen = unsettled;
       next_reconcile = std::min(next_reconcile,
                                 std::chrono::steady_clock::now() + std::chrono::seconds(6));
     }

@@ -61,6 +61,28 @@ std::vector<Ledger::Key> ServedKeys(const std::vector<ServedContainer>& served,
   return keys;
 }
 
+std::vector<HeldDevice> HeldDevices(const std::vector<ServedContainer>& served,
+                                    const std::vector<NodePod>& pods, const Inventory& inventory) {
+  std::map<std::pair<std::string, std::string>, const NodePod*> by_name;
+  for (const NodePod& p : pods) by_name[{p.namespace_name, p.name}] = &p;
+  std::vector<HeldDevice> out;
+  for (const ServedContainer& c : served) {
+    auto pod = by_name.find({c.pod_namespace, c.pod_name});
+    for (const std::string& id : c.device_ids) {
+      std::optional<int> g = inventory.GpuOfDevice(id);
+      if (!g.has_value()) continue;
+      HeldDevice d;
+      d.device_id = id;
+      d.resource = c.resource;
+      d.gpu = *g;
+      d.pod = c.pod_namespace + "/" + c.pod_name;
+      if (pod != by_name.end()) d.pod_uid = pod->second->uid;
+      out.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
 std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& served,
                                         const std::vector<NodePod>& pods,
                                         const Inventory& inventory) {

@@ -10,7 +10,7 @@
 // an Allocate that could have meant another pod.
 //
 //   absl::StatusOr<std::vector<ServedContainer>> served = ListServed(socket);
-//   server->ReconcileLedger(ServedKeys(*served, pods));
+//   server->ReconcileLedger(ServedKeys(*served, pods), HeldDevices(*served, pods, inventory));
 //   for (const Correction& c : CorrectionsFrom(*served, pods, inventory)) PATCH c.patch;
 
 #ifndef GPUSHARE_DEVICE_PLUGIN_POD_RESOURCES_H_
@@ -49,6 +49,12 @@ absl::StatusOr<std::vector<ServedContainer>> ListServed(
 // there any more are dropped.
 std::vector<Ledger::Key> ServedKeys(const std::vector<ServedContainer>& served,
                                     const std::vector<NodePod>& pods);
+
+// Every device of `served` that is one of this inventory's, as held (its
+// pod's uid from `pods` by namespace and name, "" when not listed there):
+// what Ledger::Reconcile takes as in use.
+std::vector<HeldDevice> HeldDevices(const std::vector<ServedContainer>& served,
+                                    const std::vector<NodePod>& pods, const Inventory& inventory);
 
 // A pod whose devices, as the kubelet recorded them, sit on other GPUs than
 // its annotations name (see allocation.h: a swap between pods of the same

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +104,23 @@ struct DevicePluginServer::Impl {
   std::map<int, std::string> unhealthy;
   Ledger ledger;
   ServerStats stats;
+  std::set<std::string> skipped_seen;  // Unreadable pods already logged.
+
+  // The node's pods; an unreadable pod is left out, counted and logged once.
+  absl::StatusOr<std::vector<NodePod>> ListPods() {
+    std::vector<std::string> skipped;
+    absl::StatusOr<std::vector<NodePod>> pods = list_pods(&skipped);
+    if (skipped.empty()) return pods;
+    std::lock_guard lock(mu);
+    stats.skipped_pods = static_cast<int64_t>(skipped.size());
+    for (const std::string& why : skipped) {
+      if (skipped_seen.insert(why).second) {
+        std::fprintf(stderr, "gpushare-device-plugin: left out a pod that cannot be read: %s\n",
+                     why.c_str());
+      }
+    }
+    return pods;
+  }
 
   // One gRPC server per resource, and the kubelet socket seen at Register.
   std::vector<std::unique_ptr<ResourceService>> services;
@@ -236,41 +254,49 @@ grpc::Status ResourceService::ListAndWatch(grpc::ServerContext* context, const a
 grpc::Status ResourceService::GetPreferredAllocation(
     grpc::ServerContext*, const api::PreferredAllocationRequest* request,
     api::PreferredAllocationResponse* reply) {
-  const Inventory& inv = server_->inventory;
+  DevicePluginServer::Impl& s = *server_;
+  const Inventory& inv = s.inventory;
   absl::StatusOr<std::vector<NodePod>> pods =
-      resource_ == Resource::kGpuCount ? std::vector<NodePod>() : server_->list_pods();
+      resource_ == Resource::kGpuCount ? std::vector<NodePod>() : s.ListPods();
+  std::lock_guard lock(s.mu);
+  // GPUs to stay off: unhealthy ones and those the other resource holds.
+  std::set<int> avoid;
+  for (const auto& [g, why] : s.unhealthy) avoid.insert(g);
+  const Resource other = resource_ == Resource::kGpuMem ? Resource::kWholeGpu : Resource::kGpuMem;
+  for (const HeldDevice& d : s.ledger.Held()) {
+    if (d.resource == other) avoid.insert(d.gpu);
+  }
   for (const api::ContainerPreferredAllocationRequest& want : request->container_requests()) {
     api::ContainerPreferredAllocationResponse* out = reply->add_container_responses();
     const int size = want.allocation_size();
     std::vector<std::string> chosen(want.must_include_deviceids().begin(),
                                     want.must_include_deviceids().end());
-    auto taken = [&](const std::string& id) {
-      return std::find(chosen.begin(), chosen.end(), id) != chosen.end();
+    std::set<std::string> taken(chosen.begin(), chosen.end());
+    auto take = [&](const std::string& id) {
+      if (static_cast<int>(chosen.size()) >= size || !taken.insert(id).second) return false;
+      chosen.push_back(id);
+      return true;
     };
-    if (pods.ok()) {
-      absl::StatusOr<Grant> grant;
-      {
-        std::lock_guard lock(server_->mu);
-        grant = server_->ledger.Match(resource_, size, *pods, inv, server_->options.allocation);
-      }
-      if (grant.ok()) {
-        // Units of each granted GPU first, in the kubelet's order of ids.
-        for (size_t k = 0; k < grant->gpus.size(); ++k) {
-          int64_t need = grant->units[k];
-          for (const std::string& id : chosen) need -= inv.GpuOfDevice(id) == grant->gpus[k];
-          for (const std::string& id : want.available_deviceids()) {
-            if (need <= 0 || static_cast<int>(chosen.size()) >= size) break;
-            if (inv.GpuOfDevice(id) == grant->gpus[k] && !taken(id)) {
-              chosen.push_back(id);
-              --need;
-            }
-          }
+    absl::StatusOr<Grant> grant = absl::NotFoundError("");
+    if (pods.ok()) grant = s.ledger.Match(resource_, size, *pods, inv, s.options.allocation);
+    if (grant.ok()) {
+      // Units of each planned GPU first, in the kubelet's order of ids.
+      for (size_t k = 0; k < grant->gpus.size(); ++k) {
+        if (avoid.count(grant->gpus[k]) > 0) continue;
+        int64_t need = grant->units[k];
+        for (const std::string& id : chosen) need -= inv.GpuOfDevice(id) == grant->gpus[k];
+        for (const std::string& id : want.available_deviceids()) {
+          if (need <= 0) break;
+          if (inv.GpuOfDevice(id) == grant->gpus[k] && take(id)) --need;
         }
       }
     }
-    for (const std::string& id : want.available_deviceids()) {
-      if (static_cast<int>(chosen.size()) >= size) break;
-      if (!taken(id)) chosen.push_back(id);
+    // Then any GPU not to be avoided; the others only when nothing else is left.
+    for (bool last_resort : {false, true}) {
+      for (const std::string& id : want.available_deviceids()) {
+        std::optional<int> g = inv.GpuOfDevice(id);
+        if (last_resort || (g.has_value() && avoid.count(*g) == 0)) take(id);
+      }
     }
     for (const std::string& id : chosen) out->add_deviceids(id);
   }
@@ -287,53 +313,71 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
                  std::string(status.message()).c_str());
     return ToGrpc(status);
   };
+  // The ids decide what each container gets; the pods only tell whose it is.
   for (const api::ContainerAllocateRequest& want : request->container_requests()) {
-    for (const std::string& id : want.devices_ids()) {
-      std::optional<int> gpu = s.inventory.GpuOfDevice(id);
-      const bool mem_id = id.find("-mem-") != std::string::npos;
-      if (!gpu.has_value() || mem_id != (resource_ == Resource::kGpuMem)) {
-        return fail(absl::InvalidArgumentError(
-            absl::StrCat("device \"", id, "\" is not one of this node's ", ResourceName(resource_), " devices")));
-      }
-    }
+    std::vector<std::string> ids(want.devices_ids().begin(), want.devices_ids().end());
+    absl::StatusOr<DeviceSet> devices = DevicesOf(resource_, ids, s.inventory);
+    if (!devices.ok()) return fail(devices.status());
   }
-  absl::StatusOr<std::vector<NodePod>> pods = s.list_pods();
+  absl::StatusOr<std::vector<NodePod>> pods = s.ListPods();
   if (!pods.ok()) {
-    return fail(absl::UnavailableError(
-        absl::StrCat("cannot list this node's pods: ", pods.status().message())));
+    std::fprintf(stderr,
+                 "gpushare-device-plugin: Allocate %s: cannot list this node's pods (%s); granting "
+                 "the kubelet's devices to a container not told yet\n",
+                 ResourceName(resource_), std::string(pods.status().message()).c_str());
+    pods = std::vector<NodePod>();
   }
   std::vector<Grant> grants;
-  absl::Status matched;  // The first container that matched nothing.
+  absl::Status refused;
   {
     std::lock_guard lock(s.mu);
     s.ledger.Prune(*pods);
-    // Several containers in one call are matched in order; each one's
-    // grant is recorded at once so the next does not match it again.
+    // Several containers in one call are granted in order; each grant is
+    // recorded at once so the next is not told the same container.
     Ledger trial = s.ledger;
     for (const api::ContainerAllocateRequest& want : request->container_requests()) {
+      std::vector<std::string> ids(want.devices_ids().begin(), want.devices_ids().end());
       absl::StatusOr<Grant> grant =
-          trial.Match(resource_, want.devices_ids_size(), *pods, s.inventory, s.options.allocation);
+          trial.Allocate(resource_, ids, *pods, s.inventory, s.options.allocation);
+      if (grant.ok()) {
+        for (int g : grant->gpus) {
+          if (auto bad = s.unhealthy.find(g); bad != s.unhealthy.end()) {
+            grant = absl::FailedPreconditionError(
+                absl::StrCat("GPU ", g, " (", s.inventory.gpus()[g].uuid,
+                             ") is unhealthy: ", bad->second));
+            break;
+          }
+        }
+      }
       if (!grant.ok()) {
-        matched = grant.status();
+        refused = grant.status();
         break;
       }
       trial.Record(*grant, SteadyNs());
       grants.push_back(*std::move(grant));
     }
-    if (matched.ok()) {
+    if (refused.ok()) {
       s.ledger = std::move(trial);
       s.stats.allocations += static_cast<int64_t>(grants.size());
-      for (const Grant& g : grants) s.stats.ambiguous += g.ambiguous;
+      for (const Grant& g : grants) {
+        s.stats.unidentified += !g.identified;
+        s.stats.disagreements += g.disagrees;
+      }
     }
   }
-  if (!matched.ok()) return fail(matched);
+  if (!refused.ok()) return fail(refused);
   for (const Grant& g : grants) {
     api::ContainerAllocateResponse* out = reply->add_container_responses();
     for (const auto& [k, v] : g.env) (*out->mutable_envs())[k] = v;
-    std::fprintf(stderr, "gpushare-device-plugin: %s container %s: %s GPUs %s%s\n", g.pod.c_str(),
-                 g.container.c_str(), ResourceName(resource_), absl::StrJoin(g.gpus, ",").c_str(),
-                 g.ambiguous ? " (another pending pod asked the same; took the one bound first)" : "");
-    if (g.completes_pod && s.mark_assigned) {
+    const std::string who = g.identified
+                                ? absl::StrCat(g.pod, " container ", g.container)
+                                : std::string("a container of a pod not told");
+    std::fprintf(stderr, "gpushare-device-plugin: %s: %s GPUs %s%s\n", who.c_str(),
+                 ResourceName(resource_), absl::StrJoin(g.gpus, ",").c_str(),
+                 g.disagrees ? " (the kubelet's devices, not the GPUs its annotations name: they "
+                               "will be corrected)"
+                             : "");
+    if (g.identified && g.completes_pod && s.mark_assigned) {
       for (const NodePod& p : *pods) {
         if (p.uid != g.pod_uid) continue;
         absl::Status marked = s.mark_assigned(p);
@@ -408,9 +452,15 @@ std::map<int, std::string> DevicePluginServer::Unhealthy() const {
 }
 
 std::vector<Ledger::Key> DevicePluginServer::ReconcileLedger(
-    const std::vector<Ledger::Key>& kubelet, int64_t grace_ns) {
+    const std::vector<Ledger::Key>& kubelet, const std::vector<HeldDevice>& in_use,
+    int64_t grace_ns) {
   std::lock_guard lock(impl_->mu);
-  return impl_->ledger.Reconcile(kubelet, SteadyNs(), grace_ns);
+  return impl_->ledger.Reconcile(kubelet, SteadyNs(), grace_ns, &in_use);
+}
+
+std::vector<HeldDevice> DevicePluginServer::Held() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->ledger.Held();
 }
 
 std::vector<std::string> DevicePluginServer::ResourceNames() const {

@@ -50,15 +50,21 @@
 namespace gpushare::deviceplugin {
 
 // The pods bound to this node, fresh (the program lists them from the API
-// server with fieldSelector spec.nodeName=<node>).
-using PodLister = std::function<absl::StatusOr<std::vector<NodePod>>()>;
+// server with fieldSelector spec.nodeName=<node>); each pod that cannot be
+// read is left out, with a line naming it in `skipped` (ParseNodePods).
+using PodLister =
+    std::function<absl::StatusOr<std::vector<NodePod>>(std::vector<std::string>* skipped)>;
 // Called once all of a pod's GPU containers are served.
 using AssignedHook = std::function<absl::Status(const NodePod& pod)>;
 
 struct ServerStats {
   int64_t allocations = 0;        // Containers served.
   int64_t failed_allocations = 0;  // Allocate calls answered with an error.
-  int64_t ambiguous = 0;           // Served where another pod could have been meant.
+  // Served without telling the pod (annotations missing, pods not listed).
+  int64_t unidentified = 0;
+  // Served where the pod's annotations name other GPUs than its ids.
+  int64_t disagreements = 0;
+  int64_t skipped_pods = 0;        // Unreadable pods at the last listing.
 };
 
 class DevicePluginServer {
@@ -97,10 +103,13 @@ class DevicePluginServer {
   // Unhealthy GPUs and why, by GPU index.
   std::map<int, std::string> Unhealthy() const;
 
-  // Ledger::Reconcile() with what the kubelet allocated (ServedKeys() of its
-  // pod-resources API), recent records (`grace_ns`) kept.
+  // Ledger::Reconcile() with what the kubelet allocated (ServedKeys() and
+  // HeldDevices() of its pod-resources API), recent records (`grace_ns`) kept.
   std::vector<Ledger::Key> ReconcileLedger(const std::vector<Ledger::Key>& kubelet,
+                                           const std::vector<HeldDevice>& in_use,
                                            int64_t grace_ns = 5'000'000'000);
+  // The devices in use, as the ledger knows them.
+  std::vector<HeldDevice> Held() const;
 
   // The resources served, in order: gpu-mem, gpu-count, then the exclusive
   // one when enabled.

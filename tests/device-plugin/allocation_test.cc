@@ -362,16 +362,209 @@ TEST(LedgerTest, ReconcileFollowsTheKubeletsRecords) {
   EXPECT_TRUE(ledger.Served("uid-x", "c", Resource::kGpuMem));
 }
 
-TEST(ParseNodePodsTest, NamesTheBadQuantity) {
-  nlohmann::json pod = PodJson("bad", {{"c", 1}}, {});
-  pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "1.5";
-  nlohmann::json list = {{"items", {pod}}};
-  absl::StatusOr<std::vector<NodePod>> parsed = ParseNodePods(list.dump());
-  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(parsed.status().message(), HasSubstr("pod default/bad container c"));
-  EXPECT_THAT(parsed.status().message(), HasSubstr("aliyun.com/gpu-mem"));
+TEST(ParseNodePodsTest, AnUnreadablePodIsLeftOutAndNamed) {
+  nlohmann::json bad = PodJson("bad", {{"c", 1}}, {});
+  bad["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "1.5";
+  nlohmann::json huge = PodJson("huge", {{"main", 1}}, {});
+  huge["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "5G";
+  nlohmann::json good = PodJson("good", {{"c", 3}}, Bound("0"));
+  nlohmann::json list = {{"items", {bad, huge, good}}};
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::vector<NodePod>> parsed = ParseNodePods(list.dump(), &skipped);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 1u);
+  EXPECT_EQ((*parsed)[0].name, "good");
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_THAT(skipped[0], HasSubstr("pod default/bad container c"));
+  EXPECT_THAT(skipped[0], HasSubstr("aliyun.com/gpu-mem"));
+  EXPECT_THAT(skipped[1], HasSubstr("pod default/huge container main"));
+  EXPECT_TRUE(ParseNodePods(list.dump()).ok());  // Without a list of the skipped.
   EXPECT_FALSE(ParseNodePods("{").ok());
+  EXPECT_FALSE(ParseNodePods(R"({"items":3})").ok());
   EXPECT_TRUE(ParseNodePods(R"({"items":null})").ok());
+}
+
+std::vector<std::string> MemIds(int gpu, int first, int count) {
+  std::vector<std::string> ids;
+  for (int k = first; k < first + count; ++k) {
+    ids.push_back("GPU-" + std::to_string(gpu) + "-mem-" + std::to_string(k));
+  }
+  return ids;
+}
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(DevicesOfTest, IdsNameTheirGpusAndUnits) {
+  Inventory inv = MakeInv({16, 16, 16});
+  absl::StatusOr<DeviceSet> set =
+      DevicesOf(Resource::kGpuMem, Concat(MemIds(2, 0, 3), MemIds(0, 5, 1)), inv);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_THAT(set->gpus, ElementsAre(0, 2));
+  EXPECT_THAT(set->units, ElementsAre(1, 3));
+  absl::StatusOr<DeviceSet> whole = DevicesOf(Resource::kWholeGpu, {"GPU-1"}, inv);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_THAT(whole->units, ElementsAre(16));
+}
+
+TEST(DevicesOfTest, RefusesIdsThatAreNotThisNodesOrRepeated) {
+  Inventory inv = MakeInv({16});
+  EXPECT_THAT(DevicesOf(Resource::kGpuMem, {"GPU-0-mem-1", "GPU-0-mem-1"}, inv).status().message(),
+              HasSubstr("\"GPU-0-mem-1\" is named twice"));
+  EXPECT_THAT(DevicesOf(Resource::kGpuMem, {"GPU-0-mem-16"}, inv).status().message(),
+              HasSubstr("\"GPU-0-mem-16\" is not one of this node's aliyun.com/gpu-mem"));
+  EXPECT_THAT(DevicesOf(Resource::kGpuMem, {"GPU-0"}, inv).status().message(),
+              HasSubstr("\"GPU-0\" is not one of"));
+  EXPECT_THAT(DevicesOf(Resource::kWholeGpu, {"GPU-0-mem-0"}, inv).status().message(),
+              HasSubstr("nvidia.com/gpu devices"));
+  EXPECT_EQ(DevicesOf(Resource::kGpuMem, {}, inv).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Finding: a pod with forged annotations naming GPU 0 got GPU 0 although
+// the kubelet's ids were units of GPU 1 (80 units on a 40-unit GPU).
+TEST(LedgerAllocateTest, ForgedAnnotationsGetOnlyTheKubeletsDevices) {
+  Inventory inv = MakeInv({40, 40});
+  std::vector<NodePod> pods = Parse({PodJson("forged", {{"main", 40}}, Bound("0", 1))});
+  Ledger ledger;
+  absl::StatusOr<Grant> g = ledger.Allocate(Resource::kGpuMem, MemIds(1, 0, 40), pods, inv);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(g->gpus, ElementsAre(1));
+  EXPECT_THAT(g->units, ElementsAre(40));
+  EXPECT_EQ(g->env["NVIDIA_VISIBLE_DEVICES"], "GPU-1");
+  EXPECT_EQ(g->env["ALIYUN_COM_GPU_MEM_IDX"], "1");
+  EXPECT_EQ(g->env["ALIYUN_COM_GPU_MEM_CONTAINER"], "40");
+  EXPECT_TRUE(g->identified);
+  EXPECT_EQ(g->pod, "default/forged");
+  EXPECT_TRUE(g->disagrees);  // So its annotations are corrected to GPU 1.
+}
+
+// Two pods of one size, bound in one order, admitted in the other: each is
+// told by the GPU its ids name, not by the order.
+TEST(LedgerAllocateTest, ThePodWhosePlanTheIdsAreIsTold) {
+  Inventory inv = MakeInv({16, 16});
+  std::vector<NodePod> pods = Parse({PodJson("first", {{"c", 3}}, Bound("0", 100)),
+                                     PodJson("second", {{"c", 3}}, Bound("1", 200))});
+  Ledger ledger;
+  absl::StatusOr<Grant> g = ledger.Allocate(Resource::kGpuMem, MemIds(1, 4, 3), pods, inv);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->pod, "default/second");
+  EXPECT_FALSE(g->disagrees);
+  ledger.Record(*g, 1);
+  absl::StatusOr<Grant> f = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 3), pods, inv);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->pod, "default/first");
+  EXPECT_TRUE(f->completes_pod);
+}
+
+TEST(LedgerAllocateTest, MultiCardAndTwoContainersFollowTheirIds) {
+  Inventory inv = MakeInv({15, 15, 15, 15});
+  std::vector<NodePod> pods = Parse({PodJson("mc", {{"x", 2}, {"y", 6}}, Bound("0-1-2-3"))});
+  Ledger ledger;
+  // x: 2 units, on GPUs 0 and 1 as planned.
+  absl::StatusOr<Grant> x =
+      ledger.Allocate(Resource::kGpuMem, Concat(MemIds(0, 0, 1), MemIds(1, 0, 1)), pods, inv);
+  ASSERT_TRUE(x.ok()) << x.status();
+  EXPECT_EQ(x->container, "x");
+  EXPECT_FALSE(x->disagrees);
+  EXPECT_EQ(x->env["NVIDIA_VISIBLE_DEVICES"], "GPU-0,GPU-1");
+  ledger.Record(*x, 1);
+  // y: 6 units as the kubelet chose them, 3 + 3 on GPUs 2 and 3.
+  absl::StatusOr<Grant> y =
+      ledger.Allocate(Resource::kGpuMem, Concat(MemIds(3, 0, 3), MemIds(2, 0, 3)), pods, inv);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->container, "y");
+  EXPECT_TRUE(y->disagrees);  // The plan was 1 + 1 + 2 + 2.
+  EXPECT_EQ(y->env["NVIDIA_VISIBLE_DEVICES"], "GPU-2,GPU-3");
+  EXPECT_EQ(y->env["ALIYUN_COM_GPU_MEM_CONTAINER"], "3");
+  EXPECT_EQ(y->env["ALIYUN_COM_GPU_MEM_POD"], "8");
+  EXPECT_TRUE(y->completes_pod);
+}
+
+TEST(LedgerAllocateTest, InitContainersReuseTheirUnits) {
+  Inventory inv = MakeInv({16});
+  std::vector<NodePod> pods =
+      Parse({PodJson("i", {{"main", 4}}, Bound("0"), /*init=*/{{"setup", 4}})});
+  Ledger ledger;
+  absl::StatusOr<Grant> setup = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 4), pods, inv);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  EXPECT_EQ(setup->container, "setup");
+  ledger.Record(*setup, 1);
+  // The kubelet hands the init container's devices to the next container.
+  absl::StatusOr<Grant> main = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 4), pods, inv);
+  ASSERT_TRUE(main.ok()) << main.status();
+  EXPECT_EQ(main->container, "main");
+  EXPECT_TRUE(main->completes_pod);
+}
+
+TEST(LedgerAllocateTest, APodNotToldStillGetsExactlyItsIds) {
+  Inventory inv = MakeInv({16, 16});
+  nlohmann::json plain = PodJson("plain", {{"c", 5}}, {});  // No gpushare annotations.
+  absl::StatusOr<Grant> g =
+      Ledger().Allocate(Resource::kGpuMem, Concat(MemIds(0, 0, 2), MemIds(1, 0, 3)),
+                        Parse({plain}), inv);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(g->identified);
+  EXPECT_EQ(g->env["NVIDIA_VISIBLE_DEVICES"], "GPU-0,GPU-1");
+  EXPECT_EQ(g->env["ALIYUN_COM_GPU_MEM_CONTAINER"], "2,3");
+  EXPECT_EQ(g->env["ALIYUN_COM_GPU_MEM_POD"], "5");
+}
+
+// One GPU, two resources: the kubelet counts them apart; the ledger does not
+// let one pod have a GPU whole while another uses units of it.
+TEST(LedgerAllocateTest, AGpuHeldThroughOneResourceIsRefusedThroughTheOther) {
+  Inventory inv = MakeInv({80, 80});
+  nlohmann::json ex = PodJson("ex", {{"a", 0}}, Bound("0"));
+  ex["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1";
+  nlohmann::json shared = PodJson("shared", {{"c", 10}}, Bound("0"));
+  std::vector<NodePod> pods = Parse({ex, shared});
+  Ledger ledger;
+  absl::StatusOr<Grant> whole = ledger.Allocate(Resource::kWholeGpu, {"GPU-0"}, pods, inv);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->pod, "default/ex");
+  ledger.Record(*whole, 1);
+  absl::StatusOr<Grant> units = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 10), pods, inv);
+  EXPECT_EQ(units.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(units.status().message(),
+              HasSubstr("GPU 0 (GPU-0) is in use through nvidia.com/gpu by pod default/ex"));
+  // Units of the other GPU are fine.
+  EXPECT_TRUE(ledger.Allocate(Resource::kGpuMem, MemIds(1, 0, 10), pods, inv).ok());
+  // Once "ex" is gone, GPU 0 is free again.
+  ledger.Prune(Parse({shared}));
+  EXPECT_TRUE(ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 10), pods, inv).ok());
+
+  // And the other way round.
+  Ledger other;
+  absl::StatusOr<Grant> unit = other.Allocate(Resource::kGpuMem, MemIds(1, 7, 1), pods, inv);
+  ASSERT_TRUE(unit.ok());
+  other.Record(*unit, 1);
+  EXPECT_THAT(other.Allocate(Resource::kWholeGpu, {"GPU-1"}, pods, inv).status().message(),
+              HasSubstr("GPU 1 (GPU-1) is in use through aliyun.com/gpu-mem"));
+}
+
+TEST(LedgerAllocateTest, TheKubeletsRecordsSayWhichDevicesAreInUse) {
+  Inventory inv = MakeInv({80});
+  std::vector<NodePod> pods = Parse({PodJson("s", {{"c", 4}}, Bound("0"))});
+  Ledger ledger;
+  // After a restart: the kubelet lists GPU 0 whole for a pod.
+  std::vector<HeldDevice> in_use = {{"GPU-0", Resource::kWholeGpu, 0, "uid-x", "default/x"}};
+  ledger.Reconcile({}, 1000, 100, &in_use);
+  EXPECT_EQ(ledger.Held().size(), 1u);
+  EXPECT_FALSE(ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 4), pods, inv).ok());
+  // Later it lists nothing: free again.
+  std::vector<HeldDevice> none;
+  ledger.Reconcile({}, 2000, 100, &none);
+  EXPECT_TRUE(ledger.Held().empty());
+  // A grant just made stays until the kubelet had time to list it.
+  absl::StatusOr<Grant> g = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 4), pods, inv);
+  ASSERT_TRUE(g.ok());
+  ledger.Record(*g, 3000);
+  ledger.Reconcile({}, 3050, 100, &none);
+  EXPECT_EQ(ledger.Held().size(), 4u);
+  ledger.Reconcile({}, 3200, 100, &none);
+  EXPECT_TRUE(ledger.Held().empty());
 }
 
 }  // namespace

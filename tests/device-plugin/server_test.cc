@@ -66,9 +66,9 @@ class ServerTest : public ::testing::Test {
     ASSERT_TRUE(inv.ok());
     DevicePluginServer::Options options;
     options.plugin_dir = dir_;
-    auto lister = [this]() -> absl::StatusOr<std::vector<NodePod>> {
+    auto lister = [this](std::vector<std::string>* skipped) -> absl::StatusOr<std::vector<NodePod>> {
       std::lock_guard lock(mu_);
-      return ParseNodePods(pods_.dump());
+      return ParseNodePods(pods_.dump(), skipped);
     };
     auto marker = [this](const NodePod& pod) {
       std::lock_guard lock(mu_);
@@ -167,15 +167,21 @@ TEST_F(ServerTest, ListAndWatchSendsUnitsAndHealthChanges) {
   context.TryCancel();
 }
 
+v1beta1::AllocateRequest UnitsOf(int gpu, int first, int count) {
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (int k = first; k < first + count; ++k) {
+    c->add_devices_ids("GPU-" + std::to_string(gpu) + "-mem-" + std::to_string(k));
+  }
+  return request;
+}
+
 TEST_F(ServerTest, AllocateAnswersTheEnvironmentOfTheBoundPod) {
   AddPod("p", 3, "1");
   auto client = Client("aliyun.com/gpu-mem");
-  v1beta1::AllocateRequest request;
-  auto* c = request.add_container_requests();
-  for (int k = 0; k < 3; ++k) c->add_devices_ids("GPU-0-mem-" + std::to_string(k));
   v1beta1::AllocateResponse reply;
   grpc::ClientContext context;
-  grpc::Status s = client->Allocate(&context, request, &reply);
+  grpc::Status s = client->Allocate(&context, UnitsOf(1, 0, 3), &reply);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(reply.container_responses_size(), 1);
   const auto& envs = reply.container_responses(0).envs();
@@ -183,22 +189,90 @@ TEST_F(ServerTest, AllocateAnswersTheEnvironmentOfTheBoundPod) {
   EXPECT_EQ(envs.at("ALIYUN_COM_GPU_MEM_CONTAINER"), "3");
   EXPECT_THAT(marked_, ElementsAre("default/p"));
   EXPECT_EQ(server_->Stats().allocations, 1);
-
-  // Nothing else waits for 3 units: the kubelet is told why.
-  v1beta1::AllocateResponse again;
-  grpc::ClientContext context2;
-  s = client->Allocate(&context2, request, &again);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(s.error_message(), HasSubstr("no container left asking 3"));
-  EXPECT_EQ(server_->Stats().failed_allocations, 1);
+  EXPECT_EQ(server_->Stats().disagreements, 0);
+  EXPECT_EQ(server_->Held().size(), 3u);
 
   // Devices of another resource or another node are refused by name.
+  v1beta1::AllocateResponse again;
   v1beta1::AllocateRequest wrong;
   wrong.add_container_requests()->add_devices_ids("GPU-7-mem-0");
   grpc::ClientContext context3;
   s = client->Allocate(&context3, wrong, &again);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("\"GPU-7-mem-0\""));
+  EXPECT_EQ(server_->Stats().failed_allocations, 1);
+}
+
+// The kubelet's ids decide: a pod whose annotations name GPU 1 but whose
+// ids are units of GPU 0 sees GPU 0, whatever its annotations say.
+TEST_F(ServerTest, TheKubeletsIdsDecideNotTheAnnotations) {
+  AddPod("forged", 3, "1");
+  auto client = Client("aliyun.com/gpu-mem");
+  v1beta1::AllocateResponse reply;
+  grpc::ClientContext context;
+  grpc::Status s = client->Allocate(&context, UnitsOf(0, 0, 3), &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(reply.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-0");
+  EXPECT_EQ(reply.container_responses(0).envs().at("ALIYUN_COM_GPU_MEM_IDX"), "0");
+  EXPECT_EQ(server_->Stats().disagreements, 1);
+
+  // No pod waits for 3 units any more: the container still gets exactly its ids.
+  v1beta1::AllocateResponse unknown;
+  grpc::ClientContext context2;
+  s = client->Allocate(&context2, UnitsOf(1, 0, 3), &unknown);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(unknown.container_responses(0).envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-1");
+  EXPECT_EQ(unknown.container_responses(0).envs().at("ALIYUN_COM_GPU_MEM_POD"), "3");
+  EXPECT_EQ(server_->Stats().unidentified, 1);
+}
+
+TEST_F(ServerTest, UnhealthyGpusAreNeverHandedOut) {
+  AddPod("p", 2, "0");
+  server_->SetHealth(0, false, "XID 79");
+  auto client = Client("aliyun.com/gpu-mem");
+  v1beta1::AllocateResponse reply;
+  grpc::ClientContext context;
+  grpc::Status s = client->Allocate(&context, UnitsOf(0, 0, 2), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("GPU 0 (GPU-0) is unhealthy: XID 79"));
+  EXPECT_TRUE(server_->Held().empty());
+
+  // Preferred: the healthy GPU, though the scheduler chose GPU 0.
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (int g = 0; g < 2; ++g) {
+    for (int k = 0; k < 4; ++k) {
+      c->add_available_deviceids("GPU-" + std::to_string(g) + "-mem-" + std::to_string(k));
+    }
+  }
+  c->set_allocation_size(2);
+  v1beta1::PreferredAllocationResponse preferred;
+  grpc::ClientContext context2;
+  ASSERT_TRUE(client->GetPreferredAllocation(&context2, request, &preferred).ok());
+  EXPECT_THAT(preferred.container_responses(0).deviceids(),
+              ElementsAre("GPU-1-mem-0", "GPU-1-mem-1"));
+}
+
+// One pod that cannot be read leaves the others served.
+TEST_F(ServerTest, AnUnreadablePodAffectsOnlyItself) {
+  {
+    std::lock_guard lock(mu_);
+    pods_["items"].push_back(
+        {{"metadata", {{"name", "huge"}, {"namespace", "default"}, {"uid", "uid-huge"}}},
+         {"spec",
+          {{"containers",
+            {{{"name", "main"}, {"resources", {{"limits", {{"aliyun.com/gpu-mem", "5G"}}}}}}}}}},
+         {"status", {{"phase", "Failed"}}}});
+  }
+  AddPod("p", 3, "1");
+  auto client = Client("aliyun.com/gpu-mem");
+  v1beta1::AllocateResponse reply;
+  grpc::ClientContext context;
+  grpc::Status s = client->Allocate(&context, UnitsOf(1, 0, 3), &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_THAT(marked_, ElementsAre("default/p"));
+  EXPECT_EQ(server_->Stats().skipped_pods, 1);
+  EXPECT_EQ(server_->Stats().unidentified, 0);
 }
 
 TEST_F(ServerTest, PreferredAllocationPicksUnitsOfTheChosenGpu) {
