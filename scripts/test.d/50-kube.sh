@@ -14,7 +14,7 @@
 #
 # Environment: BUILD (the CMake build folder, default build);
 # GPUSHARE_KUBE_CACHE (binary cache root); GPUSHARE_KUBE_VENV (the virtual
-# environment with pytest and prometheus_client from PyPI, default
+# environment with pytest, prometheus_client and PyYAML from PyPI, default
 # $BUILD/venv-kube) when python3 lacks either; PYTEST_ARGS (e.g. "-k s1").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,10 +39,10 @@ cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare
 extender="$build/extender/gpushare-extender"
 
 py=python3
-if ! python3 -c 'import pytest, prometheus_client' 2>/dev/null; then
+if ! python3 -c 'import pytest, prometheus_client, yaml' 2>/dev/null; then
   venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest prometheus_client
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest prometheus_client pyyaml
   py="$venv/bin/python"
 fi
 # shellcheck disable=SC2086

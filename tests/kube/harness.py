@@ -157,13 +157,15 @@ class ApiError(Exception):
 
 
 class Api:
-    """A JSON client of kube-apiserver with a client certificate (one keep-alive
-    connection per thread)."""
+    """A JSON client of kube-apiserver with a client certificate, or a bearer
+    `token` (one keep-alive connection per thread)."""
 
-    def __init__(self, host, port, ca, cert, key):
+    def __init__(self, host, port, ca, cert=None, key=None, token=None):
         self.host, self.port = host, port
         self.context = ssl.create_default_context(cafile=ca)
-        self.context.load_cert_chain(cert, key)
+        if cert:
+            self.context.load_cert_chain(cert, key)
+        self.token = token
         self.local = threading.local()
 
     def _connection(self):
@@ -177,6 +179,8 @@ class Api:
     def request(self, method, path, body=None, content_type="application/json", ok=(200, 201)):
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
         if data is not None:
             headers["Content-Type"] = content_type
         for attempt in range(2):
