@@ -248,6 +248,8 @@ const char* ResourceName(Resource resource) {
   return "?";
 }
 
+absl::StatusOr<NodePod> ParseNodePod(const nlohmann::json& pod) { return ParseOne(pod); }
+
 absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json,
                                                    std::vector<std::string>* skipped) {
   json j = json::parse(pod_list_json, nullptr, false);

@@ -85,6 +85,7 @@
 
 #include "absl/status/statusor.h"
 #include "device-plugin/inventory.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace gpushare::deviceplugin {
 
@@ -122,6 +123,10 @@ struct NodePod {
 // Errors: InvalidArgument when the list itself is not a v1.PodList.
 absl::StatusOr<std::vector<NodePod>> ParseNodePods(std::string_view pod_list_json,
                                                    std::vector<std::string>* skipped = nullptr);
+
+// One v1.Pod (a parsed JSON object). Errors: InvalidArgument naming the pod,
+// the container and the quantity that cannot be read.
+absl::StatusOr<NodePod> ParseNodePod(const nlohmann::json& pod);
 
 // The GPUs and units a container's device ids name: `gpus` ascending,
 // `units` the ids on each (nvidia.com/gpu: each GPU's units). Errors:

@@ -5,8 +5,14 @@
 //
 // main() only wires tested parts together: the flags (config.h), NVML
 // (nvml.h), the devices (inventory.h), the gRPC server (server.h), health
-// (health.h) and the API requests (kube.h) sent through the extender's
-// ApiClient.
+// (health.h), the node's pods from a watch (pod_cache.h over the extender's
+// Reflector), and the API writes (kube.h) sent off the kubelet's path
+// (patcher.h) through the extender's ApiClient.
+//
+// Threads: gRPC's, serving the kubelet from memory; one keeping the
+// registration with the kubelet (no API server or NVML call on it); one
+// watching the node's pods; the Patcher's writer; and this one, for NVML
+// health, the kubelet's pod-resources records and the Node's annotations.
 
 #include <algorithm>
 #include <atomic>
@@ -24,10 +30,13 @@
 #include "device-plugin/inventory.h"
 #include "device-plugin/kube.h"
 #include "device-plugin/nvml.h"
+#include "device-plugin/patcher.h"
+#include "device-plugin/pod_cache.h"
 #include "device-plugin/pod_resources.h"
 #include "device-plugin/server.h"
 #include "extender/api_client.h"
 #include "extender/kubeconfig.h"
+#include "extender/reflector.h"
 
 namespace {
 
@@ -111,35 +120,55 @@ int main(int argc, char** argv) {
   client_options.qps = 20;
   client_options.burst = 40;
   client_options.timeout = std::chrono::milliseconds(10'000);
+  client_options.max_attempts = 1;  // The Patcher retries, the Reflector relists.
+  // One node's pods: a few MiB at most; the container's limit is 128 MiB.
+  client_options.max_reply_bytes = 32ull << 20;
   auto api = ApiClient::Create(*rest, client_options);
   if (!api.ok()) return Fail("the Kubernetes API", api.status());
   const ApiClient& client = **api;
 
+  // The node's pods, from a watch: the kubelet's calls read this cache.
+  gpushare::deviceplugin::NodePodCache pod_cache;
+  gpushare::extender::Reflector pod_reflector(
+      gpushare::deviceplugin::NodePodsWatchPath(c.node_name),
+      [&](const std::string& type, const std::string& pod) { pod_cache.Apply(type, pod); });
+  gpushare::extender::ApiWatchTransport transport(&client, std::chrono::seconds(60));
+  std::atomic<bool> stop_threads{false};
+  std::thread watcher([&] {
+    gpushare::extender::RunReflector(pod_reflector, transport, {}, stop_threads);
+  });
   auto list_pods = [&](std::vector<std::string>* skipped)
       -> absl::StatusOr<std::vector<gpushare::deviceplugin::NodePod>> {
-    absl::StatusOr<std::string> body = client.Get(gpushare::deviceplugin::NodePodsPath(c.node_name));
-    if (!body.ok()) return body.status();
-    return gpushare::deviceplugin::ParseNodePods(*body, skipped);
-  };
-  auto mark_assigned = [&](const gpushare::deviceplugin::NodePod& pod) -> absl::Status {
-    return client
-        .Call(boost::beast::http::verb::patch,
-              gpushare::extender::PodPath(pod.namespace_name, pod.name),
-              gpushare::deviceplugin::AssignedPatch(NowNs()), gpushare::deviceplugin::kMergePatch)
-        .status();
-  };
-  // True when the Node carries the annotations (or none are written).
-  auto annotate_node = [&](const std::map<int, std::string>& unhealthy) -> bool {
-    if (!c.annotate_node) return true;
-    absl::StatusOr<std::string> r =
-        client.Call(boost::beast::http::verb::patch, gpushare::deviceplugin::NodePath(c.node_name),
-                    gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, gpu_units, unhealthy),
-                    gpushare::deviceplugin::kMergePatch);
-    if (!r.ok()) {
-      std::cerr << "gpushare-device-plugin: annotating node " << c.node_name << ": "
-                << r.status().message() << " (tried again in 10 s)" << std::endl;
+    if (!pod_reflector.synced()) {
+      return absl::UnavailableError("this node's pods are not listed yet: " +
+                                    pod_reflector.status());
     }
-    return r.ok();
+    return pod_cache.Pods(skipped);
+  };
+
+  // Writes, off the kubelet's path.
+  gpushare::deviceplugin::Patcher::Options patch_options;
+  patch_options.max_attempts = 30;  // About 5 minutes at the longest backoff.
+  gpushare::deviceplugin::Patcher patcher(
+      [&](const gpushare::deviceplugin::Patcher::Write& w) {
+        return client
+            .Call(boost::beast::http::verb::patch, w.path, w.body,
+                  gpushare::deviceplugin::kMergePatch)
+            .status();
+      },
+      patch_options);
+  auto mark_assigned = [&](const gpushare::deviceplugin::NodePod& pod) -> absl::Status {
+    patcher.Enqueue({"assigned/" + pod.uid, "marking " + pod.id() + " assigned",
+                     gpushare::extender::PodPath(pod.namespace_name, pod.name),
+                     gpushare::deviceplugin::AssignedPatch(NowNs())});
+    return absl::OkStatus();
+  };
+  auto annotate_node = [&](const std::map<int, std::string>& unhealthy) {
+    if (!c.annotate_node) return;
+    patcher.Enqueue({"node", "annotating node " + c.node_name,
+                     gpushare::deviceplugin::NodePath(c.node_name),
+                     gpushare::deviceplugin::NodeAnnotationsPatch(topology_json, gpu_units,
+                                                                  unhealthy)});
   };
 
   // The kubelet.
@@ -147,10 +176,14 @@ int main(int argc, char** argv) {
   options.plugin_dir = c.plugin_dir;
   options.exclusive_resource = c.exclusive_resource;
   options.allocation.hami_limits = c.hami_limits;
+  options.identify_wait = std::chrono::milliseconds(2'000);
   auto server = DevicePluginServer::Start(*inventory, options, list_pods, mark_assigned);
-  if (!server.ok()) return Fail("serving the device plugin API", server.status());
-  bool node_annotated = annotate_node({});
-  auto next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  if (!server.ok()) {
+    stop_threads.store(true);
+    watcher.join();
+    return Fail("serving the device plugin API", server.status());
+  }
+  annotate_node({});
 
   // What the kubelet allocated: at start (a restart: those are served
   // already), after Allocate calls whose pod disagreed with its devices or
@@ -167,9 +200,11 @@ int main(int argc, char** argv) {
     }
     auto pods = list_pods(nullptr);
     if (!pods.ok()) {
-      std::cerr << "gpushare-device-plugin: listing this node's pods: " << pods.status().message()
-                << std::endl;
-      return;
+      // Not listed yet: at start, the devices in use are still taken from
+      // the kubelet's records; which pods they belong to follows at the
+      // first reconcile after the watch has listed them.
+      if (!at_start) return;
+      pods = std::vector<gpushare::deviceplugin::NodePod>();
     }
     const auto keys = gpushare::deviceplugin::ServedKeys(*served, *pods);
     const auto put_back = (*server)->ReconcileLedger(
@@ -183,40 +218,24 @@ int main(int argc, char** argv) {
                 << " was not the one admitted; it waits again" << std::endl;
     }
     for (const auto& fix : gpushare::deviceplugin::CorrectionsFrom(*served, *pods, *inventory)) {
-      absl::StatusOr<std::string> r =
-          client.Call(boost::beast::http::verb::patch,
-                      gpushare::extender::PodPath(fix.pod_namespace, fix.pod_name), fix.patch,
-                      gpushare::deviceplugin::kMergePatch);
+      patcher.Enqueue({"correct/" + fix.pod, "correcting the annotations of " + fix.pod,
+                       gpushare::extender::PodPath(fix.pod_namespace, fix.pod_name), fix.patch});
       std::cout << "gpushare-device-plugin: pod " << fix.pod
-                << " runs on other GPUs than its annotations named; corrected"
-                << (r.ok() ? "" : ": " + std::string(r.status().message())) << std::endl;
+                << " runs on other GPUs than its annotations named; correcting them" << std::endl;
     }
   };
-  reconcile(/*at_start=*/true);
 
-  // Registration is kept up by the loop below (a missing kubelet socket is
-  // waited for, a restarted kubelet is registered with again). It looks every
-  // 100 ms (four stat calls): a restarted kubelet admits the pods it finds
-  // bound about a second after its registration socket appears, and rejects
-  // those asking for a resource no plugin has re-registered yet
+  // Registration is kept up by a thread of its own, which calls neither
+  // the API server nor NVML (a missing kubelet socket is waited for, a
+  // restarted kubelet is registered with again). It looks every 100 ms
+  // (four stat calls): a restarted kubelet admits the pods it finds bound
+  // about a second after its registration socket appears, and rejects those
+  // asking for a resource no plugin has re-registered yet
   // (UnexpectedAdmissionError, kubernetes/kubernetes#133382), so the sooner
   // the plugin is back the fewer pods fail.
-  bool registered = false;
-  gpushare::deviceplugin::HealthTracker health(inventory->gpu_count());
-  const absl::Status events = (*nvml)->WatchEvents();
-  if (!events.ok()) {
-    std::cerr << "gpushare-device-plugin: no NVML events (" << events.message()
-              << "); health from probes only" << std::endl;
-  }
-  std::map<int, std::string> unhealthy;
-  auto next_probe = std::chrono::steady_clock::now();
-  auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  int64_t unsettled_seen = 0;
-  auto next_register = std::chrono::steady_clock::now();
-  while (!g_stop.load()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= next_register) {
-      next_register = now + std::chrono::milliseconds(100);
+  std::thread registrar([&] {
+    bool registered = false;
+    while (!g_stop.load()) {
       bool acted = false;
       absl::Status s = registered ? (*server)->KeepRegistered(&acted) : (*server)->Register();
       if (!s.ok()) {
@@ -226,6 +245,34 @@ int main(int argc, char** argv) {
         registered = true;
         std::cout << "gpushare-device-plugin: registered with the kubelet" << std::endl;
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  // The kubelet's records, once the watch has listed the node's pods (a few
+  // seconds at most; without the API server the devices in use are
+  // restored all the same).
+  for (int i = 0; i < 100 && !pod_reflector.synced() && !g_stop.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  reconcile(/*at_start=*/true);
+
+  gpushare::deviceplugin::HealthTracker health(inventory->gpu_count());
+  const absl::Status events = (*nvml)->WatchEvents();
+  if (!events.ok()) {
+    std::cerr << "gpushare-device-plugin: no NVML events (" << events.message()
+              << "); health from probes only" << std::endl;
+  }
+  std::map<int, std::string> unhealthy;
+  auto next_probe = std::chrono::steady_clock::now();
+  auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  int64_t unsettled_seen = 0;
+  std::string watch_status;
+  while (!g_stop.load()) {
+    // The watch's trouble, once each time it changes.
+    if (std::string st = pod_reflector.status(); st != watch_status) {
+      watch_status = st;
+      std::cerr << "gpushare-device-plugin: watching this node's pods: "
+                << (st.empty() ? "ok" : st) << std::endl;
     }
     if (events.ok()) {
       auto got = (*nvml)->WaitEvents(100);
@@ -265,15 +312,13 @@ int main(int argc, char** argv) {
         }
       }
       unhealthy = now_unhealthy;
-      node_annotated = false;
-      next_annotate = std::chrono::steady_clock::now();
-    }
-    if (!node_annotated && std::chrono::steady_clock::now() >= next_annotate) {
-      node_annotated = annotate_node(unhealthy);
-      next_annotate = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      annotate_node(unhealthy);
     }
   }
   std::cout << "gpushare-device-plugin: stopping" << std::endl;
+  registrar.join();
   (*server)->Stop();
+  stop_threads.store(true);
+  watcher.join();
   return 0;
 }

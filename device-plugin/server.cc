@@ -256,9 +256,28 @@ grpc::Status ResourceService::GetPreferredAllocation(
     api::PreferredAllocationResponse* reply) {
   DevicePluginServer::Impl& s = *server_;
   const Inventory& inv = s.inventory;
-  absl::StatusOr<std::vector<NodePod>> pods =
-      resource_ == Resource::kGpuCount ? std::vector<NodePod>() : s.ListPods();
-  std::lock_guard lock(s.mu);
+  // The scheduler's plan for each container. The pods come from the
+  // program's cache, which may not have a pod bound a moment ago yet: while
+  // a container has no plan, they are listed again for a short while.
+  std::vector<absl::StatusOr<Grant>> plans;
+  const auto deadline = std::chrono::steady_clock::now() + s.options.identify_wait;
+  std::unique_lock lock(s.mu, std::defer_lock);
+  while (resource_ != Resource::kGpuCount) {
+    absl::StatusOr<std::vector<NodePod>> pods = s.ListPods();
+    lock.lock();
+    plans.clear();
+    bool all = true;
+    for (const api::ContainerPreferredAllocationRequest& want : request->container_requests()) {
+      plans.push_back(pods.ok() ? s.ledger.Match(resource_, want.allocation_size(), *pods, inv,
+                                                 s.options.allocation)
+                                : absl::StatusOr<Grant>(pods.status()));
+      all = all && plans.back().ok();
+    }
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    s.changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return s.stopping; });
+    lock.unlock();
+  }
+  if (!lock.owns_lock()) lock.lock();
   // GPUs to stay off: unhealthy ones and those the other resource holds.
   std::set<int> avoid;
   for (const auto& [g, why] : s.unhealthy) avoid.insert(g);
@@ -266,7 +285,8 @@ grpc::Status ResourceService::GetPreferredAllocation(
   for (const HeldDevice& d : s.ledger.Held()) {
     if (d.resource == other) avoid.insert(d.gpu);
   }
-  for (const api::ContainerPreferredAllocationRequest& want : request->container_requests()) {
+  for (int i = 0; i < request->container_requests_size(); ++i) {
+    const api::ContainerPreferredAllocationRequest& want = request->container_requests(i);
     api::ContainerPreferredAllocationResponse* out = reply->add_container_responses();
     const int size = want.allocation_size();
     std::vector<std::string> chosen(want.must_include_deviceids().begin(),
@@ -277,8 +297,8 @@ grpc::Status ResourceService::GetPreferredAllocation(
       chosen.push_back(id);
       return true;
     };
-    absl::StatusOr<Grant> grant = absl::NotFoundError("");
-    if (pods.ok()) grant = s.ledger.Match(resource_, size, *pods, inv, s.options.allocation);
+    const absl::StatusOr<Grant> grant =
+        i < static_cast<int>(plans.size()) ? plans[i] : absl::NotFoundError("");
     if (grant.ok()) {
       // Units of each planned GPU first, in the kubelet's order of ids.
       for (size_t k = 0; k < grant->gpus.size(); ++k) {
@@ -319,22 +339,23 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
     absl::StatusOr<DeviceSet> devices = DevicesOf(resource_, ids, s.inventory);
     if (!devices.ok()) return fail(devices.status());
   }
-  absl::StatusOr<std::vector<NodePod>> pods = s.ListPods();
-  if (!pods.ok()) {
-    std::fprintf(stderr,
-                 "gpushare-device-plugin: Allocate %s: cannot list this node's pods (%s); granting "
-                 "the kubelet's devices to a container not told yet\n",
-                 ResourceName(resource_), std::string(pods.status().message()).c_str());
-    pods = std::vector<NodePod>();
-  }
+  // The pods, from the program's cache: a pod bound a moment ago may not be
+  // there yet, so a container not told is tried again for a short while.
+  const auto deadline = std::chrono::steady_clock::now() + s.options.identify_wait;
+  absl::StatusOr<std::vector<NodePod>> pods;
   std::vector<Grant> grants;
   absl::Status refused;
-  {
-    std::lock_guard lock(s.mu);
+  for (bool done = false; !done;) {
+    pods = s.ListPods();
+    if (!pods.ok()) pods = std::vector<NodePod>();
+    grants.clear();
+    refused = absl::OkStatus();
+    std::unique_lock lock(s.mu);
     s.ledger.Prune(*pods);
     // Several containers in one call are granted in order; each grant is
     // recorded at once so the next is not told the same container.
     Ledger trial = s.ledger;
+    bool all_told = true;
     for (const api::ContainerAllocateRequest& want : request->container_requests()) {
       std::vector<std::string> ids(want.devices_ids().begin(), want.devices_ids().end());
       absl::StatusOr<Grant> grant =
@@ -353,10 +374,12 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
         refused = grant.status();
         break;
       }
+      all_told = all_told && grant->identified;
       trial.Record(*grant, SteadyNs());
       grants.push_back(*std::move(grant));
     }
-    if (refused.ok()) {
+    done = !refused.ok() || all_told || std::chrono::steady_clock::now() >= deadline;
+    if (done && refused.ok()) {
       s.ledger = std::move(trial);
       s.stats.allocations += static_cast<int64_t>(grants.size());
       for (const Grant& g : grants) {
@@ -364,6 +387,7 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
         s.stats.disagreements += g.disagrees;
       }
     }
+    if (!done) s.changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return s.stopping; });
   }
   if (!refused.ok()) return fail(refused);
   for (const Grant& g : grants) {

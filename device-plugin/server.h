@@ -36,6 +36,7 @@
 #ifndef GPUSHARE_DEVICE_PLUGIN_SERVER_H_
 #define GPUSHARE_DEVICE_PLUGIN_SERVER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +76,11 @@ class DevicePluginServer {
     // The resource for exclusive GPUs; "" leaves nvidia.com/gpu to another plugin.
     std::string exclusive_resource = "nvidia.com/gpu";
     AllocationOptions allocation;
+    // How long GetPreferredAllocation and Allocate list the pods again
+    // (every 50 ms) while a container has no plan or cannot be told: the
+    // program's pods come from a watch, which may not have delivered a pod
+    // bound a moment ago. 0: once.
+    std::chrono::milliseconds identify_wait{0};
   };
 
   // Serves every resource on <plugin_dir>/gpushare-<name>.sock (removing a

@@ -604,4 +604,6 @@ absl::StatusOr<std::string> ApiClient::GetPod(const k8s::BindTarget& t) const {
   return Get(PodPath(t.pod_namespace, t.pod_name));
 }
 
+void ApiWatchTransport::Sleep(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+
 }  // namespace gpushare::extender

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "extender/kubeconfig.h"
+#include "extender/reflector.h"
 #include "gpushare/kubernetes.h"
 
 namespace gpushare::extender {
@@ -154,6 +155,25 @@ class ApiClient {
   struct Impl;
   explicit ApiClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// The Reflector's transport (reflector.h) over an ApiClient: lists with
+// Get(), watches with Stream() (`idle`: a watch silent that long is ended),
+// a real clock. Used by both gpushare-extender and gpushare-device-plugin.
+class ApiWatchTransport : public WatchTransport {
+ public:
+  ApiWatchTransport(const ApiClient* api, std::chrono::milliseconds idle) : api_(api), idle_(idle) {}
+  absl::StatusOr<std::string> List(const std::string& path) override { return api_->Get(path); }
+  absl::Status Watch(const std::string& path,
+                     const std::function<bool(std::string_view)>& on_data) override {
+    return api_->Stream(path, on_data, idle_);
+  }
+  void Sleep(std::chrono::milliseconds d) override;
+  std::chrono::steady_clock::time_point Now() override { return std::chrono::steady_clock::now(); }
+
+ private:
+  const ApiClient* api_;
+  const std::chrono::milliseconds idle_;
 };
 
 }  // namespace gpushare::extender

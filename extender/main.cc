@@ -165,23 +165,6 @@ void LogReport(const char* what, const gpushare::k8s::SyncReport& r) {
             << " restored" << std::endl;
 }
 
-// The reflectors' transport: the API client, a real clock.
-class ApiTransport : public gpushare::extender::WatchTransport {
- public:
-  ApiTransport(const ApiClient* api, std::chrono::milliseconds idle) : api_(api), idle_(idle) {}
-  absl::StatusOr<std::string> List(const std::string& path) override { return api_->Get(path); }
-  absl::Status Watch(const std::string& path,
-                     const std::function<bool(std::string_view)>& on_data) override {
-    return api_->Stream(path, on_data, idle_);
-  }
-  void Sleep(std::chrono::milliseconds d) override { std::this_thread::sleep_for(d); }
-  Clock::time_point Now() override { return Clock::now(); }
-
- private:
-  const ApiClient* api_;
-  const std::chrono::milliseconds idle_;
-};
-
 void DeclareMetrics(gpushare::extender::Metrics& m) {
   using T = gpushare::extender::Metrics::Type;
   m.Declare("gpushare_extender_requests_total", T::kCounter,
@@ -664,14 +647,14 @@ int main(int argc, char** argv) {
       if ((*scheduler)->ExpireReservations() > 0 && requeuer) requeuer->Kick();
     }
   });
-  std::unique_ptr<ApiTransport> transport;
+  std::unique_ptr<gpushare::extender::ApiWatchTransport> transport;
   if (api) {
     gpushare::extender::ReflectorOptions ro;
     ro.resync = std::chrono::milliseconds(flags.resync_ms);
     ro.trim_bytes = flags.serving.limits.trim_bytes;
     // The server ends a watch after timeoutSeconds and sends bookmarks about
     // every minute; silence beyond that means the connection is dead.
-    transport = std::make_unique<ApiTransport>(
+    transport = std::make_unique<gpushare::extender::ApiWatchTransport>(
         api.get(), std::chrono::duration_cast<std::chrono::milliseconds>(ro.watch_timeout) +
                        std::chrono::seconds(30));
     for (Reflector* r : {node_reflector.get(), pod_reflector.get()}) {

@@ -62,10 +62,10 @@ fi
 cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender
 
 py=$(command -v python3)  # A full path: sudo looks commands up in its own PATH.
-if ! "$py" -c 'import pytest' 2>/dev/null; then
+if ! "$py" -c 'import pytest, yaml' 2>/dev/null; then
   venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest pyyaml
   py="$(cd "$venv" && pwd)/bin/python"
 fi
 start=$(date +%s)

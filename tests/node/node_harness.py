@@ -63,21 +63,29 @@ SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 CGROUP_ROOT = "/sys/fs/cgroup"
 RUN_CONTAINERD = "/run/containerd"
 
-DEVICE_PLUGIN_RBAC = [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-     "metadata": {"name": "gpushare-e2e-device-plugin"},
-     "rules": [
-         # Exactly what deploy/device-plugin/rbac.yaml grants.
-         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
-         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
-     ]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "gpushare-e2e-device-plugin"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                 "name": "gpushare-e2e-device-plugin"},
-     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                   "name": "gpushare-device-plugin"}]},
-]
+def _device_plugin_rules():
+    """The rules of the ClusterRole in deploy/device-plugin/rbac.yaml, as shipped."""
+    import yaml  # PyYAML: 52-node.sh installs it beside pytest.
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "deploy", "device-plugin", "rbac.yaml")
+    with open(path) as f:
+        (role,) = [o for o in yaml.safe_load_all(f) if o and o["kind"] == "ClusterRole"]
+    return role["rules"]
+
+
+def device_plugin_rbac():
+    """The plugin's ClusterRole as shipped, bound to its test identity."""
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "gpushare-e2e-device-plugin"},
+         "rules": _device_plugin_rules()},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "gpushare-e2e-device-plugin"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "gpushare-e2e-device-plugin"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "gpushare-device-plugin"}]},
+    ]
 
 
 # ---------------------------------------------------------------- the image
@@ -266,7 +274,7 @@ class Node(Processes):
             os.path.join(self.dir, "device-plugin.kubeconfig"), cp.server, pki.ca_crt,
             *pki.issue("device-plugin", "/CN=gpushare-device-plugin", client=True),
             "gpushare-device-plugin")
-        for obj in DEVICE_PLUGIN_RBAC:
+        for obj in device_plugin_rbac():
             kind = obj["kind"].lower() + "s"
             self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
 

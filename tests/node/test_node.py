@@ -16,7 +16,7 @@ import time
 import pytest
 
 from harness import HarnessError, wait_until
-from node_harness import (FOUR_V100, GPU_COUNT, GPU_MEM, H200, IMAGE, TWO_A100,
+from node_harness import (FOUR_V100, GPU_COUNT, GPU_MEM, H200, IMAGE, NODE_NAME, TWO_A100,
                           UNHEALTHY_ANNOTATION, WHOLE_GPU, fixture_gpus)
 
 NAMESPACE = "default"
@@ -492,3 +492,71 @@ def test_pods_created_in_one_second_end_with_annotations_naming_their_gpus(node)
     devices = kubelet_devices(node, [api.pod(name) for name in names])
     for name in names:
         assert {uuid_of_device(d) for d in devices[(name, "main")]} == {seen[name]}
+
+
+# ---------------------------------------------------------------- h. pod authors, as attackers
+
+def hand_bound_pod(api, name, units, annotations=None, quantity=None):
+    """A pod created with spec.nodeName already set (no scheduler), asking
+    `units` of gpu-mem (or the raw `quantity`), with `annotations`."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "gpushare-node-e2e"},
+                     "annotations": annotations or {}},
+        "spec": {
+            "nodeName": NODE_NAME, "hostNetwork": True,
+            "automountServiceAccountToken": False, "enableServiceLinks": False,
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", SCRIPT],
+                            "resources": {"limits": {GPU_MEM: quantity or str(units)}}}],
+        },
+    }
+    return api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+
+
+def test_forged_annotations_get_no_gpu_beyond_the_kubelets_ids(node):
+    """A scheduled pod holds all 40 units of one A100; a pod bound by hand
+    with annotations naming that GPU gets the other one, which the kubelet's
+    ids name, and its annotations are corrected to it."""
+    node.use_fixture(TWO_A100)
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    create_pod(api, "holder", [("main", 40)])
+    wait_running(api, "holder")
+    (g,) = placed_gpus(wait_assigned(api, "holder"))
+    assert container_env(api, "holder", "main")["NVIDIA_VISIBLE_DEVICES"] == gpus[g][0]
+
+    hand_bound_pod(api, "forger", 40, {"ALIYUN_COM_GPU_MEM_IDX": str(g),
+                                       "ALIYUN_COM_GPU_MEM_ASSIGNED": "false",
+                                       "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1"})
+    forger = wait_running(api, "forger")
+    env = container_env(api, "forger", "main")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == gpus[1 - g][0], env
+    assert env["ALIYUN_COM_GPU_MEM_IDX"] == str(1 - g)
+    devices = kubelet_devices(node, [forger])[("forger", "main")]
+    assert {uuid_of_device(d) for d in devices} == {gpus[1 - g][0]}
+    # The annotations follow the kubelet's record, so the scheduler sees it.
+    wait_until("the forger's annotations corrected to the GPU it runs on",
+               lambda: placed_gpus(api.pod("forger")) == [1 - g], 45, 0.5)
+    # The holder still has GPU g alone.
+    assert placed_gpus(api.pod("holder")) == [g]
+
+
+def test_an_unreadable_hand_bound_pod_leaves_the_other_pods_running(node):
+    """A pod whose quantity the plugin cannot read (5G units) fails its own
+    admission; pods after it are still served."""
+    node.use_fixture(TWO_A100)
+    api = node.api
+    hand_bound_pod(api, "huge", 0, quantity="5G")
+
+    def failed():
+        pod = api.pod("huge")
+        return pod if pod["status"].get("phase") == "Failed" else None
+    wait_until("pod huge refused by the kubelet", failed, 60, 0.2)
+    create_pod(api, "after", [("main", 3)])
+    wait_running(api, "after")
+    pod = wait_assigned(api, "after")
+    (g,) = placed_gpus(pod)
+    assert container_env(api, "after", "main")["NVIDIA_VISIBLE_DEVICES"] == \
+        fixture_gpus(TWO_A100)[g][0]
