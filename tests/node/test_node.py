@@ -11,6 +11,7 @@ checkpoint of the device ids it gave each container.
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -560,3 +561,49 @@ def test_an_unreadable_hand_bound_pod_leaves_the_other_pods_running(node):
     (g,) = placed_gpus(pod)
     assert container_env(api, "after", "main")["NVIDIA_VISIBLE_DEVICES"] == \
         fixture_gpus(TWO_A100)[g][0]
+
+
+# ---------------------------------------------------------------- i. a stalled API server
+
+def test_a_kubelet_restart_is_registered_again_within_a_second_while_the_api_server_is_stalled(node):
+    """The kubelet restarts while kube-apiserver answers nothing (SIGSTOP)
+    and a GPU has just stopped answering, so the plugin has a Node
+    annotation to write: its registration, which calls neither the API
+    server nor NVML, reaches the new kubelet within a second of its socket."""
+    node.use_fixture(TWO_A100)
+    socket = os.path.join(node.plugin_dir, "kubelet.sock")
+    log = os.path.join(node.logs, "gpushare-device-plugin.log")
+    apiserver = node.cp.procs["kube-apiserver"].proc
+    node.stop_kubelet()
+    # The new kubelet removes every socket of the folder and makes its own,
+    # often on the same inode: removed here first, its arrival is seen.
+    if os.path.exists(socket):
+        os.unlink(socket)
+    offset = os.path.getsize(log)
+    os.kill(apiserver.pid, signal.SIGSTOP)
+    try:
+        node.write_faults({"lost": [1]})
+        time.sleep(1.5)  # Probed every 500 ms: GPU 1 unhealthy, its annotation due.
+        node.start_kubelet(wait=False)
+
+        def new_socket():
+            return os.path.exists(socket) and time.monotonic()
+        appeared = wait_until("the restarted kubelet's socket", new_socket, 60, 0.005)
+
+        def registered():
+            with open(log, "rb") as f:
+                f.seek(offset)
+                return b"registered with the kubelet" in f.read() and time.monotonic()
+        at = wait_until("the plugin registered with the new kubelet", registered, 10, 0.005)
+        took = at - appeared
+        print(f"\nre-registered {took * 1000:.0f} ms after the kubelet's socket appeared, "
+              "the API server stalled")
+        assert took < 1.0
+    finally:
+        os.kill(apiserver.pid, signal.SIGCONT)
+        node.write_faults({})
+    # Once the API server answers again, the node serves as before.
+    node.stop_kubelet()
+    node.start_kubelet()
+    create_pod(node.api, "after-stall", [("main", 3)])
+    wait_running(node.api, "after-stall")
