@@ -317,8 +317,10 @@ int main(int argc, char** argv) {
   }
   std::cout << "gpushare-device-plugin: stopping" << std::endl;
   registrar.join();
-  (*server)->Stop();
+  (*server)->Stop();  // The sockets are gone: the kubelet sees the plugin leave.
+  // The watch and the writer may be waiting on the API server (up to a
+  // minute for a quiet watch): the process ends without waiting for them.
   stop_threads.store(true);
-  watcher.join();
-  return 0;
+  std::cout.flush();
+  std::_Exit(0);
 }
