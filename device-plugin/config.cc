@@ -43,6 +43,10 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
          absl::StrCat("how often GPU health is checked (default ", c->health_interval_ms,
                       ", at least 100)"),
          SetInt("--health-interval-ms", "milliseconds", 100, 3'600'000, &c->health_interval_ms));
+  f->Add(kNodeGroup, "--health-checks", "BOOL",
+         "watch NVML events and probe each GPU (default true); false\n"
+         "keeps every GPU healthy",
+         SetBool("--health-checks", &c->health_checks));
   flags::AddKubeconfigFlags(f, kApiGroup, &c->kubeconfig, &c->context);
   f->Add(kApiGroup, "--apiserver", "URL", "API server URL; overrides the kubeconfig's server",
          SetString("--apiserver", &c->apiserver));

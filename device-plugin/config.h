@@ -32,6 +32,9 @@ struct DevicePluginConfig {
   // NVML.
   std::string nvml_library = "libnvidia-ml.so.1";
   int64_t health_interval_ms = 5'000;
+  // NVML events and probes; false keeps every GPU healthy (for drivers whose
+  // events misfire, as NVIDIA's DP_DISABLE_HEALTHCHECKS=all).
+  bool health_checks = true;
   // What is advertised and handed out.
   MemoryUnit memory_unit = MemoryUnit::kGiB;
   std::string exclusive_resource = "nvidia.com/gpu";

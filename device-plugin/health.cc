@@ -14,12 +14,25 @@ bool IsCriticalXid(unsigned long long xid) {
 }
 
 void HealthTracker::OnEvent(const GpuEvent& event) {
-  if (event.gpu < 0 || event.gpu >= static_cast<int>(sticky_.size())) return;
+  std::string why;
   if (event.double_bit_ecc) {
-    sticky_[event.gpu] = "double-bit ECC error";
+    why = "double-bit ECC error";
   } else if (IsCriticalXid(event.xid)) {
-    sticky_[event.gpu] = absl::StrCat("XID ", event.xid);
+    why = absl::StrCat("XID ", event.xid);
+  } else {
+    return;
   }
+  if (event.gpu >= 0) {
+    if (event.gpu < static_cast<int>(sticky_.size())) sticky_[event.gpu] = why;
+    return;
+  }
+  for (std::string& s : sticky_) {
+    if (s.empty()) s = why + " on a GPU NVML did not name";
+  }
+}
+
+void HealthTracker::OnWait(const absl::Status& wait) {
+  wait_error_ = wait.ok() ? "" : absl::StrCat("NVML event wait failed: ", wait.message());
 }
 
 void HealthTracker::OnProbe(int gpu, const absl::Status& probe) {
@@ -34,6 +47,8 @@ std::map<int, std::string> HealthTracker::Unhealthy() const {
       out[static_cast<int>(g)] = sticky_[g];
     } else if (!lost_[g].empty()) {
       out[static_cast<int>(g)] = lost_[g];
+    } else if (!wait_error_.empty()) {
+      out[static_cast<int>(g)] = wait_error_;
     }
   }
   return out;

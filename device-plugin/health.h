@@ -11,6 +11,11 @@
 //   health.OnProbe(g, nvml.Probe(g));      // every --health-interval-ms
 //   server.SetHealth(...) for each change of health.Unhealthy();
 //
+// An event NVML delivers without naming a known GPU marks every GPU
+// unhealthy, as the event of each could be. A failing event wait (the
+// driver in trouble) marks every GPU unhealthy until a wait succeeds again;
+// the program backs off meanwhile.
+//
 // XIDs caused by applications rather than the GPU (13 graphics engine
 // exception, 31 memory page fault, 43 stopped processing, 45 preemptive
 // cleanup, 68 video processor exception, 109 context switch timeout) are
@@ -35,9 +40,14 @@ bool IsCriticalXid(unsigned long long xid);
 class HealthTracker {
  public:
   explicit HealthTracker(int gpus) : sticky_(gpus), lost_(gpus) {}
-  // An event for a GPU outside 0..gpus-1 is ignored.
+  // `event.gpu` is an index of this tracker's GPUs; -1: a GPU NVML did not
+  // name, so all of them; another value is not a GPU of this tracker's
+  // (ignored).
   void OnEvent(const GpuEvent& event);
   void OnProbe(int gpu, const absl::Status& probe);
+  // The result of an event wait: an error marks every GPU unhealthy (the
+  // reason is the error), OK clears that.
+  void OnWait(const absl::Status& wait);
   // Unhealthy GPUs and why ("XID 79", "double-bit ECC error", "GPU 1: GPU
   // is lost").
   std::map<int, std::string> Unhealthy() const;
@@ -45,6 +55,7 @@ class HealthTracker {
  private:
   std::vector<std::string> sticky_;  // Reason of a critical event, "" = none.
   std::vector<std::string> lost_;    // Reason of a failed probe, "" = answers.
+  std::string wait_error_;           // The last event wait's error, "" = none.
 };
 
 }  // namespace gpushare::deviceplugin

@@ -83,6 +83,28 @@ std::string InventoryJson(const Inventory& inv, const std::string& driver_versio
   return out.dump(1);
 }
 
+std::optional<int> Inventory::GpuOfNvmlIndex(int nvml_index) const {
+  for (int g = 0; g < gpu_count(); ++g) {
+    if (gpus_[g].index == nvml_index) return g;
+  }
+  return std::nullopt;
+}
+
+std::vector<GpuInfo> SharableGpus(const std::vector<GpuInfo>& gpus,
+                                  std::vector<std::string>* left_out) {
+  std::vector<GpuInfo> out;
+  for (const GpuInfo& g : gpus) {
+    if (g.mig_enabled) {
+      left_out->push_back(absl::StrCat("GPU ", g.index, " (", g.uuid,
+                                       ") is in MIG mode: not advertised (gpushare does not "
+                                       "share MIG instances yet; turn MIG off to share it)"));
+      continue;
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
 absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo> gpus, MemoryUnit unit) {
   if (gpus.empty()) return absl::FailedPreconditionError("NVML reports no GPU on this node");
   Inventory inv;

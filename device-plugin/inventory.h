@@ -54,6 +54,9 @@ class Inventory {
   // The GPU (index into gpus()) of a gpu-mem device id or of a GPU's UUID;
   // nullopt when the id is none of this node's.
   std::optional<int> GpuOfDevice(std::string_view id) const;
+  // The GPU (index into gpus()) whose NVML index is `nvml_index`; nullopt
+  // for a GPU not advertised (SharableGpus() left it out).
+  std::optional<int> GpuOfNvmlIndex(int nvml_index) const;
 
  private:
   friend absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo>, MemoryUnit);
@@ -68,6 +71,13 @@ class Inventory {
 // topology's compact JSON (omitted when empty), as one JSON object.
 std::string InventoryJson(const Inventory& inventory, const std::string& driver_version,
                           const std::string& topology_json);
+
+// The GPUs to advertise, of those NVML reports: all but GPUs in MIG mode,
+// whose memory belongs to their MIG instances (gpushare does not share MIG
+// instances yet; handing out the parent would give a container a GPU whose
+// memory is partitioned away). Each GPU left out gets a line in `left_out`.
+std::vector<GpuInfo> SharableGpus(const std::vector<GpuInfo>& gpus,
+                                  std::vector<std::string>* left_out);
 
 // Errors: InvalidArgument when a GPU has no UUID, two GPUs share one, or a
 // GPU has less than one unit of memory (naming it); FailedPrecondition when

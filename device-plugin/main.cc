@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -80,9 +81,12 @@ int main(int argc, char** argv) {
   // The GPUs.
   auto nvml = gpushare::deviceplugin::Nvml::Load(c.nvml_library);
   if (!nvml.ok()) return Fail("NVML", nvml.status());
-  auto gpus = (*nvml)->Devices();
-  if (!gpus.ok()) return Fail("reading the GPUs", gpus.status());
-  auto inventory = gpushare::deviceplugin::MakeInventory(*gpus, c.memory_unit);
+  auto all_gpus = (*nvml)->Devices();
+  if (!all_gpus.ok()) return Fail("reading the GPUs", all_gpus.status());
+  std::vector<std::string> left_out;
+  auto gpus = gpushare::deviceplugin::SharableGpus(*all_gpus, &left_out);
+  for (const std::string& why : left_out) std::cerr << "gpushare-device-plugin: " << why << std::endl;
+  auto inventory = gpushare::deviceplugin::MakeInventory(gpus, c.memory_unit);
   if (!inventory.ok()) return Fail("this node's GPUs", inventory.status());
   std::ostream& log = c.discover ? std::cerr : std::cout;  // --discover: stdout is JSON.
   for (const auto& g : inventory->gpus()) {
@@ -256,12 +260,26 @@ int main(int argc, char** argv) {
   }
   reconcile(/*at_start=*/true);
 
+  // Health: NVML events of each GPU that reports them, and probes.
   gpushare::deviceplugin::HealthTracker health(inventory->gpu_count());
-  const absl::Status events = (*nvml)->WatchEvents();
-  if (!events.ok()) {
-    std::cerr << "gpushare-device-plugin: no NVML events (" << events.message()
-              << "); health from probes only" << std::endl;
+  bool watching = false;
+  if (c.health_checks) {
+    auto unwatched = (*nvml)->WatchEvents();
+    watching = unwatched.ok();
+    if (!unwatched.ok()) {
+      std::cerr << "gpushare-device-plugin: no NVML events (" << unwatched.status().message()
+                << "); health from probes only" << std::endl;
+    } else {
+      for (const auto& [index, why] : *unwatched) {
+        std::cerr << "gpushare-device-plugin: GPU " << index << " reports no NVML events (" << why
+                  << "); its health from probes only" << std::endl;
+      }
+    }
+  } else {
+    std::cerr << "gpushare-device-plugin: health checks are off: every GPU stays healthy"
+              << std::endl;
   }
+  auto wait_backoff = std::chrono::milliseconds(100);
   std::map<int, std::string> unhealthy;
   auto next_probe = std::chrono::steady_clock::now();
   auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(6);
@@ -274,10 +292,28 @@ int main(int argc, char** argv) {
       std::cerr << "gpushare-device-plugin: watching this node's pods: "
                 << (st.empty() ? "ok" : st) << std::endl;
     }
-    if (events.ok()) {
+    if (watching) {
       auto got = (*nvml)->WaitEvents(100);
+      health.OnWait(got.status());
       if (got.ok()) {
-        for (const auto& e : *got) health.OnEvent(e);
+        wait_backoff = std::chrono::milliseconds(100);
+        for (gpushare::deviceplugin::GpuEvent e : *got) {
+          // NVML's index to the advertised GPU's (a GPU left out: ignored).
+          if (e.gpu >= 0) {
+            std::optional<int> g = inventory->GpuOfNvmlIndex(e.gpu);
+            if (!g.has_value()) continue;
+            e.gpu = *g;
+          }
+          health.OnEvent(e);
+        }
+      } else {
+        // The driver in trouble: every GPU unhealthy meanwhile, and waits
+        // spaced out (up to 5 s) instead of spinning.
+        if (wait_backoff == std::chrono::milliseconds(100)) {
+          std::cerr << "gpushare-device-plugin: " << got.status().message() << std::endl;
+        }
+        std::this_thread::sleep_for(wait_backoff);
+        wait_backoff = std::min(wait_backoff * 2, std::chrono::milliseconds(5'000));
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -298,7 +334,9 @@ int main(int argc, char** argv) {
     }
     if (std::chrono::steady_clock::now() >= next_probe) {
       next_probe = std::chrono::steady_clock::now() + std::chrono::milliseconds(c.health_interval_ms);
-      for (int g = 0; g < inventory->gpu_count(); ++g) health.OnProbe(g, (*nvml)->Probe(g));
+      for (int g = 0; g < inventory->gpu_count() && c.health_checks; ++g) {
+        health.OnProbe(g, (*nvml)->Probe(inventory->gpus()[g].index));
+      }
     }
     std::map<int, std::string> now_unhealthy = health.Unhealthy();
     if (now_unhealthy != unhealthy) {

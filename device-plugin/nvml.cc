@@ -299,7 +299,7 @@ absl::Status Nvml::Probe(int index) const {
   return absl::UnavailableError(absl::StrCat("GPU ", index, ": ", api_->Error(r)));
 }
 
-absl::Status Nvml::WatchEvents() {
+absl::StatusOr<std::map<int, std::string>> Nvml::WatchEvents() {
   if (api_->event_set_create == nullptr || api_->register_events == nullptr ||
       api_->event_wait == nullptr) {
     return absl::UnimplementedError("this NVML has no event calls");
@@ -314,22 +314,34 @@ absl::Status Nvml::WatchEvents() {
   if (nvmlReturn_t r = api_->count(&count); r != NVML_SUCCESS) {
     return absl::InternalError(absl::StrCat("nvmlDeviceGetCount_v2: ", api_->Error(r)));
   }
+  std::map<int, std::string> unwatched;
   api_->watched.clear();
   for (unsigned i = 0; i < count; ++i) {
     nvmlDevice_t device = nullptr;
     nvmlReturn_t r = api_->by_index(i, &device);
-    if (r == NVML_SUCCESS) {
-      r = api_->register_events(device,
-                                nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError,
-                                api_->events);
-    }
+    api_->watched.push_back(r == NVML_SUCCESS ? device : nullptr);
     if (r != NVML_SUCCESS) {
-      return absl::UnimplementedError(
-          absl::StrCat("GPU ", i, ": nvmlDeviceRegisterEvents: ", api_->Error(r)));
+      unwatched[static_cast<int>(i)] = absl::StrCat("nvmlDeviceGetHandleByIndex: ", api_->Error(r));
+      continue;
     }
-    api_->watched.push_back(device);
+    // Both types, else each alone: a GPU without ECC reports XIDs all the same.
+    std::string why;
+    bool any = false;
+    constexpr unsigned long long kXid = nvmlEventTypeXidCriticalError;
+    constexpr unsigned long long kEcc = nvmlEventTypeDoubleBitEccError;
+    for (unsigned long long types : {kXid | kEcc, kXid, kEcc}) {
+      r = api_->register_events(device, types, api_->events);
+      if (r == NVML_SUCCESS) {
+        any = true;
+        if (types != kXid) break;  // Both, or ECC after XID.
+        continue;
+      }
+      if (why.empty()) why = absl::StrCat("nvmlDeviceRegisterEvents: ", api_->Error(r));
+      if (types == kEcc) break;
+    }
+    if (!any) unwatched[static_cast<int>(i)] = why;
   }
-  return absl::OkStatus();
+  return unwatched;
 }
 
 absl::StatusOr<std::vector<GpuEvent>> Nvml::WaitEvents(unsigned timeout_ms) {
@@ -343,7 +355,7 @@ absl::StatusOr<std::vector<GpuEvent>> Nvml::WaitEvents(unsigned timeout_ms) {
   }
   GpuEvent e;
   e.gpu = -1;
-  for (size_t i = 0; i < api_->watched.size(); ++i) {
+  for (size_t i = 0; i < api_->watched.size() && data.device != nullptr; ++i) {
     if (api_->watched[i] == data.device) e.gpu = static_cast<int>(i);
   }
   e.double_bit_ecc = (data.eventType & nvmlEventTypeDoubleBitEccError) != 0;

@@ -21,6 +21,7 @@
 #define GPUSHARE_DEVICE_PLUGIN_NVML_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +45,7 @@ struct GpuInfo {
 
 // A critical event of one GPU (nvmlEventSetWait).
 struct GpuEvent {
-  int gpu = 0;            // Its index.
+  int gpu = 0;            // Its index; -1: a GPU NVML did not name.
   bool double_bit_ecc = false;  // Else a critical XID:
   unsigned long long xid = 0;
 };
@@ -78,12 +79,16 @@ class Nvml {
   // Whether GPU `index` still answers (its memory information): OK, or
   // Unavailable with NVML's message ("GPU is lost").
   absl::Status Probe(int index) const;
-  // Registers for critical XID and double-bit ECC events on every GPU.
-  // Errors: Unimplemented when the driver lacks the event calls or a GPU
-  // does not support them (health then rests on Probe()).
-  absl::Status WatchEvents();
+  // Registers for critical XID and double-bit ECC events on each GPU, each
+  // with the types it supports (a GPU without ECC still reports XIDs).
+  // Returns the GPUs (by index) that report no event at all, and why:
+  // their health rests on Probe(); the others' does not depend on them.
+  // Errors: Unimplemented when the driver lacks the event calls.
+  absl::StatusOr<std::map<int, std::string>> WatchEvents();
   // The events that arrive within `timeout_ms` (at most one wait; empty on
-  // a timeout). Call after WatchEvents() succeeded.
+  // a timeout). An event of a device NVML does not name, or that is not one
+  // of Devices(), has gpu -1. Errors: FailedPrecondition before
+  // WatchEvents(); Unavailable with NVML's message when the wait fails.
   absl::StatusOr<std::vector<GpuEvent>> WaitEvents(unsigned timeout_ms);
 
  private:

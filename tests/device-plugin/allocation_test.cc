@@ -83,6 +83,23 @@ TEST(InventoryTest, RefusesWhatCannotBeAdvertised) {
   EXPECT_EQ(*ParseMemoryUnit("mib"), MemoryUnit::kMiB);
 }
 
+// Finding: MIG-enabled GPUs were advertised and their parent UUID handed out.
+TEST(InventoryTest, MigGpusAreLeftOutAndNvmlIndicesMapToWhatIsAdvertised) {
+  std::vector<GpuInfo> gpus = Gpus({40, 40, 40});
+  gpus[1].mig_enabled = true;
+  std::vector<std::string> left_out;
+  std::vector<GpuInfo> sharable = SharableGpus(gpus, &left_out);
+  ASSERT_EQ(sharable.size(), 2u);
+  ASSERT_EQ(left_out.size(), 1u);
+  EXPECT_THAT(left_out[0], HasSubstr("GPU 1 (GPU-1) is in MIG mode: not advertised"));
+  absl::StatusOr<Inventory> inv = MakeInventory(sharable, MemoryUnit::kGiB);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_EQ(inv->GpuOfNvmlIndex(0), 0);
+  EXPECT_EQ(inv->GpuOfNvmlIndex(1), std::nullopt);
+  EXPECT_EQ(inv->GpuOfNvmlIndex(2), 1);
+  EXPECT_EQ(inv->gpus()[1].uuid, "GPU-2");
+}
+
 // A v1.Pod as the API server returns it.
 nlohmann::json PodJson(const std::string& name, std::vector<std::pair<std::string, int>> mem,
                        std::map<std::string, std::string> annotations,

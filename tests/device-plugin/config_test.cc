@@ -29,18 +29,20 @@ TEST(DevicePluginConfigTest, DefaultsSuitTheDaemonSet) {
   EXPECT_EQ(c->exclusive_resource, "nvidia.com/gpu");
   EXPECT_FALSE(c->hami_limits);
   EXPECT_TRUE(c->annotate_node);
+  EXPECT_TRUE(c->health_checks);
 }
 
 TEST(DevicePluginConfigTest, FlagsOverride) {
   absl::StatusOr<DevicePluginConfig> c =
       Parse({"--node-name", "gpu-7", "--memory-unit=MiB", "--exclusive-resource=",
-             "--hami-limits", "true", "--health-interval-ms", "250"});
+             "--hami-limits", "true", "--health-interval-ms", "250", "--health-checks=false"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->node_name, "gpu-7");
   EXPECT_EQ(c->memory_unit, MemoryUnit::kMiB);
   EXPECT_EQ(c->exclusive_resource, "");
   EXPECT_TRUE(c->hami_limits);
   EXPECT_EQ(c->health_interval_ms, 250);
+  EXPECT_FALSE(c->health_checks);
 }
 
 TEST(DevicePluginConfigTest, DiscoverNeedsNoNodeName) {

@@ -6,10 +6,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::deviceplugin {
 namespace {
@@ -42,6 +45,30 @@ TEST(HealthTrackerTest, CriticalEventsStickAndLostGpusRecover) {
   EXPECT_EQ(h.Unhealthy().at(1), "double-bit ECC error");
 }
 
+// Finding: an event from a device NVML did not name was dropped.
+TEST(HealthTrackerTest, AnEventOfAGpuNotNamedMarksEveryGpu) {
+  HealthTracker h(3);
+  h.OnEvent(Event(1, false, 79));
+  h.OnEvent(Event(-1, false, 13));  // An application's fault: nothing.
+  EXPECT_EQ(h.Unhealthy().size(), 1u);
+  h.OnEvent(Event(-1, false, 48));
+  EXPECT_EQ(h.Unhealthy(), (std::map<int, std::string>{
+                               {0, "XID 48 on a GPU NVML did not name"},
+                               {1, "XID 79"},
+                               {2, "XID 48 on a GPU NVML did not name"}}));
+}
+
+// Finding: a failing event wait was ignored (and the loop spun).
+TEST(HealthTrackerTest, AFailingEventWaitMarksEveryGpuUntilAWaitSucceeds) {
+  HealthTracker h(2);
+  h.OnEvent(Event(0, false, 79));
+  h.OnWait(absl::UnavailableError("nvmlEventSetWait_v2: Unknown Error"));
+  EXPECT_EQ(h.Unhealthy().at(0), "XID 79");
+  EXPECT_EQ(h.Unhealthy().at(1), "NVML event wait failed: nvmlEventSetWait_v2: Unknown Error");
+  h.OnWait(absl::OkStatus());
+  EXPECT_EQ(h.Unhealthy(), (std::map<int, std::string>{{0, "XID 79"}}));
+}
+
 class NvmlHealthTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -68,7 +95,9 @@ class NvmlHealthTest : public ::testing::Test {
 };
 
 TEST_F(NvmlHealthTest, InjectedXidAndLostGpuReachTheTracker) {
-  ASSERT_TRUE(nvml_->WatchEvents().ok());
+  absl::StatusOr<std::map<int, std::string>> unwatched = nvml_->WatchEvents();
+  ASSERT_TRUE(unwatched.ok()) << unwatched.status();
+  EXPECT_THAT(*unwatched, IsEmpty());
   absl::StatusOr<std::vector<GpuEvent>> none = nvml_->WaitEvents(10);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_THAT(*none, IsEmpty());
@@ -93,6 +122,45 @@ TEST_F(NvmlHealthTest, InjectedXidAndLostGpuReachTheTracker) {
   Write(R"({"events": [{"gpu": 0, "xid": 48}]})");
   for (int g = 0; g < 2; ++g) h.OnProbe(g, nvml_->Probe(g));
   EXPECT_EQ(h.Unhealthy(), (std::map<int, std::string>{{0, "XID 48"}}));
+}
+
+// Finding: one GPU without ECC events turned event watching off for all.
+TEST_F(NvmlHealthTest, AGpuWithoutEccEventsStillReportsXidsAndTheOthersAreWatched) {
+  const std::string fixture = faults_ + ".fixture.json";
+  nlohmann::json f = nlohmann::json::parse(
+      std::ifstream(GPUSHARE_SOURCE_DIR "/tests/data/nvml/four-v100-16gb.json"));
+  f["devices"][1]["events"] = {{"ecc", false}};
+  f["devices"][2]["events"] = {{"registered", false}};
+  std::ofstream(fixture) << f.dump();
+  setenv("GPUSHARE_NVML_FIXTURE", fixture.c_str(), 1);
+  absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::Load(GPUSHARE_NVML_STUB);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  absl::StatusOr<std::map<int, std::string>> unwatched = (*nvml)->WatchEvents();
+  ASSERT_TRUE(unwatched.ok()) << unwatched.status();
+  ASSERT_EQ(unwatched->size(), 1u);
+  EXPECT_THAT(unwatched->at(2), HasSubstr("nvmlDeviceRegisterEvents"));
+  Write(R"({"events": [{"gpu": 1, "xid": 79}, {"gpu": 3, "dbe": true}, {"unknown": true, "xid": 94}]})");
+  std::vector<GpuEvent> seen;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::vector<GpuEvent>> got = (*nvml)->WaitEvents(10);
+    ASSERT_TRUE(got.ok()) << got.status();
+    seen.insert(seen.end(), got->begin(), got->end());
+  }
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].gpu, 1);
+  EXPECT_EQ(seen[0].xid, 79u);
+  EXPECT_EQ(seen[1].gpu, 3);
+  EXPECT_TRUE(seen[1].double_bit_ecc);
+  EXPECT_EQ(seen[2].gpu, -1);  // A device NVML did not name.
+  std::filesystem::remove(fixture);
+}
+
+TEST_F(NvmlHealthTest, AFailingWaitIsAnError) {
+  ASSERT_TRUE(nvml_->WatchEvents().ok());
+  Write(R"({"event_wait_error": 999})");
+  absl::StatusOr<std::vector<GpuEvent>> got = nvml_->WaitEvents(10);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(got.status().message(), HasSubstr("nvmlEventSetWait_v2"));
 }
 
 }  // namespace

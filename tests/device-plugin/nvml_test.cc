@@ -4,9 +4,12 @@
 
 #include "device-plugin/nvml.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -64,8 +67,25 @@ TEST(NvmlTest, ReadsEveryGpuOfAMultiGpuNode) {
   EXPECT_EQ((*gpus)[1].pci_bus_id, "00000000:0F:00.0");
   EXPECT_EQ((*gpus)[0].numa_node, 0);
   EXPECT_EQ((*gpus)[1].numa_node, 1);
+  // GPU 1 has MIG pending (current 0, pending 1): not in MIG mode yet.
+  EXPECT_FALSE((*gpus)[0].mig_enabled);
+  EXPECT_FALSE((*gpus)[1].mig_enabled);
+}
+
+TEST(NvmlTest, MigModeIsTheCurrentOne) {
+  nlohmann::json f = nlohmann::json::parse(
+      std::ifstream(std::string(GPUSHARE_SOURCE_DIR) + "/tests/data/nvml/two-a100.json"));
+  f["devices"][1]["mig_mode"] = {1, 1};
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("gpushare-mig-" + std::to_string(getpid()) + ".json");
+  std::ofstream(path) << f.dump();
+  std::unique_ptr<Nvml> nvml = LoadWith(path);
+  ASSERT_NE(nvml, nullptr);
+  absl::StatusOr<std::vector<GpuInfo>> gpus = nvml->Devices();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
   EXPECT_FALSE((*gpus)[0].mig_enabled);
   EXPECT_TRUE((*gpus)[1].mig_enabled);
+  std::filesystem::remove(path);
 }
 
 // An NVML fixture of the node `nvidia-smi topo -m` printed in `text`: each

@@ -194,10 +194,16 @@ H200 = os.path.join(os.path.dirname(_ROOT), "shared", "nvml", "h200-nvml.json")
 
 def fixture_gpus(path):
     """[(uuid, units)] of an NVML fixture file, as the device plugin counts
-    them: floor(memory.total / 2^30) GiB units per GPU."""
+    them: floor(memory.total / 2^30) GiB units per GPU, GPUs in MIG mode
+    (mig_mode [1, ...]) left out."""
     with open(path) as f:
         devices = json.load(f)["devices"]
-    return [(d["uuid"], int(d["memory"]["total"]) // (1 << 30)) for d in devices]
+
+    def in_mig_mode(d):
+        mig = d.get("mig_mode")
+        return isinstance(mig, list) and bool(mig[0])
+    return [(d["uuid"], int(d["memory"]["total"]) // (1 << 30)) for d in devices
+            if not in_mig_mode(d)]
 
 
 # ---------------------------------------------------------------- the node

@@ -147,6 +147,23 @@ def test_node_capacity_is_the_sum_of_the_fixture_gpus(node, fixture, units, gpus
     assert node.gpu_capacity("allocatable") == want
 
 
+def test_a_gpu_in_mig_mode_is_not_advertised(node, tmp_path):
+    """MIG's memory belongs to its instances: such a GPU is left out (it used
+    to be advertised whole, and its UUID handed out)."""
+    with open(TWO_A100) as f:
+        fixture = json.load(f)
+    fixture["devices"][1]["mig_mode"] = [1, 1]
+    path = tmp_path / "two-a100-mig.json"
+    path.write_text(json.dumps(fixture))
+    node.use_fixture(str(path))
+    want = {GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}
+    assert node.gpu_capacity("capacity") == want
+    create_pod(node.api, "beside-mig", [("main", 3)])
+    wait_running(node.api, "beside-mig")
+    env = container_env(node.api, "beside-mig", "main")
+    assert env["NVIDIA_VISIBLE_DEVICES"] == fixture_gpus(TWO_A100)[0][0]
+
+
 # ---------------------------------------------------------------- b. one container
 
 def test_pod_sees_the_uuid_of_the_gpu_the_extender_chose(node):

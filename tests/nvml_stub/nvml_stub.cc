@@ -19,7 +19,11 @@
 //   {"lost": [1], "events": [{"gpu": 0, "xid": 79}, {"gpu": 1, "dbe": true}]}
 // A lost GPU answers NVML_ERROR_GPU_IS_LOST to nvmlDeviceGetMemoryInfo; each
 // event is delivered once, in order, by nvmlEventSetWait_v2 to a set that
-// registered its GPU (a wait without one sleeps up to 100 ms, then times out).
+// registered its GPU (a wait without one sleeps up to 100 ms, then times out);
+// an event {"unknown": true, "xid": 79} comes from a device NVML does not
+// name. "event_wait_error": N makes every wait return NVML error N.
+// A device's "events": {"registered": false} refuses every registration,
+// {"ecc": false} one that asks for double-bit ECC events.
 
 #include <chrono>
 #include <cstdint>
@@ -294,6 +298,10 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(
   if (d->contains("events") && (*d)["events"].value("registered", true) == false) {
     return NVML_ERROR_NOT_SUPPORTED;
   }
+  if (d->contains("events") && (*d)["events"].value("ecc", true) == false &&
+      (types & nvmlEventTypeDoubleBitEccError) != 0) {
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
   if ((types & ~(nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError)) != 0) {
     return NVML_ERROR_NOT_SUPPORTED;
   }
@@ -309,10 +317,20 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
   json faults = Faults();
   {
     std::lock_guard lock(S().mu);
+    if (faults.contains("event_wait_error")) {
+      return static_cast<nvmlReturn_t>(faults["event_wait_error"].get<int>());
+    }
     if (faults.contains("events") && faults["events"].is_array()) {
       const json& events = faults["events"];
       while (S().events_delivered < events.size()) {
         const json& e = events[S().events_delivered++];
+        if (e.value("unknown", false)) {
+          *data = nvmlEventData_t{};
+          data->device = reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(0xdead));
+          data->eventType = nvmlEventTypeXidCriticalError;
+          data->eventData = e.value("xid", 0ull);
+          return NVML_SUCCESS;
+        }
         const unsigned gpu = e.value("gpu", 0u);
         if (gpu >= S().devices.size() || !(S().registered & (1ull << gpu))) continue;
         *data = nvmlEventData_t{};
