@@ -541,19 +541,21 @@ std::vector<Ledger::Key> Ledger::Reconcile(const std::vector<Key>& kubelet, int6
   return put_back;
 }
 
-void Ledger::Prune(const std::vector<NodePod>& pods) {
+void Ledger::Prune(const std::vector<NodePod>& pods, int64_t listed_at_ns) {
   std::set<std::string> live, running;
   for (const NodePod& p : pods) {
     live.insert(p.uid);
     if (p.phase != "Succeeded" && p.phase != "Failed") running.insert(p.uid);
   }
   for (auto it = served_.begin(); it != served_.end();) {
-    it = live.count(std::get<0>(it->first)) > 0 ? std::next(it) : served_.erase(it);
+    const bool keep = live.count(std::get<0>(it->first)) > 0 || it->second > listed_at_ns;
+    it = keep ? std::next(it) : served_.erase(it);
   }
   // Devices of an unknown pod stay until the kubelet's records settle them.
   for (auto it = held_.begin(); it != held_.end();) {
     const std::string& uid = it->second.device.pod_uid;
-    it = uid.empty() || running.count(uid) > 0 ? std::next(it) : held_.erase(it);
+    const bool keep = uid.empty() || running.count(uid) > 0 || it->second.at_ns > listed_at_ns;
+    it = keep ? std::next(it) : held_.erase(it);
   }
 }
 

@@ -76,6 +76,7 @@
 #define GPUSHARE_DEVICE_PLUGIN_ALLOCATION_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -237,8 +238,11 @@ class Ledger {
   // taken as bound after it): orders the candidates (see the file comment).
   void set_kubelet_start_ns(int64_t ns) { kubelet_start_ns_ = ns; }
   // Forgets pods that are not in `pods` any more (deleted), and frees the
-  // devices of those and of finished pods.
-  void Prune(const std::vector<NodePod>& pods);
+  // devices of those and of finished pods. `listed_at_ns` (the monotonic time
+  // `pods` was read) keeps records made after it: another call may have
+  // served a pod too new for this list.
+  void Prune(const std::vector<NodePod>& pods,
+             int64_t listed_at_ns = std::numeric_limits<int64_t>::max());
   size_t size() const { return served_.size(); }
   // The devices in use, by id.
   std::vector<HeldDevice> Held() const;

@@ -346,12 +346,13 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
   std::vector<Grant> grants;
   absl::Status refused;
   for (bool done = false; !done;) {
+    const int64_t listed_at = SteadyNs();
     pods = s.ListPods();
     if (!pods.ok()) pods = std::vector<NodePod>();
     grants.clear();
     refused = absl::OkStatus();
     std::unique_lock lock(s.mu);
-    s.ledger.Prune(*pods);
+    s.ledger.Prune(*pods, listed_at);
     // Several containers in one call are granted in order; each grant is
     // recorded at once so the next is not told the same container.
     Ledger trial = s.ledger;

@@ -584,5 +584,25 @@ TEST(LedgerAllocateTest, TheKubeletsRecordsSayWhichDevicesAreInUse) {
   EXPECT_TRUE(ledger.Held().empty());
 }
 
+// Finding: a call holding an older list of pods pruned what another call
+// had just served for a pod too new for that list.
+TEST(LedgerTest, PruneKeepsWhatWasServedAfterTheListWasRead) {
+  Inventory inv = MakeInv({16});
+  std::vector<NodePod> old_list = Parse({PodJson("a", {{"c", 3}}, Bound("0"))});
+  std::vector<NodePod> new_list = Parse({PodJson("a", {{"c", 3}}, Bound("0")),
+                                         PodJson("b", {{"c", 2}}, Bound("0"))});
+  Ledger ledger;
+  absl::StatusOr<Grant> b = ledger.Allocate(Resource::kGpuMem, MemIds(0, 0, 2), new_list, inv);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->pod, "default/b");
+  ledger.Record(*b, /*now_ns=*/2000);
+  ledger.Prune(old_list, /*listed_at_ns=*/1000);  // Read before "b" was served.
+  EXPECT_TRUE(ledger.Served("uid-b", "c", Resource::kGpuMem));
+  EXPECT_EQ(ledger.Held().size(), 2u);
+  ledger.Prune(old_list, /*listed_at_ns=*/3000);  // Read after: "b" is gone.
+  EXPECT_FALSE(ledger.Served("uid-b", "c", Resource::kGpuMem));
+  EXPECT_TRUE(ledger.Held().empty());
+}
+
 }  // namespace
 }  // namespace gpushare::deviceplugin
