@@ -69,6 +69,36 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
            c->exclusive_resource = name;
            return "";
          });
+  f->Add(kResourceGroup, "--device-list-strategy", "LIST",
+         "how containers are given their GPUs, comma-separated: envvar\n"
+         "(default), volume-mounts, cdi-annotations, cdi-cri",
+         [c](const char* v) -> std::string {
+           absl::StatusOr<std::vector<DeviceListStrategy>> s =
+               ParseDeviceListStrategies(v ? v : "");
+           if (!s.ok()) return "--device-list-strategy: " + std::string(s.status().message());
+           c->device_list.strategies = *s;
+           return "";
+         });
+  f->Add(kResourceGroup, "--cdi-kind", "KIND",
+         "the CDI kind of the GPUs' names <kind>=<uuid> (default\n" + c->device_list.cdi_kind + ")",
+         [c](const char* v) -> std::string {
+           const std::string kind = v ? v : "";
+           const size_t slash = kind.find('/');
+           if (slash == std::string::npos || slash == 0 || slash + 1 == kind.size() ||
+               kind.find_first_of("=, ") != std::string::npos) {
+             return "--cdi-kind takes VENDOR/CLASS, such as nvidia.com/gpu, not \"" + kind + "\"";
+           }
+           c->device_list.cdi_kind = kind;
+           return "";
+         });
+  f->Add(kResourceGroup, "--pass-device-specs", "BOOL",
+         "also pass /dev/nvidia<minor> and the driver's control devices\n"
+         "(default false)",
+         SetBool("--pass-device-specs", &c->device_list.pass_device_specs));
+  f->Add(kResourceGroup, "--dev-root", "DIR",
+         "the folder holding dev/nvidia* on the host, at the same path\n"
+         "for the plugin (default /)",
+         SetString("--dev-root", &c->device_list.dev_root));
   f->Add(kResourceGroup, "--hami-limits", "BOOL",
          "also set HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<i>, for\n"
          "nodes with that library (default false)",

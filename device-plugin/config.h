@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "device-plugin/device_list.h"
 #include "device-plugin/inventory.h"
 
 namespace gpushare::deviceplugin {
@@ -39,6 +40,8 @@ struct DevicePluginConfig {
   MemoryUnit memory_unit = MemoryUnit::kGiB;
   std::string exclusive_resource = "nvidia.com/gpu";
   bool hami_limits = false;
+  // How containers are given their GPUs (device_list.h).
+  DeviceListOptions device_list;
   // Write the node's GPU topology and unhealthy GPUs as annotations.
   bool annotate_node = true;
 };

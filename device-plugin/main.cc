@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
   options.plugin_dir = c.plugin_dir;
   options.exclusive_resource = c.exclusive_resource;
   options.allocation.hami_limits = c.hami_limits;
+  options.device_list = c.device_list;
   options.identify_wait = std::chrono::milliseconds(2'000);
   auto server = DevicePluginServer::Start(*inventory, options, list_pods, mark_assigned);
   if (!server.ok()) {

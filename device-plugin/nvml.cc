@@ -34,6 +34,7 @@ struct Nvml::Api {
   // Optional: absent in older drivers.
   nvmlDeviceGetMigMode_fn mig = nullptr;
   nvmlDeviceGetNumaNodeId_fn numa = nullptr;
+  nvmlDeviceGetMinorNumber_fn minor = nullptr;
   nvmlDeviceGetTopologyCommonAncestor_fn common_ancestor = nullptr;
   nvmlDeviceGetNvLinkState_fn nvlink_state = nullptr;
   nvmlDeviceGetNvLinkRemotePciInfo_v2_fn nvlink_remote = nullptr;
@@ -97,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
   }
   Find(api->handle, "nvmlDeviceGetMigMode", &api->mig);
   Find(api->handle, "nvmlDeviceGetNumaNodeId", &api->numa);
+  Find(api->handle, "nvmlDeviceGetMinorNumber", &api->minor);
   Find(api->handle, "nvmlDeviceGetTopologyCommonAncestor", &api->common_ancestor);
   Find(api->handle, "nvmlDeviceGetNvLinkState", &api->nvlink_state);
   Find(api->handle, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &api->nvlink_remote);
@@ -176,6 +178,10 @@ absl::StatusOr<std::vector<GpuInfo>> Nvml::Devices() const {
       } else if (r != NVML_ERROR_NOT_SUPPORTED) {
         return failed("nvmlDeviceGetMigMode", r);
       }
+    }
+    if (api_->minor != nullptr) {
+      unsigned minor = 0;
+      if (api_->minor(device, &minor) == NVML_SUCCESS) g.minor_number = static_cast<int>(minor);
     }
     if (api_->numa != nullptr) {
       unsigned node = 0;

@@ -41,6 +41,7 @@ struct GpuInfo {
   int numa_node = -1;            // -1: unknown (not supported).
   int compute_major = 0, compute_minor = 0;
   bool mig_enabled = false;      // MIG mode now (false when unsupported).
+  int minor_number = -1;         // Of /dev/nvidia<minor>; -1: unknown.
 };
 
 // A critical event of one GPU (nvmlEventSetWait).

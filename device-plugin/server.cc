@@ -393,7 +393,28 @@ grpc::Status ResourceService::Allocate(grpc::ServerContext*, const api::Allocate
   if (!refused.ok()) return fail(refused);
   for (const Grant& g : grants) {
     api::ContainerAllocateResponse* out = reply->add_container_responses();
-    for (const auto& [k, v] : g.env) (*out->mutable_envs())[k] = v;
+    std::vector<const GpuInfo*> gpus;
+    for (int i : g.gpus) gpus.push_back(&s.inventory.gpus()[i]);
+    const ContainerDevices devices =
+        DeviceListFor(gpus, ResourceName(resource_), s.options.device_list);
+    std::map<std::string, std::string> env = g.env;
+    env.erase("NVIDIA_VISIBLE_DEVICES");  // As the strategies say, below.
+    for (const auto& [k, v] : devices.envs) env[k] = v;
+    for (const auto& [k, v] : env) (*out->mutable_envs())[k] = v;
+    for (const ContainerDevices::Mount& m : devices.mounts) {
+      api::Mount* mount = out->add_mounts();
+      mount->set_container_path(m.container_path);
+      mount->set_host_path(m.host_path);
+      mount->set_read_only(m.read_only);
+    }
+    for (const ContainerDevices::Device& d : devices.devices) {
+      api::DeviceSpec* spec = out->add_devices();
+      spec->set_container_path(d.container_path);
+      spec->set_host_path(d.host_path);
+      spec->set_permissions(d.permissions);
+    }
+    for (const auto& [k, v] : devices.annotations) (*out->mutable_annotations())[k] = v;
+    for (const std::string& name : devices.cdi_devices) out->add_cdi_devices()->set_name(name);
     const std::string who = g.identified
                                 ? absl::StrCat(g.pod, " container ", g.container)
                                 : std::string("a container of a pod not told");

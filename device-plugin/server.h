@@ -46,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "device-plugin/allocation.h"
+#include "device-plugin/device_list.h"
 #include "device-plugin/inventory.h"
 
 namespace gpushare::deviceplugin {
@@ -76,6 +77,9 @@ class DevicePluginServer {
     // The resource for exclusive GPUs; "" leaves nvidia.com/gpu to another plugin.
     std::string exclusive_resource = "nvidia.com/gpu";
     AllocationOptions allocation;
+    // How each container is given its GPUs (NVIDIA_VISIBLE_DEVICES, mounts,
+    // CDI names, device specs).
+    DeviceListOptions device_list;
     // How long GetPreferredAllocation and Allocate list the pods again
     // (every 50 ms) while a container has no plan or cannot be told: the
     // program's pods come from a watch, which may not have delivered a pod

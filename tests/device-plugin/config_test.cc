@@ -45,6 +45,22 @@ TEST(DevicePluginConfigTest, FlagsOverride) {
   EXPECT_FALSE(c->health_checks);
 }
 
+TEST(DevicePluginConfigTest, DeviceListFlags) {
+  absl::StatusOr<DevicePluginConfig> c =
+      Parse({"--device-list-strategy=volume-mounts,cdi-cri", "--cdi-kind=example.com/gpu",
+             "--pass-device-specs=true", "--dev-root=/host"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->device_list.strategies.size(), 2u);
+  EXPECT_EQ(c->device_list.cdi_kind, "example.com/gpu");
+  EXPECT_TRUE(c->device_list.pass_device_specs);
+  EXPECT_EQ(c->device_list.dev_root, "/host");
+  EXPECT_THAT(FlagError(Parse({"--device-list-strategy=cdi"})), HasSubstr("\"cdi\""));
+  EXPECT_THAT(FlagError(Parse({"--cdi-kind=gpu"})), HasSubstr("\"gpu\""));
+  absl::StatusOr<DevicePluginConfig> d = Parse({});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->device_list.strategies.size(), 1u);  // envvar, as the original plugin.
+}
+
 TEST(DevicePluginConfigTest, DiscoverNeedsNoNodeName) {
   absl::StatusOr<DevicePluginConfig> c = Parse({"--discover"}, nullptr);
   ASSERT_TRUE(c.ok()) << c.status();

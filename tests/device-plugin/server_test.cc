@@ -226,6 +226,36 @@ TEST_F(ServerTest, TheKubeletsIdsDecideNotTheAnnotations) {
   EXPECT_EQ(server_->Stats().unidentified, 1);
 }
 
+TEST_F(ServerTest, AllocateAnswersMountsAndCdiNamesAsConfigured) {
+  // A second server, on its own folder, with other strategies.
+  const std::string dir = dir_ + "/cdi";
+  std::filesystem::create_directories(dir);
+  DevicePluginServer::Options options;
+  options.plugin_dir = dir;
+  options.device_list.strategies = {DeviceListStrategy::kVolumeMounts, DeviceListStrategy::kCdiCri};
+  absl::StatusOr<std::unique_ptr<DevicePluginServer>> server = DevicePluginServer::Start(
+      server_->inventory(), options,
+      [](std::vector<std::string>*) -> absl::StatusOr<std::vector<NodePod>> {
+        return std::vector<NodePod>();
+      },
+      nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = v1beta1::DevicePlugin::NewStub(grpc::CreateChannel(
+      "unix:" + (*server)->SocketPath("aliyun.com/gpu-mem"), grpc::InsecureChannelCredentials()));
+  v1beta1::AllocateResponse reply;
+  grpc::ClientContext context;
+  grpc::Status s = client->Allocate(&context, UnitsOf(1, 0, 2), &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const auto& c = reply.container_responses(0);
+  EXPECT_EQ(c.envs().at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+  EXPECT_EQ(c.envs().at("ALIYUN_COM_GPU_MEM_CONTAINER"), "2");
+  ASSERT_EQ(c.mounts_size(), 1);
+  EXPECT_EQ(c.mounts(0).container_path(), "/var/run/nvidia-container-devices/GPU-1");
+  ASSERT_EQ(c.cdi_devices_size(), 1);
+  EXPECT_EQ(c.cdi_devices(0).name(), "nvidia.com/gpu=GPU-1");
+  (*server)->Stop();
+}
+
 TEST_F(ServerTest, UnhealthyGpusAreNeverHandedOut) {
   AddPod("p", 2, "0");
   server_->SetHealth(0, false, "XID 79");

@@ -84,9 +84,11 @@ class Admission:
         self.api = cp.api
         self.made = []  # (path) of every object to delete at the end.
 
-    def post(self, path, obj, name_path=None):
+    def post(self, path, obj):
+        made = f"{path}/{obj['metadata']['name']}"
+        self.api.request("DELETE", made, ok=(200, 202, 404))  # A run that did not finish.
         self.api.request("POST", path, obj)
-        self.made.append(name_path or f"{path}/{obj['metadata']['name']}")
+        self.made.append(made)
 
     def install(self):
         (params,) = load(ADMISSION, "params.yaml")
@@ -99,11 +101,8 @@ class Admission:
         self.post("/api/v1/namespaces/kube-system/configmaps", params)
         for obj in load(DEVICE_PLUGIN, "serviceaccount.yaml"):
             self.post("/api/v1/namespaces/kube-system/serviceaccounts", obj)
-        rbac = load(DEVICE_PLUGIN, "rbac.yaml")
-        self.cp.create_rbac(rbac)
-        for obj in rbac:
-            kind = obj["kind"].lower() + "s"
-            self.made.append(f"/apis/rbac.authorization.k8s.io/v1/{kind}/{obj['metadata']['name']}")
+        for obj in load(DEVICE_PLUGIN, "rbac.yaml"):
+            self.post(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s", obj)
         for obj in load(ADMISSION, "policy.yaml"):
             path = VAP if obj["kind"] == "ValidatingAdmissionPolicy" else VAP_BINDINGS
             self.post(path, obj)

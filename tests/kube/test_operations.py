@@ -21,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import yaml
 
 from harness import HarnessError, gpu_allocation, node_gpus, used_per_gpu, wait_until
 from test_scenarios import (assert_no_oversubscription, failed_scheduling_messages,
@@ -246,9 +247,9 @@ DENIED = [
 
 DP_SA = "system:serviceaccount:kube-system:gpushare-device-plugin"
 # What the device plugin does (device-plugin/main.cc, kube.cc).
-DP_ALLOWED = [("list", "pods"), ("patch", "pods"), ("patch", "nodes")]
+DP_ALLOWED = [("list", "pods"), ("watch", "pods"), ("patch", "pods"), ("patch", "nodes")]
 DP_DENIED = [
-    ("watch", "pods"), ("get", "pods"), ("delete", "pods"), ("create", "pods"),
+    ("get", "pods"), ("delete", "pods"), ("create", "pods"),
     ("update", "pods"), ("get", "secrets"), ("list", "nodes"), ("update", "nodes"),
     ("delete", "nodes"), ("create", "pods", "--subresource=binding"),
 ]
@@ -314,8 +315,40 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         mounts = {m["mountPath"] for m in dc["volumeMounts"]}
         assert mounts == {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
         assert can_i_mismatches(cluster, DP_SA, DP_ALLOWED, DP_DENIED) == []
+        # The admission policies that let only the scheduler write the
+        # annotations (tests/kube/test_admission.py tries them), and their
+        # parameters.
+        for name in ("gpushare-annotations", "gpushare-device-plugin-node"):
+            vap = cluster.api.get(
+                f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}")
+            assert vap["spec"]["failurePolicy"] == "Fail"
+            binding = cluster.api.get(
+                f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}")
+            assert binding["spec"]["validationActions"] == ["Deny"]
+        params = cluster.api.get("/api/v1/namespaces/kube-system/configmaps/gpushare-admission")
+        assert DP_SA in params["data"]["devicePlugins"].split(",")
     finally:
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
+
+
+@pytest.mark.extender_only("deploy/'s device plugin overlay; the scheduler does not matter")
+def test_the_volume_mounts_overlay_closes_the_envvar_hole(cluster):
+    """deploy/device-plugin-volume-mounts: the plugin hands out volume mounts
+    and reaches NVML through one itself, so nothing of it needs the NVIDIA
+    toolkit to accept NVIDIA_VISIBLE_DEVICES from unprivileged pods."""
+    overlay = os.path.join(DEPLOY, "device-plugin-volume-mounts")
+    kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", overlay)
+    rendered = kubectl(cluster, "kustomize", overlay).stdout
+    (ds,) = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert "--device-list-strategy=volume-mounts" in c["args"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volume = mounts["/var/run/nvidia-container-devices/all"]
+    (v,) = [v for v in spec["volumes"] if v["name"] == volume]
+    assert v["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}
 
 
 @pytest.mark.extender_only("the deploy/fgdpack overlay configures the extender (its flags, "

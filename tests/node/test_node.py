@@ -12,6 +12,7 @@ checkpoint of the device ids it gave each container.
 import json
 import os
 import signal
+import stat
 import time
 
 import pytest
@@ -624,3 +625,46 @@ def test_a_kubelet_restart_is_registered_again_within_a_second_while_the_api_ser
     node.start_kubelet()
     create_pod(node.api, "after-stall", [("main", 3)])
     wait_running(node.api, "after-stall")
+
+
+# ---------------------------------------------------------------- j. device list strategies
+
+def test_volume_mounts_and_device_specs_give_the_container_its_gpu_only(node, tmp_path):
+    """--device-list-strategy=volume-mounts and --pass-device-specs: the
+    container gets a mount naming its GPU's UUID and its GPU's device node
+    (stand-ins made with mknod), nothing of the other GPU, and no UUID in
+    NVIDIA_VISIBLE_DEVICES for a pod to imitate."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    gpus = fixture_gpus(TWO_A100)
+    api = node.api
+    try:
+        node.start_device_plugin(TWO_A100, extra_args=(
+            "--device-list-strategy", "volume-mounts", "--pass-device-specs", "true",
+            "--dev-root", str(tmp_path)))
+        create_pod(api, "mounted", [("main", 40)])
+        wait_running(api, "mounted")
+        pod = wait_assigned(api, "mounted")
+        (g,) = placed_gpus(pod)
+        env = container_env(api, "mounted", "main")
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "/var/run/nvidia-container-devices"
+        listing = exec_output(node, "mounted", "main",
+                              "ls /var/run/nvidia-container-devices; ls /dev")
+        assert gpus[g][0] in listing and gpus[1 - g][0] not in listing, listing
+        assert f"nvidia{g}" in listing.split() and f"nvidia{1 - g}" not in listing.split(), listing
+        assert "nvidiactl" in listing.split()
+    finally:
+        node.delete_all_pods()
+        node.start_device_plugin(TWO_A100)
+
+
+def exec_output(node, pod_name, container, script):
+    """What `script` prints inside the container, run by containerd (ctr
+    tasks exec) in the container the pod's status names."""
+    pod = node.api.pod(pod_name)
+    (status,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
+    cid = status["containerID"].split("://", 1)[1]
+    return node.ctr("tasks", "exec", "--exec-id", f"e2e-{time.time_ns()}", cid,
+                    "/bin/sh", "-c", script).stdout

@@ -242,6 +242,16 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetNumaNodeId(nvml
   return NVML_SUCCESS;
 }
 
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h,
+                                                                          unsigned* minor) {
+  GPUSHARE_DEVICE_OR_RETURN(d, h);
+  if (!d->contains("minor_number")) return NVML_ERROR_NOT_SUPPORTED;
+  const json& n = d->at("minor_number");
+  if (nvmlReturn_t r = RecordedError(n); r != NVML_SUCCESS) return r;
+  *minor = n.get<unsigned>();
+  return NVML_SUCCESS;
+}
+
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(
     nvmlDevice_t h1, nvmlDevice_t h2, int* level) {
   GPUSHARE_DEVICE_OR_RETURN(d, h1);
