@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
   auto next_probe = std::chrono::steady_clock::now();
   auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(6);
   int64_t unsettled_seen = 0;
+  int exit_code = 0;
   std::string watch_status;
   while (!g_stop.load()) {
     // The watch's trouble, once each time it changes.
@@ -308,13 +309,37 @@ int main(int argc, char** argv) {
           health.OnEvent(e);
         }
       } else {
-        // The driver in trouble: every GPU unhealthy meanwhile, and waits
-        // spaced out (up to 5 s) instead of spinning.
+        // The driver in trouble (reloaded, say): every GPU unhealthy
+        // meanwhile, NVML initialised again, tries spaced out (up to 5 s)
+        // instead of spinning.
         if (wait_backoff == std::chrono::milliseconds(100)) {
-          std::cerr << "gpushare-device-plugin: " << got.status().message() << std::endl;
+          std::cerr << "gpushare-device-plugin: " << got.status().message()
+                    << "; initialising NVML again" << std::endl;
         }
         std::this_thread::sleep_for(wait_backoff);
         wait_backoff = std::min(wait_backoff * 2, std::chrono::milliseconds(5'000));
+        if ((*nvml)->Reinit().ok()) {
+          // Other GPUs than those advertised: the inventory is fixed, so the
+          // plugin starts again (the DaemonSet restarts it).
+          auto now_gpus = (*nvml)->Devices();
+          std::vector<std::string> ignored;
+          std::vector<std::string> before, after;
+          for (const auto& g : inventory->gpus()) before.push_back(g.uuid);
+          if (now_gpus.ok()) {
+            for (const auto& g : gpushare::deviceplugin::SharableGpus(*now_gpus, &ignored)) {
+              after.push_back(g.uuid);
+            }
+          }
+          if (now_gpus.ok() && after != before) {
+            std::cerr << "gpushare-device-plugin: the GPUs changed while NVML was away; "
+                         "starting again to advertise them" << std::endl;
+            exit_code = 1;
+            break;
+          }
+          if (now_gpus.ok()) {
+            std::cerr << "gpushare-device-plugin: NVML initialised again" << std::endl;
+          }
+        }
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -355,11 +380,12 @@ int main(int argc, char** argv) {
     }
   }
   std::cout << "gpushare-device-plugin: stopping" << std::endl;
+  g_stop.store(true);
   registrar.join();
   (*server)->Stop();  // The sockets are gone: the kubelet sees the plugin leave.
   // The watch and the writer may be waiting on the API server (up to a
   // minute for a quiet watch): the process ends without waiting for them.
   stop_threads.store(true);
   std::cout.flush();
-  std::_Exit(0);
+  std::_Exit(exit_code);
 }

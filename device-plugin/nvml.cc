@@ -350,6 +350,19 @@ absl::StatusOr<std::map<int, std::string>> Nvml::WatchEvents() {
   return unwatched;
 }
 
+absl::StatusOr<std::map<int, std::string>> Nvml::Reinit() {
+  const bool watched = api_->events != nullptr;
+  if (watched && api_->event_set_free != nullptr) api_->event_set_free(api_->events);
+  api_->events = nullptr;
+  api_->watched.clear();
+  api_->shutdown();
+  if (nvmlReturn_t r = api_->init(); r != NVML_SUCCESS) {
+    return absl::FailedPreconditionError(absl::StrCat("nvmlInit_v2: ", api_->Error(r)));
+  }
+  if (!watched) return std::map<int, std::string>();
+  return WatchEvents();
+}
+
 absl::StatusOr<std::vector<GpuEvent>> Nvml::WaitEvents(unsigned timeout_ms) {
   std::vector<GpuEvent> events;
   if (api_->events == nullptr) return absl::FailedPreconditionError("WatchEvents() first");

@@ -86,6 +86,11 @@ class Nvml {
   // their health rests on Probe(); the others' does not depend on them.
   // Errors: Unimplemented when the driver lacks the event calls.
   absl::StatusOr<std::map<int, std::string>> WatchEvents();
+  // After the driver was reloaded (NVML answers Uninitialized, its handles
+  // are stale): shuts NVML down and initialises it again, and registers for
+  // events again if they were watched (returning what WatchEvents() does).
+  // Errors: FailedPrecondition with NVML's message when it cannot start.
+  absl::StatusOr<std::map<int, std::string>> Reinit();
   // The events that arrive within `timeout_ms` (at most one wait; empty on
   // a timeout). An event of a device NVML does not name, or that is not one
   // of Devices(), has gpu -1. Errors: FailedPrecondition before

@@ -163,5 +163,22 @@ TEST_F(NvmlHealthTest, AFailingWaitIsAnError) {
   EXPECT_THAT(got.status().message(), HasSubstr("nvmlEventSetWait_v2"));
 }
 
+// Finding: NVML was never initialised again after a driver reload.
+TEST_F(NvmlHealthTest, AfterADriverReloadNvmlIsInitialisedAgainAndEventsFlow) {
+  ASSERT_TRUE(nvml_->WatchEvents().ok());
+  Write(R"({"driver_reload": 1})");
+  EXPECT_EQ(nvml_->WaitEvents(10).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(nvml_->Probe(0).ok());
+  absl::StatusOr<std::map<int, std::string>> again = nvml_->Reinit();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(*again, IsEmpty());  // Both GPUs watched again.
+  EXPECT_TRUE(nvml_->Probe(0).ok());
+  Write(R"({"driver_reload": 1, "events": [{"gpu": 1, "xid": 79}]})");
+  absl::StatusOr<std::vector<GpuEvent>> events = nvml_->WaitEvents(10);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].gpu, 1);
+}
+
 }  // namespace
 }  // namespace gpushare::deviceplugin

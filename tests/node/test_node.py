@@ -668,3 +668,31 @@ def exec_output(node, pod_name, container, script):
     cid = status["containerID"].split("://", 1)[1]
     return node.ctr("tasks", "exec", "--exec-id", f"e2e-{time.time_ns()}", cid,
                     "/bin/sh", "-c", script).stdout
+
+
+# ---------------------------------------------------------------- k. a driver reload
+
+def test_after_a_driver_reload_nvml_is_initialised_again_and_events_still_count(node):
+    """The driver is reloaded under the plugin (NVML answers Uninitialized
+    until initialised again): the plugin initialises NVML again and
+    registers for events again, so a later XID still takes its GPU out."""
+    node.use_fixture(TWO_A100)
+    log = os.path.join(node.logs, "gpushare-device-plugin.log")
+    offset = os.path.getsize(log)
+    try:
+        node.write_faults({"driver_reload": 1})
+
+        def reinitialised():
+            with open(log, "rb") as f:
+                f.seek(offset)
+                return b"NVML initialised again" in f.read()
+        wait_until("NVML initialised again", reinitialised, 30, 0.1)
+        node.write_faults({"driver_reload": 1, "events": [{"gpu": 0, "xid": 79}]})
+        wait_until("GPU 0 out of allocatable after its XID",
+                   lambda: node.gpu_capacity("allocatable") ==
+                   {GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}, 30, 0.2)
+        wait_until("GPU 0 named unhealthy on the Node",
+                   lambda: annotations(node.node()).get(UNHEALTHY_ANNOTATION) == "0", 30, 0.2)
+    finally:
+        node.write_faults({})
+        node.start_device_plugin(TWO_A100)  # XIDs stick until the plugin restarts.

@@ -23,7 +23,9 @@
 // an event {"unknown": true, "xid": 79} comes from a device NVML does not
 // name. "event_wait_error": N makes every wait return NVML error N.
 // A device's "events": {"registered": false} refuses every registration,
-// {"ecc": false} one that asks for double-bit ECC events.
+// {"ecc": false} one that asks for double-bit ECC events. "driver_reload": N
+// stands for a driver reloaded N times: while N differs from its value at
+// the last nvmlInit_v2, device calls and waits answer Uninitialized.
 
 #include <chrono>
 #include <cstdint>
@@ -50,6 +52,7 @@ struct State {
   std::vector<json> devices;
   size_t events_delivered = 0;
   unsigned long long registered = 0;  // Bit i: GPU i registered for events.
+  int generation = 0;                 // "driver_reload" at the last nvmlInit_v2.
 };
 
 State& S() {
@@ -86,6 +89,9 @@ json Faults() {
   return j.is_object() ? j : json::object();
 }
 
+// The driver was reloaded since nvmlInit_v2 (see the file comment).
+bool Reloaded() { return Faults().value("driver_reload", 0) != S().generation; }
+
 bool Lost(nvmlDevice_t handle) {
   const auto i = reinterpret_cast<uintptr_t>(handle) - 1;
   json faults = Faults();
@@ -120,6 +126,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2(void) {
   S().devices.assign(S().fixture["devices"].begin(), S().fixture["devices"].end());
   S().events_delivered = 0;
   S().registered = 0;
+  S().generation = Faults().value("driver_reload", 0);
   S().initialised = true;
   return NVML_SUCCESS;
 }
@@ -165,9 +172,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v
   return NVML_SUCCESS;
 }
 
-#define GPUSHARE_DEVICE_OR_RETURN(d, handle)           \
-  const json* d = DeviceOf(handle);                    \
-  if (!S().initialised) return NVML_ERROR_UNINITIALIZED; \
+#define GPUSHARE_DEVICE_OR_RETURN(d, handle)                        \
+  const json* d = DeviceOf(handle);                                 \
+  if (!S().initialised || Reloaded()) return NVML_ERROR_UNINITIALIZED; \
   if (d == nullptr) return NVML_ERROR_INVALID_ARGUMENT
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char* out,
@@ -325,6 +332,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
                                                                      unsigned timeout_ms) {
   if (!S().initialised) return NVML_ERROR_UNINITIALIZED;
   json faults = Faults();
+  if (faults.value("driver_reload", 0) != S().generation) return NVML_ERROR_UNINITIALIZED;
   {
     std::lock_guard lock(S().mu);
     if (faults.contains("event_wait_error")) {
