@@ -1,7 +1,7 @@
 // The cost of following the cluster by watch events: a recorded pod watch
 // stream (each pod ADDED pending, MODIFIED when bound with its bind
 // annotations -- restored as a placement --, then DELETED -- released --) fed
-// in 64 KiB chunks through gpushare-extender's Reflector into
+// in 64 KiB chunks through the Kubernetes client's Reflector (kubeclient/) into
 // Extender::ApplyPodEvent, over 1,000 nodes x 8 GPUs. items_per_second are
 // watch events applied.
 //
@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
-#include "extender/reflector.h"
+#include "kubeclient/reflector.h"
 #include "gpushare/gpushare.h"
 #include "nlohmann/json.hpp"
 
@@ -76,7 +76,7 @@ void BM_WatchPodEvents(benchmark::State& state) {
   const std::string stream = Stream(pods, nodes);
   int64_t restored = 0, released = 0, failed = 0;
   for (auto _ : state) {
-    gpushare::extender::Reflector reflector(
+    gpushare::kubeclient::Reflector reflector(
         "/api/v1/pods", [&](const std::string& type, const std::string& pod) {
           auto r = ext.ApplyPodEvent(type, pod);
           if (!r.ok()) {
@@ -90,7 +90,7 @@ void BM_WatchPodEvents(benchmark::State& state) {
     reflector.StartWatch();
     for (size_t at = 0; at < stream.size(); at += 64 << 10) {
       if (reflector.OnWatchData(std::string_view(stream).substr(at, 64 << 10)) !=
-          gpushare::extender::Reflector::Verdict::kContinue) {
+          gpushare::kubeclient::Reflector::Verdict::kContinue) {
         return state.SkipWithError(reflector.status().c_str());
       }
     }

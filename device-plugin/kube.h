@@ -2,7 +2,7 @@
 // -----------------------------------------------------------------------------
 // What gpushare-device-plugin asks of and writes to the Kubernetes API, as
 // request paths and bodies (pure, so tested without a server); the program
-// sends them through the extender's ApiClient (extender/api_client.h).
+// sends them through the Kubernetes client (kubeclient/api_client.h).
 //
 //   api->Get(NodePodsPath("gpu-7"));                       // ParseNodePods()
 //   api->Call(PATCH, PodPath(ns, name), AssignedPatch(now), kMergePatch);

@@ -5,9 +5,9 @@
 //
 // main() only wires tested parts together: the flags (config.h), NVML
 // (nvml.h), the devices (inventory.h), the gRPC server (server.h), health
-// (health.h), the node's pods from a watch (pod_cache.h over the extender's
-// Reflector), and the API writes (kube.h) sent off the kubelet's path
-// (patcher.h) through the extender's ApiClient.
+// (health.h), the node's pods from a watch (pod_cache.h over the Reflector
+// of kubeclient/), and the API writes (kube.h) sent off the kubelet's path
+// (patcher.h) through kubeclient's ApiClient.
 //
 // Threads: gRPC's, serving the kubelet from memory; one keeping the
 // registration with the kubelet (no API server or NVML call on it); one
@@ -35,15 +35,15 @@
 #include "device-plugin/pod_cache.h"
 #include "device-plugin/pod_resources.h"
 #include "device-plugin/server.h"
-#include "extender/api_client.h"
-#include "extender/kubeconfig.h"
-#include "extender/reflector.h"
+#include "kubeclient/api_client.h"
+#include "kubeclient/kubeconfig.h"
+#include "kubeclient/reflector.h"
 
 namespace {
 
 using gpushare::deviceplugin::DevicePluginConfig;
 using gpushare::deviceplugin::DevicePluginServer;
-using gpushare::extender::ApiClient;
+using gpushare::kubeclient::ApiClient;
 
 std::atomic<bool> g_stop{false};
 
@@ -117,9 +117,9 @@ int main(int argc, char** argv) {
   for (int g = 0; g < inventory->gpu_count(); ++g) gpu_units.push_back(inventory->units(g));
 
   // The API server.
-  auto rest = gpushare::extender::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
+  auto rest = gpushare::kubeclient::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
   if (!rest.ok()) return Fail("the Kubernetes API", rest.status());
-  gpushare::extender::ClientOptions client_options;
+  gpushare::kubeclient::ClientOptions client_options;
   client_options.user_agent = "gpushare-device-plugin";
   client_options.qps = 20;
   client_options.burst = 40;
@@ -133,13 +133,13 @@ int main(int argc, char** argv) {
 
   // The node's pods, from a watch: the kubelet's calls read this cache.
   gpushare::deviceplugin::NodePodCache pod_cache;
-  gpushare::extender::Reflector pod_reflector(
+  gpushare::kubeclient::Reflector pod_reflector(
       gpushare::deviceplugin::NodePodsWatchPath(c.node_name),
       [&](const std::string& type, const std::string& pod) { pod_cache.Apply(type, pod); });
-  gpushare::extender::ApiWatchTransport transport(&client, std::chrono::seconds(60));
+  gpushare::kubeclient::ApiWatchTransport transport(&client, std::chrono::seconds(60));
   std::atomic<bool> stop_threads{false};
   std::thread watcher([&] {
-    gpushare::extender::RunReflector(pod_reflector, transport, {}, stop_threads);
+    gpushare::kubeclient::RunReflector(pod_reflector, transport, {}, stop_threads);
   });
   auto list_pods = [&](std::vector<std::string>* skipped)
       -> absl::StatusOr<std::vector<gpushare::deviceplugin::NodePod>> {
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
       patch_options);
   auto mark_assigned = [&](const gpushare::deviceplugin::NodePod& pod) -> absl::Status {
     patcher.Enqueue({"assigned/" + pod.uid, "marking " + pod.id() + " assigned",
-                     gpushare::extender::PodPath(pod.namespace_name, pod.name),
+                     gpushare::kubeclient::PodPath(pod.namespace_name, pod.name),
                      gpushare::deviceplugin::AssignedPatch(NowNs())});
     return absl::OkStatus();
   };
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& fix : gpushare::deviceplugin::CorrectionsFrom(*served, *pods, *inventory)) {
       patcher.Enqueue({"correct/" + fix.pod, "correcting the annotations of " + fix.pod,
-                       gpushare::extender::PodPath(fix.pod_namespace, fix.pod_name), fix.patch});
+                       gpushare::kubeclient::PodPath(fix.pod_namespace, fix.pod_name), fix.patch});
       std::cout << "gpushare-device-plugin: pod " << fix.pod
                 << " runs on other GPUs than its annotations named; correcting them" << std::endl;
     }

@@ -2,9 +2,9 @@
 // -----------------------------------------------------------------------------
 // The pods bound to this node, kept up to date by a watch, so that the
 // kubelet's calls (GetPreferredAllocation, Allocate) never wait on the API
-// server: they read this cache. The program drives it with the extender's
-// Reflector (extender/reflector.h) over NodePodsWatchPath(node), whose field
-// selector leaves out other nodes' pods and finished ones:
+// server: they read this cache. The program drives it with the Kubernetes
+// client's Reflector (kubeclient/reflector.h) over NodePodsWatchPath(node),
+// whose field selector leaves out other nodes' pods and finished ones:
 //
 //   NodePodCache cache;
 //   Reflector pods(NodePodsWatchPath(node), [&](const std::string& type,

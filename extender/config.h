@@ -10,13 +10,18 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "extender/api_client.h"
-#include "extender/leader.h"
+#include "kubeclient/api_client.h"
+#include "kubeclient/leader.h"
 #include "extender/server.h"
 #include "gpushare/gpushare.h"
 #include "tools/flags/flags.h"
 
 namespace gpushare::extender {
+
+// The Kubernetes client (kubeclient/).
+using kubeclient::ClientOptions;
+using kubeclient::LeaseOptions;
+using kubeclient::ValidateLeaseOptions;
 
 struct ExtenderConfig {
   bool help = false;  // --help: print ExtenderHelp() and exit 0.

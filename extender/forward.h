@@ -1,7 +1,7 @@
 // File: extender/forward.h
 // -----------------------------------------------------------------------------
 // What a replica that may not bind does with POST /bind (leader election,
-// extender/leader.h): it forwards the request once to the leader, at the URL
+// kubeclient/leader.h): it forwards the request once to the leader, at the URL
 // the leader wrote on the Lease, and answers with the leader's reply; when no
 // leader is known or reachable, or the request was forwarded already
 // (target marked "forwarded=1", so that a bind never bounces between
@@ -27,10 +27,15 @@
 #include <string>
 #include <string_view>
 
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 #include "extender/server.h"
 
 namespace gpushare::extender {
+
+// The Kubernetes client (kubeclient/).
+using kubeclient::ApiClient;
+using kubeclient::ClientOptions;
+using kubeclient::RestConfig;
 
 // The part of the leader election a forwarder reads.
 struct LeaderView {

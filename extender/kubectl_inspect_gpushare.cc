@@ -1,6 +1,6 @@
 // kubectl-inspect-gpushare: the kubectl plugin behind `kubectl inspect
 // gpushare`, reading a cluster through the Kubernetes API with the client of
-// gpushare-extender (extender/kubeconfig.h, extender/api_client.h). The GPU
+// gpushare-extender (kubeclient/kubeconfig.h, kubeclient/api_client.h). The GPU
 // sharing it shows is computed by the library from the nodes' capacities and
 // the pods' bind annotations (gpushare::k8s::RebuildCluster), and printed in
 // the format of the original plugin (gpushare/inspect.h).
@@ -17,8 +17,8 @@
 #include <iostream>
 #include <string>
 
-#include "extender/api_client.h"
-#include "extender/kubeconfig.h"
+#include "kubeclient/api_client.h"
+#include "kubeclient/kubeconfig.h"
 #include "gpushare/gpushare.h"
 #include "gpushare/inspect.h"
 #include "tools/flags/flags.h"
@@ -68,15 +68,15 @@ int main(int argc, char** argv) {
     std::cout << flags.Help();
     return 0;
   }
-  absl::StatusOr<gpushare::extender::RestConfig> config =
-      gpushare::extender::ResolveRestConfig({server, kubeconfig, context});
+  absl::StatusOr<gpushare::kubeclient::RestConfig> config =
+      gpushare::kubeclient::ResolveRestConfig({server, kubeconfig, context});
   if (!config.ok()) {
     std::cerr << "kubectl-inspect-gpushare: " << config.status().message() << "\n";
     return 1;
   }
-  gpushare::extender::ClientOptions options;
+  gpushare::kubeclient::ClientOptions options;
   options.user_agent = "kubectl-inspect-gpushare";
-  auto api = gpushare::extender::ApiClient::Create(*config, options);
+  auto api = gpushare::kubeclient::ApiClient::Create(*config, options);
   if (!api.ok()) {
     std::cerr << "kubectl-inspect-gpushare: " << api.status().message() << "\n";
     return 1;

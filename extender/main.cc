@@ -18,14 +18,14 @@
 //   gpushare-extender --nodes nodes.json --pods pods.json [...]
 //
 // With the Kubernetes API (the default), the API server is found as client-go
-// finds it (extender/kubeconfig.h): --kubeconfig, else $KUBECONFIG, else the
+// finds it (kubeclient/kubeconfig.h): --kubeconfig, else $KUBECONFIG, else the
 // pod's service account; --context picks a kubeconfig context; --apiserver
 // overrides the server URL, and without --kubeconfig is used alone
 // (http://127.0.0.1:8001: plain HTTP to `kubectl proxy`). HTTPS verifies the
 // server's certificate and name.
 // At start it lists nodes and pods (retrying for up to --startup-timeout-ms),
 // rebuilds the state from the bind annotations of assigned pods, then serves;
-// two threads then watch nodes and pods (extender/reflector.h) and apply each
+// two threads then watch nodes and pods (kubeclient/reflector.h) and apply each
 // event (Extender::ApplyNodeEvent / ApplyPodEvent); a full list every
 // --resync-ms is only a safety net. It binds: at /bind it reserves the GPUs,
 // patches the pod's annotations (merge patch), posts the Binding and
@@ -41,7 +41,7 @@
 // off).
 //
 // With --leader-elect true, several replicas share a coordination.k8s.io/v1
-// Lease (extender/leader.h): only the holder binds and requeues; the others
+// Lease (kubeclient/leader.h): only the holder binds and requeues; the others
 // follow the watches like the leader and serve filter, prioritize and the
 // other calls from the same state; a /bind reaching a follower is forwarded
 // to the leader (the URL it wrote on the Lease, --leader-elect-url), or
@@ -99,13 +99,13 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 #include "extender/config.h"
 #include "extender/forward.h"
-#include "extender/kubeconfig.h"
-#include "extender/leader.h"
+#include "kubeclient/kubeconfig.h"
+#include "kubeclient/leader.h"
 #include "extender/metrics.h"
-#include "extender/reflector.h"
+#include "kubeclient/reflector.h"
 #include "extender/requeue.h"
 #include "extender/server.h"
 #include "gpushare/gpushare.h"
@@ -119,9 +119,9 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-using gpushare::extender::ApiClient;
+using gpushare::kubeclient::ApiClient;
 using gpushare::extender::ExtenderConfig;
-using gpushare::extender::Reflector;
+using gpushare::kubeclient::Reflector;
 
 bool ReadFile(const std::string& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
@@ -214,11 +214,11 @@ struct ApiClients {
 
 absl::StatusOr<ApiClients> ConnectApi(const ExtenderConfig& c,
                                       gpushare::extender::Metrics& metrics) {
-  absl::StatusOr<gpushare::extender::RestConfig> config =
-      gpushare::extender::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
+  absl::StatusOr<gpushare::kubeclient::RestConfig> config =
+      gpushare::kubeclient::ResolveRestConfig({c.apiserver, c.kubeconfig, c.context});
   if (!config.ok()) return config.status();
   for (const std::string& w : config->warnings) std::cerr << "warning: " << w << "\n";
-  gpushare::extender::ClientOptions client_options;
+  gpushare::kubeclient::ClientOptions client_options;
   client_options.qps = c.qps;
   client_options.burst = c.burst;
   client_options.on_reply = [&metrics](http::verb method, int status) {
@@ -232,14 +232,14 @@ absl::StatusOr<ApiClients> ConnectApi(const ExtenderConfig& c,
   ApiClients clients;
   if (c.leader_elect) {
     // One try per round, well within the renew deadline.
-    gpushare::extender::ClientOptions lease_options = client_options;
+    gpushare::kubeclient::ClientOptions lease_options = client_options;
     lease_options.max_attempts = 1;
     lease_options.timeout = c.lease.renew_deadline / 2;
     lease_options.qps = 0;
     absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(*config, lease_options);
     if (!client.ok()) return client.status();
     clients.lease_api = *std::move(client);
-    gpushare::extender::ClientOptions bind_options = client_options;
+    gpushare::kubeclient::ClientOptions bind_options = client_options;
     bind_options.max_attempts = 1;
     bind_options.timeout = (c.lease.lease_duration - c.lease.renew_deadline) / 2;
     client = ApiClient::Create(*config, bind_options);
@@ -380,9 +380,9 @@ int main(int argc, char** argv) {
   gpushare::k8s::ExtenderOptions ext_options;
   ext_options.version = std::string("gpushare-extender ") + gpushare::Version();
   ext_options.plan_deadline_ms = flags.plan_deadline_ms;
-  std::unique_ptr<gpushare::extender::LeaderElector> elector;
+  std::unique_ptr<gpushare::kubeclient::LeaderElector> elector;
   if (lease_api) {
-    elector = std::make_unique<gpushare::extender::LeaderElector>(
+    elector = std::make_unique<gpushare::kubeclient::LeaderElector>(
         flags.lease, [&lease_api](http::verb m, const std::string& path, const std::string& body) {
           return lease_api->Call(m, path, body);
         });
@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
         return names;
       };
       ro.patch = [&](const std::string& ns, const std::string& name, const std::string& patch) {
-        return api->Call(http::verb::patch, gpushare::extender::PodPath(ns, name), patch,
+        return api->Call(http::verb::patch, gpushare::kubeclient::PodPath(ns, name), patch,
                          "application/merge-patch+json")
             .status();
       };
@@ -647,19 +647,19 @@ int main(int argc, char** argv) {
       if ((*scheduler)->ExpireReservations() > 0 && requeuer) requeuer->Kick();
     }
   });
-  std::unique_ptr<gpushare::extender::ApiWatchTransport> transport;
+  std::unique_ptr<gpushare::kubeclient::ApiWatchTransport> transport;
   if (api) {
-    gpushare::extender::ReflectorOptions ro;
+    gpushare::kubeclient::ReflectorOptions ro;
     ro.resync = std::chrono::milliseconds(flags.resync_ms);
     ro.trim_bytes = flags.serving.limits.trim_bytes;
     // The server ends a watch after timeoutSeconds and sends bookmarks about
     // every minute; silence beyond that means the connection is dead.
-    transport = std::make_unique<gpushare::extender::ApiWatchTransport>(
+    transport = std::make_unique<gpushare::kubeclient::ApiWatchTransport>(
         api.get(), std::chrono::duration_cast<std::chrono::milliseconds>(ro.watch_timeout) +
                        std::chrono::seconds(30));
     for (Reflector* r : {node_reflector.get(), pod_reflector.get()}) {
       threads.emplace_back([&, r, ro] {
-        gpushare::extender::RunReflector(*r, *transport, ro, stop);
+        gpushare::kubeclient::RunReflector(*r, *transport, ro, stop);
       });
     }
     if (requeuer) threads.emplace_back([&] { requeuer->Run(stop); });

@@ -95,7 +95,7 @@ using ReadinessCheck = std::function<absl::Status()>;
 struct RouteHooks {
   ReadinessCheck ready;  // /readyz; empty: always ready.
   // Called with the target and body of each POST /bind before the extender
-  // sees it (leader election, extender/leader.h): nullopt binds here; a
+  // sees it (leader election, kubeclient/leader.h): nullopt binds here; a
   // reply is sent instead, e.g. the leader's reply to the forwarded request,
   // or HTTP 503 with k8s::ErrorJson() when this replica may not bind:
   // kube-scheduler's HTTP extender treats any status but 200 as a failed

@@ -1,4 +1,4 @@
-// File: extender/kubeconfig.h
+// File: kubeclient/kubeconfig.h
 // -----------------------------------------------------------------------------
 // Where the Kubernetes API is and how to authenticate to it, as client-go
 // finds it: a kubeconfig file (--kubeconfig, else the first file of
@@ -19,8 +19,8 @@
 // refused with an error naming the user (a token or a client certificate is
 // needed). Nothing here throws.
 
-#ifndef GPUSHARE_EXTENDER_KUBECONFIG_H_
-#define GPUSHARE_EXTENDER_KUBECONFIG_H_
+#ifndef GPUSHARE_KUBECLIENT_KUBECONFIG_H_
+#define GPUSHARE_KUBECLIENT_KUBECONFIG_H_
 
 #include <chrono>
 #include <cstdint>
@@ -32,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 // The service account folder of a pod: token, ca.crt, namespace.
 inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -130,6 +130,6 @@ class TokenSource {
 // Reads a whole file. Errors: NotFound naming `path`.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient
 
-#endif  // GPUSHARE_EXTENDER_KUBECONFIG_H_
+#endif  // GPUSHARE_KUBECLIENT_KUBECONFIG_H_

@@ -2,7 +2,7 @@
 // relative paths, JSON kubeconfigs, errors naming what is wrong, and the
 // rotation of a service-account token.
 
-#include "extender/kubeconfig.h"
+#include "kubeclient/kubeconfig.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 namespace {
 
 using ::gpushare::testing::StatusIs;
@@ -302,4 +302,4 @@ TEST(ResolveTest, KubeconfigFlagThenEnvironmentThenApiserverAlone) {
 }
 
 }  // namespace
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

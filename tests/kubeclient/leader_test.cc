@@ -4,7 +4,7 @@
 // that cannot renew stops binding before anyone else may take over, release
 // on shutdown, and binding only after the new leader's resync.
 
-#include "extender/leader.h"
+#include "kubeclient/leader.h"
 
 #include <chrono>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 namespace {
 
 namespace http = boost::beast::http;
@@ -259,4 +259,4 @@ TEST_F(LeaderTest, AnUnreachableApiNeverMakesALeader) {
 }
 
 }  // namespace
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

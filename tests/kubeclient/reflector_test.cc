@@ -3,7 +3,7 @@
 // events, malformed lines, dropped connections, and RunReflector() over a
 // scripted transport converging to the API server's objects.
 
-#include "extender/reflector.h"
+#include "kubeclient/reflector.h"
 
 #include <deque>
 #include <map>
@@ -16,7 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 namespace {
 
 using ::nlohmann::json;
@@ -327,4 +327,4 @@ TEST(RunReflectorTest, ListsAgainWhenTheResyncIsDue) {
 }
 
 }  // namespace
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

@@ -1,4 +1,4 @@
-// File: extender/reflector.h
+// File: kubeclient/reflector.h
 // -----------------------------------------------------------------------------
 // List, then watch, one kind of Kubernetes object (nodes or pods), as
 // client-go's reflector does, and hand every change to a handler. The
@@ -29,8 +29,8 @@
 // Thread safety: the state machine is driven by one thread; Snapshot(),
 // SnapshotOnNode(), synced() and status() may be called from any thread.
 
-#ifndef GPUSHARE_EXTENDER_REFLECTOR_H_
-#define GPUSHARE_EXTENDER_REFLECTOR_H_
+#ifndef GPUSHARE_KUBECLIENT_REFLECTOR_H_
+#define GPUSHARE_KUBECLIENT_REFLECTOR_H_
 
 #include <atomic>
 #include <chrono>
@@ -45,7 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 class Reflector {
  public:
@@ -177,6 +177,6 @@ struct ReflectorOptions {
 void RunReflector(Reflector& reflector, WatchTransport& transport,
                   const ReflectorOptions& options, const std::atomic<bool>& stop);
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient
 
-#endif  // GPUSHARE_EXTENDER_REFLECTOR_H_
+#endif  // GPUSHARE_KUBECLIENT_REFLECTOR_H_

@@ -1,11 +1,11 @@
-// File: extender/api_client.h
+// File: kubeclient/api_client.h
 // -----------------------------------------------------------------------------
 // A client of the Kubernetes API for gpushare-extender: lists and watches
 // nodes and pods, and writes binds (the device plugin's annotations, then the
 // v1.Binding).
 //
 //   absl::StatusOr<RestConfig> config = ResolveRestConfig({.kubeconfig = path});
-//   auto api = gpushare::extender::ApiClient::Create(*config);
+//   auto api = gpushare::kubeclient::ApiClient::Create(*config);
 //   absl::StatusOr<std::string> nodes = (*api)->Get("/api/v1/nodes");
 //
 // HTTPS (OpenSSL through Boost.Asio) verifies the server's certificate
@@ -24,8 +24,8 @@
 //
 // Thread-safe: any number of threads may call at once.
 
-#ifndef GPUSHARE_EXTENDER_API_CLIENT_H_
-#define GPUSHARE_EXTENDER_API_CLIENT_H_
+#ifndef GPUSHARE_KUBECLIENT_API_CLIENT_H_
+#define GPUSHARE_KUBECLIENT_API_CLIENT_H_
 
 #include <chrono>
 #include <cstdint>
@@ -38,11 +38,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "extender/kubeconfig.h"
-#include "extender/reflector.h"
+#include "kubeclient/kubeconfig.h"
+#include "kubeclient/reflector.h"
 #include "gpushare/kubernetes.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 // The canonical code of an HTTP status from the API server, in one place:
 // 2xx OK; 400 and 422 InvalidArgument; 401 Unauthenticated; 403
@@ -176,6 +176,6 @@ class ApiWatchTransport : public WatchTransport {
   const std::chrono::milliseconds idle_;
 };
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient
 
-#endif  // GPUSHARE_EXTENDER_API_CLIENT_H_
+#endif  // GPUSHARE_KUBECLIENT_API_CLIENT_H_

@@ -1,6 +1,6 @@
 // List-then-watch of one kind of object (see reflector.h).
 
-#include "extender/reflector.h"
+#include "kubeclient/reflector.h"
 
 #include <malloc.h>
 
@@ -10,10 +10,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 #include "nlohmann/json.hpp"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 using nlohmann::json;
 
@@ -314,4 +314,4 @@ void RunReflector(Reflector& r, WatchTransport& t, const ReflectorOptions& optio
   }
 }
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

@@ -1,6 +1,6 @@
 // kubeconfig, in-cluster config and bearer tokens (see kubeconfig.h).
 
-#include "extender/kubeconfig.h"
+#include "kubeclient/kubeconfig.h"
 
 #include <sys/stat.h>
 
@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -272,4 +272,4 @@ void TokenSource::Invalidate() {
   stamp_.clear();
 }
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

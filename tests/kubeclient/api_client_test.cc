@@ -4,7 +4,7 @@
 // certificates, bearer tokens, keep-alive, retries, status mapping and
 // streamed (chunked) watch replies.
 
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -35,7 +35,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 namespace {
 
 namespace asio = boost::asio;
@@ -617,4 +617,4 @@ TEST(ApiClientTest, StreamsChunksAsTheyArriveAndMapsErrors) {
 }
 
 }  // namespace
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

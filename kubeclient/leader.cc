@@ -1,6 +1,6 @@
 // Leader election through a coordination.k8s.io/v1 Lease; see leader.h.
 
-#include "extender/leader.h"
+#include "kubeclient/leader.h"
 
 #include <algorithm>
 #include <ctime>
@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 #include "nlohmann/json.hpp"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 namespace http = boost::beast::http;
 using nlohmann::json;
@@ -247,4 +247,4 @@ std::string LeaderElector::Describe() const {
   return holder_.empty() ? "follower (no leader)" : "follower (leader: " + holder_ + ")";
 }
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient

@@ -1,4 +1,4 @@
-// File: extender/leader.h
+// File: kubeclient/leader.h
 // -----------------------------------------------------------------------------
 // Leader election of gpushare-extender replicas through a
 // coordination.k8s.io/v1 Lease, with the rules of client-go's leaderelection
@@ -36,8 +36,8 @@
 //
 // Thread safety: Run() on one thread; the accessors from any thread.
 
-#ifndef GPUSHARE_EXTENDER_LEADER_H_
-#define GPUSHARE_EXTENDER_LEADER_H_
+#ifndef GPUSHARE_KUBECLIENT_LEADER_H_
+#define GPUSHARE_KUBECLIENT_LEADER_H_
 
 #include <atomic>
 #include <chrono>
@@ -51,7 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 struct LeaseOptions {
   std::string namespace_name = "kube-system";
@@ -150,6 +150,6 @@ class LeaderElector {
   Clock::time_point observed_at_;
 };
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient
 
-#endif  // GPUSHARE_EXTENDER_LEADER_H_
+#endif  // GPUSHARE_KUBECLIENT_LEADER_H_

@@ -1,6 +1,6 @@
 // The Kubernetes API client of gpushare-extender (see api_client.h).
 
-#include "extender/api_client.h"
+#include "kubeclient/api_client.h"
 
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -28,7 +28,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace gpushare::extender {
+namespace gpushare::kubeclient {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -606,4 +606,4 @@ absl::StatusOr<std::string> ApiClient::GetPod(const k8s::BindTarget& t) const {
 
 void ApiWatchTransport::Sleep(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
 
-}  // namespace gpushare::extender
+}  // namespace gpushare::kubeclient
