@@ -63,6 +63,16 @@ TEST(NodePodCacheTest, AnUnreadablePodAffectsOnlyItself) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+TEST(NodePodCacheTest, ThousandsOfPodsAreKeptParsedOnce) {
+  NodePodCache cache;
+  for (int i = 0; i < 5000; ++i) cache.Apply("ADDED", Pod("p" + std::to_string(i), "1"));
+  EXPECT_EQ(cache.size(), 5000u);
+  for (int i = 0; i < 5000; i += 2) cache.Apply("DELETED", Pod("p" + std::to_string(i), "1"));
+  std::vector<NodePod> pods = cache.Pods();
+  ASSERT_EQ(pods.size(), 2500u);
+  EXPECT_EQ(pods.front().containers[0].gpu_mem, 1);
+}
+
 TEST(NodePodCacheTest, WaitForChangeWakesOnAnEvent) {
   NodePodCache cache;
   const uint64_t seen = cache.generation();

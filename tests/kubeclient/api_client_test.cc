@@ -455,6 +455,27 @@ TEST(ApiClientTest, HonoursRetryAfterAndTheRateLimit) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(390));
 }
 
+// The device plugin caps a reply at 32 MiB (its container's limit is 128
+// MiB): a larger one is an error, not retried, and nothing more is read.
+TEST(ApiClientTest, AReplyOverTheCapIsRefusedWithoutRetrying) {
+  std::atomic<int> calls{0};
+  TestServer server([&](const auto&) {
+    ++calls;
+    Response r;
+    r.body = std::string(3 << 20, 'x');  // 3 MiB of pods, say.
+    return r;
+  });
+  ClientOptions o = Fast();
+  o.max_reply_bytes = 1 << 20;
+  ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(Plain(server.url()), o));
+  EXPECT_EQ(api->Get("/api/v1/pods").status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(calls.load(), 1);
+  o.max_reply_bytes = 4 << 20;
+  ASSERT_OK_AND_ASSIGN(auto roomy, ApiClient::Create(Plain(server.url()), o));
+  ASSERT_OK_AND_ASSIGN(std::string body, roomy->Get("/api/v1/pods"));
+  EXPECT_EQ(body.size(), 3u << 20);
+}
+
 TEST(ApiClientTest, BindMapsAConflictToAlreadyExists) {
   TestServer server([](const auto& req) {
     Response r;
