@@ -105,6 +105,16 @@ std::vector<GpuInfo> SharableGpus(const std::vector<GpuInfo>& gpus,
   return out;
 }
 
+bool SameGpus(const Inventory& inventory, const std::vector<GpuInfo>& gpus) {
+  std::vector<std::string> left_out;
+  const std::vector<GpuInfo> now = SharableGpus(gpus, &left_out);
+  if (static_cast<int>(now.size()) != inventory.gpu_count()) return false;
+  for (int g = 0; g < inventory.gpu_count(); ++g) {
+    if (now[g].uuid != inventory.gpus()[g].uuid) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<Inventory> MakeInventory(std::vector<GpuInfo> gpus, MemoryUnit unit) {
   if (gpus.empty()) return absl::FailedPreconditionError("NVML reports no GPU on this node");
   Inventory inv;

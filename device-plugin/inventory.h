@@ -79,6 +79,10 @@ std::string InventoryJson(const Inventory& inventory, const std::string& driver_
 std::vector<GpuInfo> SharableGpus(const std::vector<GpuInfo>& gpus,
                                   std::vector<std::string>* left_out);
 
+// Whether `gpus` (what NVML reports now, say after a driver reload) are the
+// GPUs `inventory` advertises: the same sharable GPUs, by UUID, in order.
+bool SameGpus(const Inventory& inventory, const std::vector<GpuInfo>& gpus);
+
 // Errors: InvalidArgument when a GPU has no UUID, two GPUs share one, or a
 // GPU has less than one unit of memory (naming it); FailedPrecondition when
 // there is no GPU at all.

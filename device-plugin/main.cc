@@ -322,15 +322,7 @@ int main(int argc, char** argv) {
           // Other GPUs than those advertised: the inventory is fixed, so the
           // plugin starts again (the DaemonSet restarts it).
           auto now_gpus = (*nvml)->Devices();
-          std::vector<std::string> ignored;
-          std::vector<std::string> before, after;
-          for (const auto& g : inventory->gpus()) before.push_back(g.uuid);
-          if (now_gpus.ok()) {
-            for (const auto& g : gpushare::deviceplugin::SharableGpus(*now_gpus, &ignored)) {
-              after.push_back(g.uuid);
-            }
-          }
-          if (now_gpus.ok() && after != before) {
+          if (now_gpus.ok() && !gpushare::deviceplugin::SameGpus(*inventory, *now_gpus)) {
             std::cerr << "gpushare-device-plugin: the GPUs changed while NVML was away; "
                          "starting again to advertise them" << std::endl;
             exit_code = 1;

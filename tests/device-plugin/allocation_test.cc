@@ -100,6 +100,19 @@ TEST(InventoryTest, MigGpusAreLeftOutAndNvmlIndicesMapToWhatIsAdvertised) {
   EXPECT_EQ(inv->gpus()[1].uuid, "GPU-2");
 }
 
+TEST(InventoryTest, SameGpusComparesWhatWouldBeAdvertised) {
+  Inventory inv = MakeInv({40, 40});
+  std::vector<GpuInfo> now = Gpus({40, 40});
+  EXPECT_TRUE(SameGpus(inv, now));
+  now[1].mig_enabled = true;  // MIG turned on while NVML was away.
+  EXPECT_FALSE(SameGpus(inv, now));
+  now = Gpus({40, 40, 40});
+  EXPECT_FALSE(SameGpus(inv, now));
+  now = Gpus({40, 40});
+  now[0].uuid = "GPU-new";
+  EXPECT_FALSE(SameGpus(inv, now));
+}
+
 // A v1.Pod as the API server returns it.
 nlohmann::json PodJson(const std::string& name, std::vector<std::pair<std::string, int>> mem,
                        std::map<std::string, std::string> annotations,
