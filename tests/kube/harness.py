@@ -831,6 +831,30 @@ class ControlPlane(Processes):
 
     # -- state between tests ----------------------------------------------------
 
+    def wait_admission_policies_gone(self, timeout=30):
+        """After deploy/admission's policies were deleted: waits until the API
+        server no longer enforces them (its admission informers follow the
+        deletion a moment later, and a binding whose parameters went first
+        denies everything meanwhile), probing with a pod that carries a
+        gpushare annotation."""
+        probe = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "admission-probe",
+                              "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "0"}},
+                 "spec": {"containers": [{"name": "main",
+                                          "image": "registry.invalid/e2e:never-pulled"}],
+                          "terminationGracePeriodSeconds": 0}}
+
+        def gone():
+            try:
+                self.api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", probe)
+            except ApiError as e:
+                if e.status in (403, 422) and "gpushare" in e.body:
+                    return False
+                raise
+            self.api.delete_pod("admission-probe")
+            return True
+        wait_until("gpushare's admission policies no longer enforced", gone, timeout, 0.2)
+
     def reset(self):
         """Stops kube-scheduler and the extender, deletes every pod, node and event."""
         self.stop_clients()

@@ -108,7 +108,13 @@ class Admission:
             self.post(path, obj)
 
     def close(self):
-        for path in reversed(self.made):
+        # The policies first, and only once the API server has let go of
+        # them their parameters: a binding without them denies everything.
+        policies = [p for p in self.made if "admissionregistration" in p]
+        for path in reversed(policies):
+            self.api.request("DELETE", path, ok=(200, 202, 404))
+        self.cp.wait_admission_policies_gone()
+        for path in reversed([p for p in self.made if p not in policies]):
             self.api.request("DELETE", path, ok=(200, 202, 404))
 
 

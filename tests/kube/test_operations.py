@@ -329,6 +329,7 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         assert DP_SA in params["data"]["devicePlugins"].split(",")
     finally:
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
+        cluster.wait_admission_policies_gone()
 
 
 @pytest.mark.extender_only("deploy/'s device plugin overlay; the scheduler does not matter")
