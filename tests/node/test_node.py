@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from harness import HarnessError, wait_until
+from harness import ApiError, HarnessError, wait_until
 from node_harness import (FOUR_V100, GPU_COUNT, GPU_MEM, H200, IMAGE, NODE_NAME, TWO_A100,
                           UNHEALTHY_ANNOTATION, WHOLE_GPU, fixture_gpus)
 
@@ -696,3 +696,46 @@ def test_after_a_driver_reload_nvml_is_initialised_again_and_events_still_count(
     finally:
         node.write_faults({})
         node.start_device_plugin(TWO_A100)  # XIDs stick until the plugin restarts.
+
+
+# ---------------------------------------------------------------- l. the admission policies
+
+def test_the_admission_policies_refuse_a_forged_annotation_and_a_cross_node_patch(node):
+    """deploy/admission/ on this cluster (tests/kube/test_admission.py tries
+    every rule): a pod author cannot create a pod naming a GPU, and the
+    device plugin of another node cannot patch a pod running here."""
+    from test_admission import (IDX, PLUGIN_SA, Admission, api_as, create, patch_pod,
+                                plugin_token, pod_body, refused, user_api)
+    node.use_fixture(TWO_A100)
+    cp, api = node.cp, node.api
+    # Running and marked assigned before the policies: this plugin runs
+    # under a test identity of its own, not the service account they trust.
+    create_pod(api, "running", [("main", 3)])
+    wait_running(api, "running")
+    placed = placed_gpus(wait_assigned(api, "running"))
+    admission = Admission(cp)
+    try:
+        admission.install()
+        api.create_node("elsewhere", gpus=1, gpu_memory=16, labels={"gpushare": "false"})
+        agent = create(api, pod_body("agent-elsewhere", node="elsewhere", namespace="kube-system",
+                                     service_account=PLUGIN_SA))
+        other_plugin = api_as(cp, token=plugin_token(cp, agent))
+        mallory = user_api(cp, "mallory", [{"apiGroups": [""], "resources": ["pods"],
+                                            "verbs": ["create", "patch"]}])
+        forged = pod_body("forged", 40, annotations={IDX: "0"})
+
+        def enforced():
+            try:
+                create(mallory, forged)
+            except ApiError as e:
+                return e.status == 403 and "gpushare-annotations/create" in e.body
+            api.delete_pod("forged")
+            return False
+        wait_until("the admission policies enforced", enforced, 30, 0.5)
+        refused(lambda: patch_pod(other_plugin, "running", {"metadata": {"annotations": {
+            IDX: "1"}}}), "gpushare-annotations/plugin-node")
+        assert placed_gpus(api.pod("running")) == placed
+    finally:
+        api.delete_pod("agent-elsewhere", namespace="kube-system")
+        api.delete_node("elsewhere")
+        admission.close()
