@@ -118,6 +118,21 @@ class Admission:
             self.api.request("DELETE", path, ok=(200, 202, 404))
 
 
+def wait_enforced(api, author, forged):
+    """Waits until `author` creating `forged` (a pod with a gpushare
+    annotation) is refused by gpushare-annotations/create: the policies take
+    effect within seconds of their creation. A pod created meanwhile is
+    deleted (through `api`)."""
+    def enforced():
+        try:
+            create(author, forged)
+        except ApiError as e:
+            return e.status == 403 and "gpushare-annotations/create" in e.body
+        api.delete_pod(forged["metadata"]["name"])
+        return False
+    wait_until("the admission policies enforced", enforced, 30, 0.5)
+
+
 def user_api(cp, name, rules):
     """An Api of a client certificate user `name` granted `rules` cluster-wide."""
     cert, key = cp.pki.issue(name, f"/CN={name}", client=True)
@@ -173,16 +188,8 @@ def test_only_the_scheduler_writes_gpushare_annotations(cluster):
 
         # Nobody creates a pod carrying gpushare annotations. The policies
         # take effect within seconds of their creation.
-        forged = pod_body("forged", 4, annotations={IDX: "0", "ALIYUN_COM_GPU_MEM_ASSIGNED": "false"})
-
-        def enforced():
-            try:
-                create(mallory, forged)
-            except ApiError as e:
-                return e.status == 403 and "gpushare-annotations/create" in e.body
-            api.delete_pod("forged")
-            return False
-        wait_until("the admission policies enforced", enforced, 30, 0.5)
+        wait_enforced(api, mallory, pod_body("forged", 4, annotations={
+            IDX: "0", "ALIYUN_COM_GPU_MEM_ASSIGNED": "false"}))
         refused(lambda: create(api, pod_body("forged-admin", 4, annotations={IDX: "1"})),
                 "gpushare-annotations/create")
         # Nor binds a GPU pod to a node by hand.

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from harness import ApiError, HarnessError, wait_until
+from harness import HarnessError, wait_until
 from node_harness import (FOUR_V100, GPU_COUNT, GPU_MEM, H200, IMAGE, NODE_NAME, TWO_A100,
                           UNHEALTHY_ANNOTATION, WHOLE_GPU, fixture_gpus)
 
@@ -705,7 +705,7 @@ def test_the_admission_policies_refuse_a_forged_annotation_and_a_cross_node_patc
     every rule): a pod author cannot create a pod naming a GPU, and the
     device plugin of another node cannot patch a pod running here."""
     from test_admission import (IDX, PLUGIN_SA, Admission, api_as, create, patch_pod,
-                                plugin_token, pod_body, refused, user_api)
+                                plugin_token, pod_body, refused, user_api, wait_enforced)
     node.use_fixture(TWO_A100)
     cp, api = node.cp, node.api
     # Running and marked assigned before the policies: this plugin runs
@@ -722,16 +722,7 @@ def test_the_admission_policies_refuse_a_forged_annotation_and_a_cross_node_patc
         other_plugin = api_as(cp, token=plugin_token(cp, agent))
         mallory = user_api(cp, "mallory", [{"apiGroups": [""], "resources": ["pods"],
                                             "verbs": ["create", "patch"]}])
-        forged = pod_body("forged", 40, annotations={IDX: "0"})
-
-        def enforced():
-            try:
-                create(mallory, forged)
-            except ApiError as e:
-                return e.status == 403 and "gpushare-annotations/create" in e.body
-            api.delete_pod("forged")
-            return False
-        wait_until("the admission policies enforced", enforced, 30, 0.5)
+        wait_enforced(api, mallory, pod_body("forged", 40, annotations={IDX: "0"}))
         refused(lambda: patch_pod(other_plugin, "running", {"metadata": {"annotations": {
             IDX: "1"}}}), "gpushare-annotations/plugin-node")
         assert placed_gpus(api.pod("running")) == placed
