@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
   // What the kubelet allocated: at start (a restart: those are served
   // already), after Allocate calls whose pod disagreed with its devices or
   // could not be told (then annotations are corrected to the GPUs the
-  // kubelet recorded, and the ledger follows), and every 30 s.
+  // kubelet recorded and admitted pods are marked assigned, and the ledger
+  // follows), and every 30 s.
   auto reconcile = [&](bool at_start) {
     auto served = gpushare::deviceplugin::ListServed(c.pod_resources_socket);
     if (!served.ok()) {
@@ -222,11 +223,14 @@ int main(int argc, char** argv) {
       std::cout << "gpushare-device-plugin: pod " << k.pod_uid << " container " << k.container
                 << " was not the one admitted; it waits again" << std::endl;
     }
-    for (const auto& fix : gpushare::deviceplugin::CorrectionsFrom(*served, *pods, *inventory)) {
+    for (const auto& fix :
+         gpushare::deviceplugin::CorrectionsFrom(*served, *pods, *inventory, NowNs())) {
       patcher.Enqueue({"correct/" + fix.pod, "correcting the annotations of " + fix.pod,
                        gpushare::kubeclient::PodPath(fix.pod_namespace, fix.pod_name), fix.patch});
       std::cout << "gpushare-device-plugin: pod " << fix.pod
-                << " runs on other GPUs than its annotations named; correcting them" << std::endl;
+                << (fix.moved ? " runs on other GPUs than its annotations named"
+                              : " was admitted but not marked assigned")
+                << "; correcting its annotations" << std::endl;
     }
   };
 

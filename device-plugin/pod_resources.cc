@@ -85,13 +85,14 @@ std::vector<HeldDevice> HeldDevices(const std::vector<ServedContainer>& served,
 
 std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& served,
                                         const std::vector<NodePod>& pods,
-                                        const Inventory& inventory) {
+                                        const Inventory& inventory, int64_t now_ns) {
   std::map<std::pair<std::string, std::string>, std::vector<const ServedContainer*>> by_pod;
   for (const ServedContainer& c : served) by_pod[{c.pod_namespace, c.pod_name}].push_back(&c);
   std::vector<Correction> out;
   for (const NodePod& pod : pods) {
     auto listed = by_pod.find({pod.namespace_name, pod.name});
     if (listed == by_pod.end()) continue;
+    if (pod.terminating || pod.phase == "Succeeded" || pod.phase == "Failed") continue;
     absl::StatusOr<std::vector<int>> annotated = RecordedGpus(pod, inventory);
     if (!annotated.ok() || annotated->empty()) continue;
     Correction c;
@@ -122,19 +123,27 @@ std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& serv
     if (!any || !complete || !known || c.actual.empty()) continue;
     std::vector<int> actual_gpus;
     for (const auto& [g, units] : c.actual) actual_gpus.push_back(g);
-    if (actual_gpus == *annotated) continue;
+    auto assigned = pod.annotations.find("ALIYUN_COM_GPU_MEM_ASSIGNED");
+    c.moved = actual_gpus != *annotated;
+    c.unmarked = assigned == pod.annotations.end() || assigned->second != "true";
+    if (!c.moved && !c.unmarked) continue;
     c.pod = pod.id();
     c.pod_namespace = pod.namespace_name;
     c.pod_name = pod.name;
     c.annotated = *annotated;
-    nlohmann::json per_gpu = nlohmann::json::object();
-    for (const auto& [g, units] : c.actual) per_gpu[absl::StrCat(g)] = units;
-    nlohmann::json patch = {
-        {"metadata",
-         {{"annotations",
-           {{"ALIYUN_COM_GPU_MEM_IDX", absl::StrJoin(actual_gpus, "-")},
-            {"scheduler.framework.gpushare.allocation",
-             nlohmann::json({{"0", per_gpu}}).dump()}}}}}};
+    nlohmann::json annotations = nlohmann::json::object();
+    if (c.moved) {
+      nlohmann::json per_gpu = nlohmann::json::object();
+      for (const auto& [g, units] : c.actual) per_gpu[absl::StrCat(g)] = units;
+      annotations["ALIYUN_COM_GPU_MEM_IDX"] = absl::StrJoin(actual_gpus, "-");
+      annotations["scheduler.framework.gpushare.allocation"] =
+          nlohmann::json({{"0", per_gpu}}).dump();
+    }
+    if (c.unmarked) {
+      annotations["ALIYUN_COM_GPU_MEM_ASSIGNED"] = "true";
+      annotations["ALIYUN_COM_GPU_MEM_ASSIGN_TIME"] = absl::StrCat(now_ns);
+    }
+    nlohmann::json patch = {{"metadata", {{"annotations", annotations}}}};
     c.patch = patch.dump();
     out.push_back(std::move(c));
   }

@@ -11,7 +11,7 @@
 //
 //   absl::StatusOr<std::vector<ServedContainer>> served = ListServed(socket);
 //   server->ReconcileLedger(ServedKeys(*served, pods), HeldDevices(*served, pods, inventory));
-//   for (const Correction& c : CorrectionsFrom(*served, pods, inventory)) PATCH c.patch;
+//   for (const Correction& c : CorrectionsFrom(*served, pods, inventory, now)) PATCH c.patch;
 
 #ifndef GPUSHARE_DEVICE_PLUGIN_POD_RESOURCES_H_
 #define GPUSHARE_DEVICE_PLUGIN_POD_RESOURCES_H_
@@ -56,27 +56,37 @@ std::vector<Ledger::Key> ServedKeys(const std::vector<ServedContainer>& served,
 std::vector<HeldDevice> HeldDevices(const std::vector<ServedContainer>& served,
                                     const std::vector<NodePod>& pods, const Inventory& inventory);
 
-// A pod whose devices, as the kubelet recorded them, sit on other GPUs than
-// its annotations name (see allocation.h: a swap between pods of the same
-// size created in the same second).
+// A pod whose annotations do not say what the kubelet recorded: its devices
+// sit on other GPUs than its annotations name (see allocation.h: a swap
+// between pods of the same size created in the same second), or every one
+// of its containers was admitted but the pod is not marked
+// ALIYUN_COM_GPU_MEM_ASSIGNED=true (its Allocate came before the plugin's
+// watch had the pod, or the plugin restarted before marking it). Left
+// unmarked, the extender would count such a pod as an assumption that
+// expires.
 struct Correction {
   std::string pod;                 // "<namespace>/<name>"
   std::string pod_namespace, pod_name;
   std::vector<int> annotated;      // The GPUs its annotations named.
   std::map<int, int64_t> actual;   // Units (whole GPUs: the GPU's units) by GPU.
-  // A merge patch setting ALIYUN_COM_GPU_MEM_IDX and
-  // scheduler.framework.gpushare.allocation to `actual`.
+  bool moved = false;              // `actual` is not `annotated`.
+  bool unmarked = false;           // Not marked assigned yet.
+  // A merge patch: when moved, ALIYUN_COM_GPU_MEM_IDX and
+  // scheduler.framework.gpushare.allocation set to `actual`; when unmarked,
+  // ALIYUN_COM_GPU_MEM_ASSIGNED "true" and ALIYUN_COM_GPU_MEM_ASSIGN_TIME.
   std::string patch;
 };
 
 // The corrections `served` calls for: for each pod of `pods` placed by a
-// gpushare scheduler whose every GPU container (init containers aside: the
-// kubelet gives their devices to the others) is listed, the GPUs of its
-// devices against those of its annotations. Devices of other nodes' GPUs
-// (ids this inventory does not know) make no correction.
+// gpushare scheduler, not finished or being deleted, whose every GPU
+// container (init containers aside: the kubelet gives their devices to the
+// others) is listed, the GPUs of its devices against those of its
+// annotations, and its assigned mark. Devices of other nodes' GPUs (ids this
+// inventory does not know) make no correction. `now_ns`: the wall clock in
+// nanoseconds, for ALIYUN_COM_GPU_MEM_ASSIGN_TIME.
 std::vector<Correction> CorrectionsFrom(const std::vector<ServedContainer>& served,
                                         const std::vector<NodePod>& pods,
-                                        const Inventory& inventory);
+                                        const Inventory& inventory, int64_t now_ns);
 
 }  // namespace gpushare::deviceplugin
 

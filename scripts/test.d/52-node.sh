@@ -15,7 +15,7 @@
 # cgroups, mounts).
 # Why: only a real kubelet shows what the device plugin API really does
 # (GetPreferredAllocation, checkpoints, re-registration, admission errors).
-# Cost: about 129 s for the 17 tests on a warm machine (runs on 2026-12-02,
+# Cost: about 140 s for the 18 tests on a warm machine (runs on 2026-12-02,
 # Intel Xeon, 2 cores), after the programs build; a cache
 # without the kubelet adds its build (166 s wall beside the other three
 # programs' warm Go build cache).

@@ -115,26 +115,44 @@ TEST(PodResourcesTest, PodsWhoseDevicesSitElsewhereAreCorrected) {
   absl::StatusOr<Inventory> inv = MakeInventory(gpus, MemoryUnit::kGiB);
   ASSERT_TRUE(inv.ok());
   // "a" was annotated GPU 0 but the kubelet gave it units of GPU 1 (it
-  // admitted "a" while the plugin took it for "b"); "b" is right; "c" is
-  // half admitted (its second container is not listed yet): no correction.
+  // admitted "a" while the plugin took it for "b"); "b" is right and marked
+  // assigned; "c" is half admitted (its second container is not listed yet);
+  // "d" was admitted but never marked (its Allocate could not tell it); "e"
+  // is right but finished: only "a" and "d" are corrected.
   std::vector<NodePod> pods = {BoundPod("a", "0", {{"m", 2}}), BoundPod("b", "1", {{"m", 2}}),
-                               BoundPod("c", "0", {{"x", 1}, {"y", 1}})};
+                               BoundPod("c", "0", {{"x", 1}, {"y", 1}}),
+                               BoundPod("d", "0", {{"m", 1}}), BoundPod("e", "0", {{"m", 1}})};
+  pods[1].annotations["ALIYUN_COM_GPU_MEM_ASSIGNED"] = "true";
+  pods[4].phase = "Succeeded";
   std::vector<ServedContainer> served = {
       Served("a", "m", {"GPU-1-mem-0", "GPU-1-mem-1"}),
       Served("b", "m", {"GPU-1-mem-2", "GPU-1-mem-3"}),
-      Served("c", "x", {"GPU-1-mem-4"})};
-  std::vector<Correction> fixes = CorrectionsFrom(served, pods, *inv);
-  ASSERT_EQ(fixes.size(), 1u);
+      Served("c", "x", {"GPU-1-mem-4"}), Served("d", "m", {"GPU-0-mem-0"}),
+      Served("e", "m", {"GPU-0-mem-1"})};
+  std::vector<Correction> fixes = CorrectionsFrom(served, pods, *inv, 1234);
+  ASSERT_EQ(fixes.size(), 2u);
   EXPECT_EQ(fixes[0].pod, "default/a");
+  EXPECT_TRUE(fixes[0].moved);
   EXPECT_THAT(fixes[0].annotated, ElementsAre(0));
   EXPECT_EQ(fixes[0].actual, (std::map<int, int64_t>{{1, 2}}));
   nlohmann::json patch = nlohmann::json::parse(fixes[0].patch);
   EXPECT_EQ(patch["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"], "1");
   EXPECT_EQ(patch["metadata"]["annotations"]["scheduler.framework.gpushare.allocation"],
             R"({"0":{"1":2}})");
+  EXPECT_EQ(patch["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"], "true");
+  // "d": only marked, its placement kept.
+  EXPECT_EQ(fixes[1].pod, "default/d");
+  EXPECT_FALSE(fixes[1].moved);
+  EXPECT_TRUE(fixes[1].unmarked);
+  patch = nlohmann::json::parse(fixes[1].patch);
+  EXPECT_EQ(patch["metadata"]["annotations"].size(), 2u) << patch;
+  EXPECT_EQ(patch["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"], "true");
+  EXPECT_EQ(patch["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_ASSIGN_TIME"], "1234");
   // Unknown device ids (another node's) correct nothing.
-  served[0].device_ids = {"GPU-9-mem-0", "GPU-9-mem-1"};
-  EXPECT_TRUE(CorrectionsFrom(served, pods, *inv).empty());
+  for (ServedContainer& s : served) {
+    for (std::string& id : s.device_ids) id.replace(4, 1, "9");
+  }
+  EXPECT_TRUE(CorrectionsFrom(served, pods, *inv, 1234).empty());
 }
 
 TEST(PodResourcesTest, ASilentKubeletIsNamed) {

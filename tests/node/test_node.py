@@ -562,6 +562,27 @@ def test_forged_annotations_get_no_gpu_beyond_the_kubelets_ids(node):
     assert placed_gpus(api.pod("holder")) == [g]
 
 
+def test_a_pod_admitted_but_never_marked_is_marked_from_the_kubelets_records(node):
+    """The plugin can stop between an Allocate and the write marking its pod
+    assigned (or serve an Allocate before its watch has the pod): the pod
+    runs, unmarked, and the extender would count it as an assumption that
+    expires. The kubelet's pod-resources records mark it when the plugin
+    starts again, its placement kept."""
+    node.use_fixture(TWO_A100)
+    api = node.api
+    create_pod(api, "unmarked", [("main", 10)])
+    wait_running(api, "unmarked")
+    placed = placed_gpus(wait_assigned(api, "unmarked"))
+    node.stop_device_plugin()
+    api.request("PATCH", "/api/v1/namespaces/default/pods/unmarked",
+                {"metadata": {"annotations": {"ALIYUN_COM_GPU_MEM_ASSIGNED": "false"}}},
+                content_type="application/merge-patch+json")
+    assert annotations(api.pod("unmarked"))["ALIYUN_COM_GPU_MEM_ASSIGNED"] == "false"
+    node.start_device_plugin(TWO_A100)
+    pod = wait_assigned(api, "unmarked", timeout=15)
+    assert placed_gpus(pod) == placed
+
+
 def test_an_unreadable_hand_bound_pod_leaves_the_other_pods_running(node):
     """A pod whose quantity the plugin cannot read (5G units) fails its own
     admission; pods after it are still served."""
