@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -62,9 +63,51 @@ TEST(SchedulerTest, CreateRejectsUnknownPolicyAndBadTtl) {
   EXPECT_THAT(Scheduler::Create(S1Cluster(), options),
               StatusIs(absl::StatusCode::kInvalidArgument, "binpack"));
   options.policy = "spread";
-  options.reservation_ttl_ms = 0;
+  options.reservation_ttl_ms = -1;
   EXPECT_THAT(Scheduler::Create(S1Cluster(), options),
-              StatusIs(absl::StatusCode::kInvalidArgument, "ttl 0"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "ttl -1"));
+}
+
+TEST(SchedulerTest, WithoutATtlAReservationHoldsUntilTheHostSettlesIt) {
+  Fixture f(S1Cluster(), /*ttl_ms=*/0);
+  ASSERT_OK(f->Reserve(Shared("a", 14), "sd-cluster-04").status());
+  f.now->store(std::numeric_limits<int64_t>::max() - 1);  // Any time later.
+  EXPECT_EQ(f->ExpireReservations(), 0);
+  EXPECT_TRUE(f->IsReserved("a"));
+  // The slow bind's GPU is still taken: nothing else fits on it.
+  EXPECT_THAT(f->Reserve(Shared("b", 14), "sd-cluster-04"),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_OK(f->Confirm("a"));
+  EXPECT_EQ(f.Used("sd-cluster-04"), 14);
+  EXPECT_OK(f->CheckInvariants());
+}
+
+TEST(SchedulerTest, TokensKeepALateCallFromSettlingANewerReservation) {
+  Fixture f(S1Cluster(), /*ttl_ms=*/0);
+  uint64_t first = 0, second = 0, again = 0;
+  ASSERT_OK(f->Reserve(Shared("a", 2), "sd-cluster-04", &first).status());
+  EXPECT_GT(first, 0u);
+  // Reserving again on the same node is the same reservation.
+  ASSERT_OK(f->Reserve(Shared("a", 2), "sd-cluster-04", &again).status());
+  EXPECT_EQ(again, first);
+  ASSERT_OK(f->Forget("a", first));
+  ASSERT_OK(f->Reserve(Shared("a", 2), "sd-cluster-05", &second).status());
+  EXPECT_NE(second, first);
+  // The first attempt's late Unreserve and PostBind change nothing.
+  EXPECT_THAT(f->Forget("a", first), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                              "reserved again"));
+  EXPECT_THAT(f->Confirm("a", first), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                               "reserved again"));
+  EXPECT_TRUE(f->IsReserved("a"));
+  EXPECT_EQ(f.Used("sd-cluster-05"), 2);
+  ASSERT_OK(f->Confirm("a", second));
+  EXPECT_OK(f->Confirm("a", second));  // Confirmed already: OK.
+  uint64_t confirmed = 7;
+  ASSERT_OK(f->Reserve(Shared("a", 2), "sd-cluster-05", &confirmed).status());
+  EXPECT_EQ(confirmed, 0u);
+  EXPECT_THAT(f->Forget("a", second), StatusIs(absl::StatusCode::kFailedPrecondition, "release"));
+  EXPECT_THAT(f->Forget("zzz", 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(f->CheckInvariants());
 }
 
 TEST(SchedulerTest, ReservationCountsAgainstCapacityAtOnce) {

@@ -73,6 +73,7 @@ struct gs_fit_results {
 struct gs_placement {
   gpushare::Placement placement;
   std::string patch;  // {"metadata":{"annotations":{...}}}
+  uint64_t token = 0;  // The reservation's, from gs_scheduler_reserve().
 };
 
 namespace {
@@ -300,8 +301,11 @@ absl::StatusOr<gs_placement> WithPatch(const gs_scheduler& s, const Placement& p
 // Reserves as gs_scheduler_reserve() documents (`node` empty: any node).
 absl::StatusOr<gs_placement> Reserve(gs_scheduler& s, const gs_pod& pod, std::string node) {
   if (!pod.pod) {
-    GPUSHARE_ASSIGN_OR_RETURN(Placement p, s.scheduler->Reserve(pod.request, node));
-    return WithPatch(s, p);
+    uint64_t token = 0;
+    GPUSHARE_ASSIGN_OR_RETURN(Placement p, s.scheduler->Reserve(pod.request, node, &token));
+    GPUSHARE_ASSIGN_OR_RETURN(gs_placement out, WithPatch(s, p));
+    out.token = token;
+    return out;
   }
   const k8s::Pod& k = *pod.pod;
   if (Judged(pod) && !k.required_node_affinity.empty()) {
@@ -333,6 +337,7 @@ absl::StatusOr<gs_placement> Reserve(gs_scheduler& s, const gs_pod& pod, std::st
   gs_placement out;
   out.placement = std::move(bound.placement);
   out.patch = std::move(bound.patch);
+  out.token = bound.reservation_token;
   return out;
 }
 
@@ -826,6 +831,28 @@ gs_status* gs_scheduler_forget(gs_scheduler* scheduler, const char* id, size_t i
   });
 }
 
+gs_status* gs_scheduler_confirm_reservation(gs_scheduler* scheduler, const char* id,
+                                            size_t id_len, uint64_t token) {
+  constexpr const char* fn = "gs_scheduler_confirm_reservation";
+  return Guard(fn, [&]() -> absl::Status {
+    if (scheduler == nullptr) return IsNull(fn, "scheduler");
+    if (token == 0) return Invalid(fn, "token 0 names no reservation");
+    GPUSHARE_ASSIGN_OR_RETURN(std::string i, TextIn(fn, "id", id, id_len));
+    return scheduler->scheduler->Confirm(i, token);
+  });
+}
+
+gs_status* gs_scheduler_forget_reservation(gs_scheduler* scheduler, const char* id,
+                                           size_t id_len, uint64_t token) {
+  constexpr const char* fn = "gs_scheduler_forget_reservation";
+  return Guard(fn, [&]() -> absl::Status {
+    if (scheduler == nullptr) return IsNull(fn, "scheduler");
+    if (token == 0) return Invalid(fn, "token 0 names no reservation");
+    GPUSHARE_ASSIGN_OR_RETURN(std::string i, TextIn(fn, "id", id, id_len));
+    return scheduler->scheduler->Forget(i, token);
+  });
+}
+
 gs_status* gs_scheduler_release(gs_scheduler* scheduler, const char* id, size_t id_len) {
   constexpr const char* fn = "gs_scheduler_release";
   return Guard(fn, [&]() -> absl::Status {
@@ -888,6 +915,10 @@ int64_t gs_placement_compute_per_gpu(const gs_placement* placement) {
 
 int gs_placement_exclusive(const gs_placement* placement) {
   return placement != nullptr && placement->placement.exclusive ? 1 : 0;
+}
+
+uint64_t gs_placement_token(const gs_placement* placement) {
+  return placement == nullptr ? 0 : placement->token;
 }
 
 const char* gs_placement_patch(const gs_placement* placement) {

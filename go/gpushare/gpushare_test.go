@@ -270,6 +270,39 @@ func TestPlaceForgetExpire(t *testing.T) {
 	}
 }
 
+// With NoExpiry a reservation holds until settled, and a late call about
+// an earlier reservation of the same request changes nothing.
+func TestReservationTokens(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{ReservationTTL: gpushare.NoExpiry})
+	mustAdd(t, s, sharedNode("n1", 1, 16))
+	slow := newPod(t, gpushare.Request{ID: "ns/slow", GPUMemory: 10})
+	other := newPod(t, gpushare.Request{ID: "ns/other", GPUMemory: 10})
+	first, err := s.Reserve(slow, "n1")
+	if err != nil || first.Token == 0 {
+		t.Fatalf("Reserve = %+v, %v", first, err)
+	}
+	if n, err := s.Expire(); err != nil || n != 0 {
+		t.Fatalf("Expire = %d, %v; want 0", n, err)
+	}
+	_, err = s.Reserve(other, "n1")
+	wantErr(t, err, gpushare.ErrResourceExhausted, "")
+	if err := s.ForgetReservation(first); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Reserve(slow, "n1")
+	if err != nil || second.Token == first.Token {
+		t.Fatalf("Reserve again = %+v, %v", second, err)
+	}
+	wantErr(t, s.ForgetReservation(first), gpushare.ErrFailedPrecondition, "reserved again")
+	wantErr(t, s.ConfirmReservation(first), gpushare.ErrFailedPrecondition, "reserved again")
+	if err := s.ConfirmReservation(second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNodes(t *testing.T) {
 	s := newScheduler(t, gpushare.Options{})
 	mustAdd(t, s, gpushare.Node{

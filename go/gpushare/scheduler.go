@@ -47,12 +47,17 @@ type Options struct {
 	// see Policies). Empty: "binpack".
 	Policy string
 	// ReservationTTL is how long a reservation (Reserve) holds its GPUs
-	// before it is forgotten, unless confirmed. Zero: 60 s. It is passed in
-	// milliseconds, a positive value below 1 ms rounded up to 1 ms.
+	// before it is forgotten, unless confirmed. Zero: 60 s. NoExpiry:
+	// reservations hold until confirmed, forgotten or released, for a host
+	// that learns how every bind ends (a kube-scheduler plugin). It is
+	// passed in milliseconds, a positive value below 1 ms rounded up to 1 ms.
 	ReservationTTL time.Duration
 	// Seed is the "random" policy's seed.
 	Seed uint64
 }
+
+// NoExpiry as Options.ReservationTTL: reservations never expire.
+const NoExpiry time.Duration = -1
 
 // Scheduler is the cluster's GPU state and the placement rules: a handle on
 // a gs_scheduler.
@@ -89,7 +94,9 @@ func New(o Options) (*Scheduler, error) {
 		}
 		co.policy = p
 	}
-	if o.ReservationTTL != 0 {
+	if o.ReservationTTL == NoExpiry {
+		co.reservation_ttl_ms = 0
+	} else if o.ReservationTTL != 0 {
 		ms := o.ReservationTTL.Milliseconds()
 		if o.ReservationTTL > 0 && o.ReservationTTL%time.Millisecond != 0 {
 			ms++
@@ -451,6 +458,10 @@ type Placement struct {
 	// and scheduler.framework.gpushare.allocation, as gpushare-extender
 	// writes them, for the device plugin.
 	Patch []byte
+	// Token identifies the reservation Reserve made or found (0 for a
+	// confirmed placement): ConfirmReservation and ForgetReservation act on
+	// it alone.
+	Token uint64
 }
 
 // Annotations are the pod annotations of Patch, for a host that writes them
@@ -478,6 +489,7 @@ func takePlacement(p *C.gs_placement) *Placement {
 		ComputePerGPU: int64(C.gs_placement_compute_per_gpu(p)),
 		Exclusive:     C.gs_placement_exclusive(p) != 0,
 		Patch:         goBytes(C.gs_placement_patch(p)),
+		Token:         uint64(C.gs_placement_token(p)),
 	}
 	n := int(C.gs_placement_gpu_count(p))
 	out.GPUs = make([]int, n)
@@ -488,7 +500,8 @@ func takePlacement(p *C.gs_placement) *Placement {
 }
 
 // Reserve reserves GPUs for `pod` on `node` ("" = any node, by the policy)
-// until the reservation TTL runs out, unless Confirm comes first.
+// until the reservation TTL runs out (never, with NoExpiry), unless Confirm
+// or Forget comes first.
 // Reserving again on the same node returns the same placement. A parsed pod
 // (ParsePod) is reserved as gpushare-extender binds it: the placement is
 // owned by its metadata.uid, so ApplyPodEvent confirms or releases it, and a
@@ -548,6 +561,25 @@ func (s *Scheduler) Confirm(id string) error {
 func (s *Scheduler) Forget(id string) error {
 	return s.byID(id, func(h *C.gs_scheduler, p *C.char, l C.size_t) *C.gs_status {
 		return C.gs_scheduler_forget(h, p, l)
+	})
+}
+
+// ConfirmReservation is Confirm for one reservation, p's (p.Token): when
+// the request is reserved again under another token (a newer attempt, or
+// another pod of the same name) it changes nothing and returns
+// FailedPrecondition. A confirmed placement is nil.
+func (s *Scheduler) ConfirmReservation(p *Placement) error {
+	return s.byID(p.RequestID, func(h *C.gs_scheduler, id *C.char, l C.size_t) *C.gs_status {
+		return C.gs_scheduler_confirm_reservation(h, id, l, C.uint64_t(p.Token))
+	})
+}
+
+// ForgetReservation is Forget for one reservation, p's (p.Token): when the
+// request is reserved again under another token it changes nothing and
+// returns FailedPrecondition.
+func (s *Scheduler) ForgetReservation(p *Placement) error {
+	return s.byID(p.RequestID, func(h *C.gs_scheduler, id *C.char, l C.size_t) *C.gs_status {
+		return C.gs_scheduler_forget_reservation(h, id, l, C.uint64_t(p.Token))
 	})
 }
 

@@ -234,6 +234,9 @@ struct BindResult {
   std::map<std::string, std::string> annotations;
   // A JSON merge patch for the pod: {"metadata":{"annotations":{...}}}.
   std::string patch;
+  // The token of the reservation this bind made or found (see
+  // gpushare/scheduler.h); 0 when the placement is confirmed.
+  uint64_t reservation_token = 0;
 };
 
 // The pod and the node of a bind, as ExtenderBindingArgs names them.

@@ -29,6 +29,15 @@
 // Reserve sees it. Expired reservations are forgotten at the start of every
 // mutating call and by ExpireReservations() (hosts call it from a timer).
 //
+// A host that learns for certain how each bind ends (kube-scheduler's
+// framework: Unreserve or a bound pod) sets reservation_ttl_ms to 0: its
+// reservations never expire, as kube-scheduler never expires a pod it
+// assumed, so a slow bind cannot leave a GPU promised twice. Each
+// reservation has a token (Reserve's `token`), never reused in the
+// scheduler's life; Confirm and Forget given a token act only on that
+// reservation, so a late call about an earlier attempt (or an older pod of
+// the same name) cannot confirm or free a newer one.
+//
 // Locking: one reader/writer lock guards the cluster and the reservations.
 // Filter, Score, Read, Placements, CheckInvariants and the other const methods
 // take it shared and may run in parallel; Reserve, Confirm, Forget, Release,
@@ -67,7 +76,8 @@ struct SchedulerOptions {
   // call; what it derives from the target (fgdpack's packing prices) is
   // solved once per process.
   PolicyOptions policy_options;
-  // How long a reservation lives without Confirm(), milliseconds; >= 1.
+  // How long a reservation lives without Confirm(), milliseconds; 0: until
+  // Confirm(), Forget() or Release(), never expired.
   int64_t reservation_ttl_ms = 60'000;
   // Monotonic clock in nanoseconds; empty means std::chrono::steady_clock.
   // Tests inject a fake one. Must be safe to call from any thread.
@@ -88,14 +98,15 @@ struct NodeScore {
 // A reservation that has not been confirmed yet.
 struct Reservation {
   Placement placement;
-  int64_t expires_ns = 0;  // Clock time at which it is forgotten, ns.
+  int64_t expires_ns = 0;  // Clock time at which it is forgotten, ns (no TTL: INT64_MAX).
+  uint64_t token = 0;      // Reserve's token for it: 1, 2, ...
 };
 
 class Scheduler {
  public:
   // Takes ownership of `cluster` (its placements are confirmed ones).
   // Errors: InvalidArgument for an unknown policy name (the message lists the
-  // known ones) or a reservation_ttl_ms < 1.
+  // known ones) or a negative reservation_ttl_ms.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       Cluster cluster, SchedulerOptions options = {});
 
@@ -144,17 +155,28 @@ class Scheduler {
   // ResourceExhausted if it does not fit there now (the message says why).
   // Reserving an id already reserved or placed on the same `node` returns the
   // existing placement (kube-scheduler retries binds).
-  absl::StatusOr<Placement> Reserve(const Request& request, std::string_view node = "");
+  // `token`, when given, receives the reservation's token (that of the
+  // existing reservation; 0 for an existing confirmed placement).
+  absl::StatusOr<Placement> Reserve(const Request& request, std::string_view node = "",
+                                    uint64_t* token = nullptr);
 
   // Marks a reservation as taken by the device plugin; it then lives until
   // Release(). Confirming a confirmed placement is OK.
   // Errors: FailedPrecondition if it was forgotten or expired recently;
   // NotFound if unknown.
   [[nodiscard]] absl::Status Confirm(std::string_view id);
+  // As Confirm(), for the reservation `token` only: FailedPrecondition,
+  // changing nothing, if `id` is reserved under another token (a newer
+  // attempt, or another pod of that name). A confirmed placement is OK, as
+  // above (the host saw the bind before it confirmed).
+  [[nodiscard]] absl::Status Confirm(std::string_view id, uint64_t token);
 
   // Drops a reservation (binding failed). Errors: FailedPrecondition if `id`
   // is confirmed (use Release()) or was forgotten recently; NotFound if unknown.
   [[nodiscard]] absl::Status Forget(std::string_view id);
+  // As Forget(), for the reservation `token` only: FailedPrecondition,
+  // changing nothing, if `id` is reserved under another token.
+  [[nodiscard]] absl::Status Forget(std::string_view id, uint64_t token);
 
   // Frees a placement, reserved or confirmed. Errors: those of
   // Cluster::Release().
@@ -175,7 +197,8 @@ class Scheduler {
   // if it is reserved, not confirmed; those of Cluster::Commit() for `to`,
   // and then the old placement stays as it was.
   [[nodiscard]] absl::Status Move(const Placement& to);
-  // Forgets every reservation whose TTL has run out; returns how many.
+  // Forgets every reservation whose TTL has run out; returns how many (0,
+  // without taking the lock, when reservations never expire).
   int ExpireReservations();
 
   // Node edits, as on Cluster; same errors.
@@ -187,6 +210,9 @@ class Scheduler {
  private:
   struct State;
   Scheduler(std::unique_ptr<State> state, SchedulerOptions options);
+
+  // Forget(); `token` 0: any reservation of `id`.
+  absl::Status ForgetToken(std::string_view id, uint64_t token);
 
   SchedulerOptions options_;
   std::unique_ptr<State> state_;

@@ -497,9 +497,12 @@ absl::StatusOr<BindResult> Extender::BindExclusively(const Pod& pod, const BindT
       if (now.ok() && now->node_name.empty()) forget();
     }
   }
-  GPUSHARE_ASSIGN_OR_RETURN(Placement placement, scheduler_->Reserve(pod.request, target.node));
+  uint64_t token = 0;
+  GPUSHARE_ASSIGN_OR_RETURN(Placement placement,
+                            scheduler_->Reserve(pod.request, target.node, &token));
   cache_->SetOwner(id, uid);
   absl::StatusOr<BindResult> result = MakeBindResult(placement);
+  if (result.ok()) result->reservation_token = token;
   if (!result.ok() || !options_.binder) {
     if (!result.ok()) forget();
     return result;

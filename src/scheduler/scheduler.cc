@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -30,6 +31,7 @@ struct Scheduler::State {
   absl::flat_hash_map<std::string, Reservation> reserved;   // Guarded by mu.
   std::deque<std::string> expired_order;                     // Guarded by mu.
   absl::flat_hash_set<std::string> expired;                  // Guarded by mu.
+  uint64_t last_token = 0;                                   // Guarded by mu.
 };
 
 namespace {
@@ -45,9 +47,10 @@ int64_t SteadyNowNs() {
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Cluster cluster,
                                                             SchedulerOptions options) {
   GPUSHARE_RETURN_IF_ERROR(MakePolicy(options.policy, options.policy_options).status());
-  if (options.reservation_ttl_ms < 1) {
+  if (options.reservation_ttl_ms < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "reservation ttl ", options.reservation_ttl_ms, " ms must be at least 1"));
+        "reservation ttl ", options.reservation_ttl_ms,
+        " ms must be at least 0 (0: reservations never expire)"));
   }
   if (!options.clock) options.clock = SteadyNowNs;
   auto state = std::make_unique<State>();
@@ -197,6 +200,7 @@ void Unremember(std::deque<std::string>& order, absl::flat_hash_set<std::string>
 }  // namespace
 
 int Scheduler::ExpireReservations() {
+  if (options_.reservation_ttl_ms == 0) return 0;
   std::unique_lock lock(state_->mu);
   const int64_t now = options_.clock();
   std::vector<std::string> due;
@@ -212,7 +216,8 @@ int Scheduler::ExpireReservations() {
   return static_cast<int>(due.size());
 }
 
-absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string_view node) {
+absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string_view node,
+                                             uint64_t* token) {
   GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
                             MakePolicy(options_.policy, options_.policy_options));
   ExpireReservations();
@@ -220,7 +225,13 @@ absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string
   Cluster& cluster = state_->cluster;
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
   if (const Placement* existing = cluster.FindPlacement(request.id)) {
-    if (!node.empty() && existing->node == node) return *existing;
+    if (!node.empty() && existing->node == node) {
+      if (token != nullptr) {
+        auto r = state_->reserved.find(request.id);
+        *token = r == state_->reserved.end() ? 0 : r->second.token;
+      }
+      return *existing;
+    }
     return absl::AlreadyExistsError(absl::StrCat("request '", request.id,
                                                  "' is already placed on node '",
                                                  existing->node, "'"));
@@ -254,8 +265,12 @@ absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string
   // badly cannot oversubscribe.
   GPUSHARE_RETURN_IF_ERROR(cluster.Commit(p));
   policy->OnCommitted(p);
-  const int64_t expires = options_.clock() + options_.reservation_ttl_ms * 1'000'000;
-  state_->reserved[p.request_id] = Reservation{p, expires};
+  const int64_t expires = options_.reservation_ttl_ms == 0
+                              ? std::numeric_limits<int64_t>::max()
+                              : options_.clock() + options_.reservation_ttl_ms * 1'000'000;
+  const uint64_t t = ++state_->last_token;
+  state_->reserved[p.request_id] = Reservation{p, expires, t};
+  if (token != nullptr) *token = t;
   Unremember(state_->expired_order, state_->expired, p.request_id);
   return p;
 }
@@ -272,10 +287,42 @@ absl::Status Scheduler::Confirm(std::string_view id) {
   return absl::NotFoundError(absl::StrCat("unknown request '", internal::Sv(id), "'"));
 }
 
-absl::Status Scheduler::Forget(std::string_view id) {
+namespace {
+
+absl::Status ReservedAgain(std::string_view id, uint64_t held, uint64_t token) {
+  return absl::FailedPreconditionError(absl::StrCat("request '", internal::Sv(id),
+                                                    "' is reserved again (reservation ", held,
+                                                    ", not ", token, "); nothing changed"));
+}
+
+}  // namespace
+
+absl::Status Scheduler::Confirm(std::string_view id, uint64_t token) {
+  {
+    ExpireReservations();
+    std::unique_lock lock(state_->mu);
+    if (auto it = state_->reserved.find(internal::Sv(id)); it != state_->reserved.end()) {
+      if (it->second.token != token) return ReservedAgain(id, it->second.token, token);
+      state_->reserved.erase(it);
+      return absl::OkStatus();
+    }
+  }
+  return Confirm(id);
+}
+
+absl::Status Scheduler::Forget(std::string_view id) { return ForgetToken(id, 0); }
+
+absl::Status Scheduler::Forget(std::string_view id, uint64_t token) {
+  return ForgetToken(id, token);
+}
+
+absl::Status Scheduler::ForgetToken(std::string_view id, uint64_t token) {
   ExpireReservations();
   std::unique_lock lock(state_->mu);
   auto it = state_->reserved.find(internal::Sv(id));
+  if (it != state_->reserved.end() && token != 0 && it->second.token != token) {
+    return ReservedAgain(id, it->second.token, token);
+  }
   if (it == state_->reserved.end()) {
     if (state_->cluster.FindPlacement(id) != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -153,7 +153,7 @@ static void test_create(void) {
   CHECK(s == NULL); /* Written only on success. */
 
   gs_scheduler_options_init(&o);
-  o.reservation_ttl_ms = 0;
+  o.reservation_ttl_ms = -1;
   FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "ttl");
   gs_scheduler_options_init(&o);
   o.size = sizeof(size_t);
@@ -465,6 +465,45 @@ static void test_ttl(void) {
   nanosleep(&wait, NULL);
   CHECK(gs_scheduler_expire(s) == 1);
   FAILS(gs_scheduler_confirm(s, ID("default/brief")), GS_FAILED_PRECONDITION, "expired");
+  gs_pod_free(pod);
+  gs_scheduler_destroy(s);
+}
+
+/* ABI 2: no TTL, and tokens that keep a late call off a newer reservation. */
+static void test_reservation_tokens(void) {
+  gs_scheduler_options o;
+  gs_scheduler_options_init(&o);
+  o.reservation_ttl_ms = 0;
+  gs_scheduler* s = NULL;
+  OK(gs_scheduler_create(&o, &s));
+  OK(add_node(s, "n1", 1, 16));
+  gs_pod* pod = shared_pod("default/slow", 10, 1);
+  gs_placement* first = NULL;
+  OK(gs_scheduler_reserve(s, pod, ID("n1"), &first));
+  const uint64_t t1 = gs_placement_token(first);
+  CHECK(t1 > 0);
+  struct timespec wait = {0, 20 * 1000 * 1000};
+  nanosleep(&wait, NULL);
+  CHECK(gs_scheduler_expire(s) == 0); /* Never expires. */
+  gs_pod* other = shared_pod("default/other", 10, 1);
+  FAILS(gs_scheduler_reserve(s, other, ID("n1"), NULL), GS_RESOURCE_EXHAUSTED, "n1");
+  FAILS(gs_scheduler_forget_reservation(s, ID("default/slow"), 0), GS_INVALID_ARGUMENT, "token 0");
+  OK(gs_scheduler_forget_reservation(s, ID("default/slow"), t1));
+  gs_placement* second = NULL;
+  OK(gs_scheduler_reserve(s, pod, ID("n1"), &second));
+  const uint64_t t2 = gs_placement_token(second);
+  CHECK(t2 > 0 && t2 != t1);
+  FAILS(gs_scheduler_forget_reservation(s, ID("default/slow"), t1), GS_FAILED_PRECONDITION,
+        "reserved again");
+  FAILS(gs_scheduler_confirm_reservation(s, ID("default/slow"), t1), GS_FAILED_PRECONDITION,
+        "reserved again");
+  OK(gs_scheduler_confirm_reservation(s, ID("default/slow"), t2));
+  OK(gs_scheduler_confirm_reservation(s, ID("default/slow"), t2));
+  CHECK(gs_placement_token(NULL) == 0);
+  OK(gs_scheduler_check(s));
+  gs_placement_free(first);
+  gs_placement_free(second);
+  gs_pod_free(other);
   gs_pod_free(pod);
   gs_scheduler_destroy(s);
 }
@@ -1068,6 +1107,7 @@ int main(void) {
   test_requests();
   test_lifecycle();
   test_ttl();
+  test_reservation_tokens();
   test_exhausted();
   test_multi_card_and_exclusive();
   test_kubernetes();

@@ -50,8 +50,12 @@
  *    gs_scores objects are immutable once made: any thread may read them, one
  *    thread frees them. gs_status objects belong to the calling thread's code
  *    like any other value. Functions without a handle are thread-safe.
- *  - Symbols: only gs_* functions are exported (version node GPUSHARE_C_1 of
- *    libgpushare_c.so); the C++ library inside is hidden.
+ *  - Symbols: only gs_* functions are exported (version nodes GPUSHARE_C_1,
+ *    and GPUSHARE_C_2 for the calls ABI 2 added, of libgpushare_c.so); the
+ *    C++ library inside is hidden.
+ *  - ABI 2 added reservations that never expire (reservation_ttl_ms 0) and
+ *    reservation tokens: gs_placement_token, gs_scheduler_confirm_reservation,
+ *    gs_scheduler_forget_reservation.
  */
 #ifndef GPUSHARE_C_GPUSHARE_H_
 #define GPUSHARE_C_GPUSHARE_H_
@@ -71,7 +75,7 @@ extern "C" {
 
 /* The ABI this header describes. gs_abi_version() returns the library's:
  * a host built against ABI N runs with a library whose ABI is >= N. */
-#define GS_ABI_VERSION 1
+#define GS_ABI_VERSION 2
 
 /* ---- Errors ---------------------------------------------------------------- */
 
@@ -117,7 +121,7 @@ typedef struct gs_scheduler gs_scheduler;
 typedef struct gs_scheduler_options {
   size_t size;                 /* sizeof(gs_scheduler_options) */
   const char* policy;          /* "binpack" (default), "spread", "fgdpack", ... */
-  int64_t reservation_ttl_ms;  /* >= 1; default 60000 */
+  int64_t reservation_ttl_ms;  /* >= 0; default 60000; 0: never expire (ABI 2) */
   uint64_t seed;               /* the "random" policy's seed; default 0 */
 } gs_scheduler_options;
 
@@ -125,7 +129,10 @@ GS_API void gs_scheduler_options_init(gs_scheduler_options* options);
 
 /* An empty cluster under `options` (NULL: the defaults). Errors:
  * GS_INVALID_ARGUMENT for an unknown policy (the message lists the known
- * ones) or a TTL < 1. */
+ * ones) or a TTL < 0. A host that learns how every bind ends (a
+ * kube-scheduler plugin: Unreserve, PostBind, the bound pod's event) sets
+ * the TTL to 0, so that no slow bind can outlive its reservation and leave
+ * its GPUs promised twice. */
 GS_API gs_status* gs_scheduler_create(const gs_scheduler_options* options,
                                       gs_scheduler** out);
 /* No call on `scheduler` may be running or follow. */
@@ -288,6 +295,16 @@ GS_API gs_status* gs_scheduler_place(gs_scheduler* scheduler, const gs_pod* pod,
 /* Reservation lifecycle by request id; errors as the Scheduler's. */
 GS_API gs_status* gs_scheduler_confirm(gs_scheduler* scheduler, const char* id, size_t id_len);
 GS_API gs_status* gs_scheduler_forget(gs_scheduler* scheduler, const char* id, size_t id_len);
+/* As gs_scheduler_confirm() and gs_scheduler_forget(), for one reservation:
+ * the one whose token (gs_placement_token() of the reservation's placement)
+ * is `token`. GS_FAILED_PRECONDITION, changing nothing, when `id` is
+ * reserved under another token: a newer attempt, or another pod of the same
+ * name, which a late call must not confirm or free. Confirming an id that
+ * is confirmed already is OK. (ABI 2) */
+GS_API gs_status* gs_scheduler_confirm_reservation(gs_scheduler* scheduler, const char* id,
+                                                   size_t id_len, uint64_t token);
+GS_API gs_status* gs_scheduler_forget_reservation(gs_scheduler* scheduler, const char* id,
+                                                  size_t id_len, uint64_t token);
 GS_API gs_status* gs_scheduler_release(gs_scheduler* scheduler, const char* id, size_t id_len);
 /* Forgets reservations past their TTL; returns how many (0 for NULL). */
 GS_API int gs_scheduler_expire(gs_scheduler* scheduler);
@@ -303,6 +320,9 @@ GS_API int gs_placement_gpu(const gs_placement* placement, size_t i); /* ascendi
 GS_API int64_t gs_placement_memory_per_gpu(const gs_placement* placement);
 GS_API int64_t gs_placement_compute_per_gpu(const gs_placement* placement);
 GS_API int gs_placement_exclusive(const gs_placement* placement);
+/* The token of the reservation gs_scheduler_reserve() made or found; 0 for
+ * a confirmed placement, one of another call, or NULL. (ABI 2) */
+GS_API uint64_t gs_placement_token(const gs_placement* placement);
 /* The pod annotations of the bind (ALIYUN_COM_GPU_MEM_IDX, ..._POD, ..._DEV,
  * ..._ASSIGNED, ..._ASSUME_TIME, scheduler.framework.gpushare.allocation)
  * as a JSON merge patch {"metadata":{"annotations":{...}}}: what
