@@ -114,7 +114,7 @@ func (g *eventGate) apply(key, resourceVersion string, deleted, final bool, do f
 	return run
 }
 
-func (p *Plugin) applyNode(eventType string, node *v1.Node, final bool) {
+func (p *sharedState) applyNode(eventType string, node *v1.Node, final bool) {
 	p.gate.apply("node/"+node.Name, node.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
 		body, err := json.Marshal(node)
 		if err != nil {
@@ -129,7 +129,7 @@ func (p *Plugin) applyNode(eventType string, node *v1.Node, final bool) {
 	})
 }
 
-func (p *Plugin) applyPod(eventType string, pod *v1.Pod, final bool) {
+func (p *sharedState) applyPod(eventType string, pod *v1.Pod, final bool) {
 	key := "pod/" + pod.Namespace + "/" + pod.Name
 	p.gate.apply(key, pod.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
 		body, err := json.Marshal(pod)
@@ -145,7 +145,7 @@ func (p *Plugin) applyPod(eventType string, pod *v1.Pod, final bool) {
 	})
 }
 
-func (p *Plugin) logEvent(err error, r gpushare.EventReport, kind string, obj klog.ObjectRef, eventType string) {
+func (p *sharedState) logEvent(err error, r gpushare.EventReport, kind string, obj klog.ObjectRef, eventType string) {
 	switch {
 	case errors.Is(err, gpushare.ErrClosed):
 		// Shutting down.
@@ -159,7 +159,7 @@ func (p *Plugin) logEvent(err error, r gpushare.EventReport, kind string, obj kl
 	}
 }
 
-func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
+func (p *sharedState) nodeHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if node, ok := obj.(*v1.Node); ok {
@@ -182,7 +182,7 @@ func (p *Plugin) nodeHandler() cache.ResourceEventHandler {
 	}
 }
 
-func (p *Plugin) podHandler() cache.ResourceEventHandler {
+func (p *sharedState) podHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if pod, ok := obj.(*v1.Pod); ok && MayHoldGPUs(pod) {
@@ -232,7 +232,7 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 
 // nodeHint applies the node's event before the retry it asks for (see
 // eventGate), and asks for one when the node offers GPUs.
-func (p *Plugin) nodeHint(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+func (p *sharedState) nodeHint(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	node, ok := newObj.(*v1.Node)
 	if !ok {
 		return fwk.Queue, nil
@@ -253,7 +253,7 @@ func (p *Plugin) nodeHint(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) 
 // failed bind) as deleted: those are still in the informer's store, under
 // the same UID, and are left to the informer's events (Unreserve already
 // forgot their reservations).
-func (p *Plugin) podDeletedHint(_ klog.Logger, _ *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+func (p *sharedState) podDeletedHint(_ klog.Logger, _ *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	pod, ok := oldObj.(*v1.Pod)
 	if !ok {
 		return fwk.Queue, nil
@@ -351,7 +351,7 @@ func (r *rejections) advance() map[string]*v1.Pod {
 
 // mayFitNow is called after an event that may let pods fit was applied
 // (`what` for the log): the pods GpuShare rejected are retried.
-func (p *Plugin) mayFitNow(what string) {
+func (p *sharedState) mayFitNow(what string) {
 	if pods := p.rejected.advance(); len(pods) > 0 {
 		p.logger.V(4).Info("Retrying the pods GpuShare rejected", "after", what, "count", len(pods))
 		p.activate(pods)
@@ -361,7 +361,7 @@ func (p *Plugin) mayFitNow(what string) {
 // activate asks kube-scheduler to retry pods. Asynchronously: a queueing
 // hint, which may apply an event, runs under the scheduling queue's lock,
 // which Activate takes too.
-func (p *Plugin) activate(pods map[string]*v1.Pod) {
+func (p *sharedState) activate(pods map[string]*v1.Pod) {
 	if p.activator == nil {
 		return
 	}

@@ -12,21 +12,27 @@
 //	Filter      gpushare's Fit on the node: Unschedulable with its reason
 //	PreScore    one Rank call for all the filtered nodes
 //	Score       the node's rank (0..10), NormalizeScore scales it to 0..100
-//	Reserve     GPUs reserved on the chosen node (for the reservation TTL);
-//	            Unreserve forgets them
+//	Reserve     GPUs reserved on the chosen node, held as kube-scheduler
+//	            holds an assumed pod: until Unreserve, the bind observed or
+//	            the pod's deletion, never for a time-to-live; Unreserve
+//	            forgets that reservation (its token) only, and after a bind
+//	            of unknown outcome only once the pod is read back (settle.go)
 //	Bind        the pod is bound with the placement's annotations on the
 //	            Binding (ALIYUN_COM_GPU_MEM_IDX, ..., the extender's), which
 //	            the API server writes on the pod and the device plugin reads;
 //	            pods without a reservation go to the next bind plugin
 //	PreBind     only where GpuShare is not the first bind plugin: the
 //	            annotations are patched onto the pod before another binds it
-//	PostBind    the reservation is confirmed
+//	PostBind    the reservation is confirmed; a failure is an Event on the
+//	            pod and the metric gpushare_reservation_confirm_failures_total
 //
 // The cluster's state comes from the node and pod informers of kube-scheduler's
 // SharedInformerFactory: every event is applied with ApplyNodeEvent and
 // ApplyPodEvent (bound pods confirm or restore their placements, ended pods
 // release them), and the informers' initial lists replay the cluster as
-// ADDED events when the scheduler starts.
+// ADDED events when the scheduler starts. That state is one per process:
+// every profile naming GpuShare shares it (see sharedState), so two profiles
+// cannot promise one GPU twice.
 package plugin
 
 import (
@@ -34,18 +40,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -62,20 +70,23 @@ type Args struct {
 	// Policy is gpushare's placement policy: binpack (the default),
 	// spread, fgdpack, ... (gpushare.Policies()).
 	Policy string `json:"policy,omitempty"`
-	// ReservationTTLSeconds is how long a reservation holds its GPUs
-	// between Reserve and the bind (PostBind, or the pod's informer event,
-	// confirms it). Default 60; keep it above the longest Permit wait.
+	// ReservationTTLSeconds is ignored: a reservation holds until its bind
+	// settles (see the package comment), as kube-scheduler holds an assumed
+	// pod. Accepted, with a warning, so that older configurations load.
 	ReservationTTLSeconds int64 `json:"reservationTTLSeconds,omitempty"`
-	// SyncTimeoutSeconds is how long PreFilter waits for the informers'
-	// initial lists to be applied before it fails a GPU pod (which is then
-	// retried). Default 30.
+	// SyncTimeoutSeconds is ignored: before the informers' initial lists
+	// are applied a GPU pod is left unschedulable at once, and retried when
+	// they are. Accepted, with a warning, so that older configurations load.
 	SyncTimeoutSeconds int64 `json:"syncTimeoutSeconds,omitempty"`
 }
 
-// Plugin is the GpuShare plugin.
-type Plugin struct {
+// sharedState is the GPU state of one kube-scheduler: the scheduler core,
+// the informer handlers that feed it, the pods GpuShare rejected and the
+// binds still settling. Every profile's plugin uses the same one, found by
+// the informer factory the profiles share.
+type sharedState struct {
 	sched     *gpushare.Scheduler
-	client    kubernetes.Interface
+	args      Args
 	podLister corelisters.PodLister
 	gate      eventGate
 	// rejected holds the pods Filter rejected, retried through activator
@@ -85,8 +96,22 @@ type Plugin struct {
 	activator framework.PodActivator
 	logger    klog.Logger
 	// synced reports whether both informers' initial lists have been applied.
-	synced      func() bool
-	syncTimeout time.Duration
+	synced func() bool
+	// ctx ends when the scheduler stops: settling binds give up then.
+	ctx context.Context
+}
+
+var (
+	statesMu sync.Mutex
+	states   = map[informers.SharedInformerFactory]*sharedState{}
+)
+
+// Plugin is the GpuShare plugin of one profile.
+type Plugin struct {
+	*sharedState
+	client kubernetes.Interface
+	// recorder records the Events of failed confirmations (nil: none).
+	recorder events.EventRecorder
 	// firstBinder reports whether GpuShare is the profile's first bind
 	// plugin (so its Bind runs); else PreBind writes the annotations with a
 	// patch. Decided once, at the first call: the profile's plugin lists
@@ -116,37 +141,34 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
 		return args, fmt.Errorf("%s args: %w", Name, err)
 	}
-	if args.ReservationTTLSeconds == 0 {
-		args.ReservationTTLSeconds = 60
-	}
-	if args.SyncTimeoutSeconds == 0 {
-		args.SyncTimeoutSeconds = 30
-	}
 	if args.ReservationTTLSeconds < 0 || args.SyncTimeoutSeconds < 0 {
-		return args, fmt.Errorf("%s args: reservationTTLSeconds and syncTimeoutSeconds must be positive", Name)
+		return args, fmt.Errorf("%s args: reservationTTLSeconds %d and syncTimeoutSeconds %d must not be negative",
+			Name, args.ReservationTTLSeconds, args.SyncTimeoutSeconds)
+	}
+	if args.Policy != "" && !slices.Contains(gpushare.Policies(), args.Policy) {
+		return args, fmt.Errorf("%s args: unknown policy %q; the policies are %s", Name, args.Policy,
+			strings.Join(gpushare.Policies(), ", "))
 	}
 	return args, nil
 }
 
-// New is the plugin's factory (app.WithPlugin(Name, New)). It starts
-// following the nodes and pods of handle's informers; the scheduler is
+// New is the plugin's factory (app.WithPlugin(Name, New)). The first call
+// of a scheduler (one per profile naming GpuShare) makes the shared GPU
+// state and starts following the nodes and pods of handle's informers;
+// later calls share it, and must give the same arguments. The state is
 // closed when ctx ends.
 func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	s, err := gpushare.New(gpushare.Options{
-		Policy:         args.Policy,
-		ReservationTTL: time.Duration(args.ReservationTTLSeconds) * time.Second,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", Name, err)
-	}
+	registerMetrics()
 	logger := klog.FromContext(ctx).WithName(Name)
-	informers := h.SharedInformerFactory()
-	pods := informers.Core().V1().Pods()
-	p := newPlugin(s, h.ClientSet(), pods.Lister(), logger, time.Duration(args.SyncTimeoutSeconds)*time.Second)
+	st, err := sharedFor(ctx, args, h.SharedInformerFactory(), h, logger)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{sharedState: st, client: h.ClientSet(), recorder: h.EventRecorder()}
 	p.firstBinder = sync.OnceValue(func() bool {
 		fw, ok := h.(framework.Framework)
 		if !ok {
@@ -161,19 +183,47 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		}
 		return first
 	})
-	p.activator = h
+	return p, nil
+}
+
+// sharedFor returns the state of the scheduler whose profiles share
+// `informers`, made by the first call (which also sets the activator).
+func sharedFor(ctx context.Context, args Args, informers informers.SharedInformerFactory,
+	activator framework.PodActivator, logger klog.Logger) (*sharedState, error) {
+	statesMu.Lock()
+	defer statesMu.Unlock()
+	if st, ok := states[informers]; ok {
+		if st.args != args {
+			return nil, fmt.Errorf("%s: every profile shares one GPU state, so its args must be the same "+
+				"in every profile: %+v here, %+v in another", Name, args, st.args)
+		}
+		return st, nil
+	}
+	if args.ReservationTTLSeconds != 0 || args.SyncTimeoutSeconds != 0 {
+		logger.Info("reservationTTLSeconds and syncTimeoutSeconds are ignored: reservations hold until "+
+			"their binds settle, and GPU pods wait for the informers without blocking",
+			"reservationTTLSeconds", args.ReservationTTLSeconds, "syncTimeoutSeconds", args.SyncTimeoutSeconds)
+	}
+	s, err := gpushare.New(gpushare.Options{Policy: args.Policy, ReservationTTL: gpushare.NoExpiry})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	pods := informers.Core().V1().Pods()
+	st := newSharedState(ctx, s, pods.Lister(), logger)
+	st.args = args
+	st.activator = activator
 
 	// Nodes first: a bound pod is restored only onto a node gpushare knows,
 	// so the pod handler (whose registration replays every pod as ADDED)
 	// is added once the nodes' initial list has been applied.
-	nodeReg, err := informers.Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler())
+	nodeReg, err := informers.Core().V1().Nodes().Informer().AddEventHandler(st.nodeHandler())
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%s: node event handler: %w", Name, err)
 	}
 	podInformer := pods.Informer() // Created now, so that the factory starts it.
 	var podReg atomic.Pointer[cache.ResourceEventHandlerRegistration]
-	p.synced = func() bool {
+	st.synced = func() bool {
 		r := podReg.Load()
 		return nodeReg.HasSynced() && r != nil && (*r).HasSynced()
 	}
@@ -181,47 +231,46 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		if !cache.WaitForCacheSync(ctx.Done(), nodeReg.HasSynced) {
 			return
 		}
-		reg, err := podInformer.AddEventHandler(p.podHandler())
+		reg, err := podInformer.AddEventHandler(st.podHandler())
 		if err != nil {
 			logger.Error(err, "Cannot follow pods; GPU pods will not be scheduled")
 			return
 		}
 		podReg.Store(&reg)
-	}()
-
-	// Reads (Fit, Rank) do not expire reservations; this timer does.
-	go wait.UntilWithContext(ctx, func(context.Context) {
-		if n, err := s.Expire(); err == nil && n > 0 {
-			logger.V(2).Info("Reservations expired", "count", n)
-			p.mayFitNow("reservations expired")
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			// The GPU pods PreFilter left waiting for the lists.
+			st.mayFitNow("the informers' initial lists applied")
 		}
-	}, expireInterval(args.ReservationTTLSeconds))
+	}()
+	states[informers] = st
 	go func() {
 		<-ctx.Done()
+		statesMu.Lock()
+		delete(states, informers)
+		statesMu.Unlock()
 		s.Close()
 	}()
-	logger.Info("Plugin ready", "policy", args.Policy, "reservationTTL", args.ReservationTTLSeconds,
-		"library", gpushare.Version())
-	return p, nil
+	logger.Info("Plugin ready", "policy", args.Policy, "library", gpushare.Version())
+	return st, nil
 }
 
+func newSharedState(ctx context.Context, s *gpushare.Scheduler, pods corelisters.PodLister,
+	logger klog.Logger) *sharedState {
+	return &sharedState{
+		sched: s, podLister: pods, logger: logger, ctx: ctx,
+		gate:   eventGate{last: map[string]gateEntry{}},
+		synced: func() bool { return true },
+	}
+}
+
+// newPlugin is a plugin over its own state, for tests.
 func newPlugin(s *gpushare.Scheduler, client kubernetes.Interface, pods corelisters.PodLister,
-	logger klog.Logger, syncTimeout time.Duration) *Plugin {
+	logger klog.Logger) *Plugin {
 	return &Plugin{
-		sched: s, client: client, podLister: pods, logger: logger,
-		gate:        eventGate{last: map[string]gateEntry{}},
-		synced:      func() bool { return true },
-		syncTimeout: syncTimeout,
+		sharedState: newSharedState(context.Background(), s, pods, logger),
+		client:      client,
 		firstBinder: func() bool { return true },
 	}
-}
-
-func expireInterval(ttlSeconds int64) time.Duration {
-	d := time.Duration(ttlSeconds) * time.Second / 4
-	if d < time.Second {
-		d = time.Second
-	}
-	return d
 }
 
 // ---- CycleState ---------------------------------------------------------------
@@ -237,9 +286,15 @@ type cycleState struct {
 	retried *atomic.Bool
 	// ranks by node name, from PreScore.
 	ranks map[string]int64
-	// placement, from a successful Reserve.
+	// placement, from a successful Reserve; unsettled: its bind failed in
+	// a way that may have bound the pod all the same, and reading it back
+	// failed too (settle.go).
 	mu        sync.Mutex
 	placement *gpushare.Placement
+	unsettled bool
+	// handedOn: PreBind wrote the annotations and another plugin binds;
+	// Unreserve then cannot know whether that bind applied (settle.go).
+	handedOn bool
 }
 
 // Clone shares the pod (immutable), the cycle's generation and retry flag,
@@ -267,11 +322,18 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if !RequestsGPUs(pod) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if err := p.waitSynced(ctx); err != nil {
-		return nil, fwk.AsStatus(err)
-	}
 	// Before any Fit of this cycle: see rejections.
 	gen := p.rejected.generation()
+	if !p.synced() {
+		// Before the lists, gpushare does not know which GPUs bound pods
+		// hold. The pod waits, without holding the scheduling goroutine;
+		// it is retried once they are applied.
+		if p.rejected.add(pod, gen) {
+			p.activate(map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+		}
+		return nil, fwk.NewStatus(fwk.Unschedulable,
+			Name+" is still loading the cluster's nodes and pods")
+	}
 	body, err := json.Marshal(pod)
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("encoding pod %s/%s: %w", pod.Namespace, pod.Name, err))
@@ -287,20 +349,6 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	state.Write(stateKey, &cycleState{pod: gp, gen: gen, retried: new(atomic.Bool)})
 	return nil, nil
-}
-
-// waitSynced waits (at most syncTimeout) for the informers' initial lists:
-// before them, gpushare does not know which GPUs bound pods hold.
-func (p *Plugin) waitSynced(ctx context.Context) error {
-	if p.synced() {
-		return nil
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, p.syncTimeout, true,
-		func(context.Context) (bool, error) { return p.synced(), nil })
-	if err != nil {
-		return fmt.Errorf("%s is still loading the cluster's nodes and pods: %w", Name, err)
-	}
-	return nil
 }
 
 // PreFilterExtensions returns nil: gpushare keeps its own view of the GPUs,
@@ -323,6 +371,10 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		return fwk.AsStatus(err)
 	}
 	if !fits {
+		if !offersGPUs(node) {
+			// No preemption gives a node GPUs.
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+		}
 		p.reject(pod, c)
 		return fwk.NewStatus(fwk.Unschedulable, reason)
 	}
@@ -428,7 +480,10 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	return nil
 }
 
-// Unreserve forgets the reservation made by Reserve, if any; the cycle's
+// Unreserve forgets the reservation made by Reserve, if any: that one
+// reservation (its token), so a late call cannot free a newer attempt's or
+// another pod's of the same name. After a bind of unknown outcome it is
+// left to settle (settle.go), which reads the pod back first. The cycle's
 // pod is freed.
 func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	c := readState(state)
@@ -436,14 +491,21 @@ func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return
 	}
 	c.mu.Lock()
-	placement := c.placement
-	c.placement = nil
+	placement, unsettled := c.placement, c.unsettled || c.handedOn
+	c.placement, c.unsettled, c.handedOn = nil, false, false
 	c.mu.Unlock()
-	if placement != nil {
-		// FailedPrecondition: already confirmed (the pod is bound after all)
-		// or expired; NotFound: released meanwhile. Nothing to undo then.
-		if err := p.sched.Forget(placement.RequestID); err != nil &&
-			!errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound) {
+	switch {
+	case placement == nil:
+	case unsettled:
+		go p.settle(pod, placement)
+	default:
+		// FailedPrecondition: confirmed (the pod is bound after all) or
+		// reserved again; NotFound: released meanwhile. Nothing to undo then.
+		err := p.sched.ForgetReservation(placement)
+		switch {
+		case err == nil:
+			p.mayFitNow("a reservation forgotten")
+		case !errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound):
 			klog.FromContext(ctx).Error(err, "Forgetting a reservation", "pod", klog.KObj(pod))
 		}
 	}
@@ -487,6 +549,9 @@ func (p *Plugin) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("patching pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err))
 	}
+	c.mu.Lock()
+	c.handedOn = true
+	c.mu.Unlock()
 	return nil
 }
 
@@ -520,22 +585,41 @@ func (p *Plugin) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, no
 			Annotations: annotations},
 		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
-	if err := p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err))
+	err = p.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	if err == nil {
+		return nil
 	}
-	return nil
+	err = fmt.Errorf("binding pod %s/%s with its GPU annotations: %w", pod.Namespace, pod.Name, err)
+	if !mayHaveApplied(err) {
+		return fwk.AsStatus(err)
+	}
+	// The API server may have bound the pod all the same: what it holds decides.
+	switch p.readBack(pod, nodeName) {
+	case boundHere:
+		klog.FromContext(ctx).Info("The bind reported an error, but the pod is bound", "pod",
+			klog.KObj(pod), "node", nodeName, "err", err)
+		return nil
+	case outcomeUnknown:
+		c.mu.Lock()
+		c.unsettled = true
+		c.mu.Unlock()
+	}
+	return fwk.AsStatus(err)
 }
 
 // PostBind confirms the reservation: the pod is bound. (The pod's informer
-// event would confirm it too; this does not wait for it.)
+// event would confirm it too; this does not wait for it.) A confirmation
+// that fails (the reservation was taken from the pod while it bound: it
+// should never happen) is an Event on the pod and a metric, and the
+// informer's event of the bound pod restores its placement if it can.
 func (p *Plugin) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	c := readState(state)
 	if c == nil {
 		return
 	}
 	if placement := c.reserved(); placement != nil {
-		if err := p.sched.Confirm(placement.RequestID); err != nil {
-			klog.FromContext(ctx).V(2).Info("Confirming a reservation", "pod", klog.KObj(pod), "err", err)
+		if err := p.sched.ConfirmReservation(placement); err != nil {
+			p.confirmFailed(ctx, pod, nodeName, err)
 		}
 	}
 	c.pod.Close()

@@ -5,18 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -26,7 +30,7 @@ import (
 
 func TestDecodeArgs(t *testing.T) {
 	args, err := DecodeArgs(nil)
-	if err != nil || args.ReservationTTLSeconds != 60 || args.SyncTimeoutSeconds != 30 || args.Policy != "" {
+	if err != nil || args != (Args{}) {
 		t.Fatalf("defaults: %+v, %v", args, err)
 	}
 	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte(`{"policy":"spread","reservationTTLSeconds":5}`)})
@@ -141,7 +145,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
 	t.Helper()
-	s, err := gpushare.New(gpushare.Options{})
+	s, err := gpushare.New(gpushare.Options{ReservationTTL: gpushare.NoExpiry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +162,7 @@ func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
 		}
 	}
 	f := &fixture{
-		p: newPlugin(s, client, corelisters.NewPodLister(indexer), klog.Background(), time.Second),
+		p: newPlugin(s, client, corelisters.NewPodLister(indexer), klog.Background()),
 		s: s, client: client, indexer: indexer,
 		nodes: map[string]*v1.Node{
 			"big":   gpuNode("big", 2, 16),
@@ -202,10 +206,12 @@ func TestSchedulingCycle(t *testing.T) {
 	if !filtered["big"].IsSuccess() {
 		t.Errorf("Filter big: %v", filtered["big"])
 	}
-	for _, n := range []string{"small", "cpu"} {
-		if st := filtered[n]; st.Code() != fwk.Unschedulable || st.Message() == "" {
-			t.Errorf("Filter %s: %v, want Unschedulable with a reason", n, st)
-		}
+	if st := filtered["small"]; st.Code() != fwk.Unschedulable || st.Message() == "" {
+		t.Errorf("Filter small: %v, want Unschedulable with a reason", st)
+	}
+	// No preemption gives a node GPUs.
+	if st := filtered["cpu"]; st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() == "" {
+		t.Errorf("Filter cpu: %v, want UnschedulableAndUnresolvable with a reason", st)
 	}
 
 	feasible := []fwk.NodeInfo{nodeInfo(f.nodes["big"])}
@@ -358,13 +364,199 @@ func TestBadPod(t *testing.T) {
 	}
 }
 
-func TestWaitSynced(t *testing.T) {
+// Before the informers' lists are applied a GPU pod waits without holding
+// the scheduling goroutine, and is retried once they are.
+func TestBeforeTheListsAPodWaitsWithoutBlocking(t *testing.T) {
 	f := newFixture(t)
+	retried := make(activations, 16)
+	f.p.activator = retried
 	f.p.synced = func() bool { return false }
-	f.p.syncTimeout = 200 * time.Millisecond
+	start := time.Now()
 	_, st := f.p.PreFilter(context.Background(), framework.NewCycleState(), gpuPod("p", 4), nil)
-	if st.Code() != fwk.Error || !strings.Contains(st.AsError().Error(), "loading") {
+	if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "loading") {
 		t.Fatalf("PreFilter before the informers synced: %v", st)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("PreFilter waited %v", d)
+	}
+	f.p.synced = func() bool { return true }
+	f.p.mayFitNow("the informers' initial lists applied")
+	retried.expect(t, "default/p")
+}
+
+// A bind that fails after the API server may have applied it: the pod is
+// read back before anything is freed.
+func TestABindOfUnknownOutcomeIsReadBack(t *testing.T) {
+	ctx := context.Background()
+	timeout := apierrors.NewServerTimeout(v1.Resource("pods"), "create", 1)
+	for _, tc := range []struct {
+		name      string
+		applied   bool // The API server bound the pod before the error.
+		bindErr   error
+		wantBound bool
+		wantHeld  bool // After Unreserve (when the bind failed).
+	}{
+		{name: "applied", applied: true, bindErr: timeout, wantBound: true, wantHeld: true},
+		{name: "not-applied", bindErr: timeout, wantHeld: false},
+		{name: "conflict-bound-by-an-earlier-try", applied: true,
+			bindErr: apierrors.NewConflict(v1.Resource("pods"), "p", errors.New("bound")), wantBound: true, wantHeld: true},
+		{name: "refused", applied: true, /* never happens; the refusal is believed */
+			bindErr: apierrors.NewForbidden(v1.Resource("pods"), "p", errors.New("no")), wantHeld: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := gpuPod("p", 8)
+			f := newFixture(t, pod)
+			state := f.cycle(t, pod)
+			if st := f.p.Reserve(ctx, state, pod, "small"); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() != "binding" {
+					return false, nil, nil
+				}
+				if tc.applied {
+					bound := pod.DeepCopy()
+					bound.Spec.NodeName = "small"
+					if err := f.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), bound, "default"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return true, nil, tc.bindErr
+			})
+			st := f.p.Bind(ctx, state, pod, "small")
+			if st.IsSuccess() != tc.wantBound {
+				t.Fatalf("Bind: %v, want success %v", st, tc.wantBound)
+			}
+			if st.IsSuccess() {
+				f.p.PostBind(ctx, state, pod, "small")
+			} else {
+				f.p.Unreserve(ctx, state, pod, "small")
+			}
+			_, err := f.s.Placement("default/p")
+			if held := err == nil; held != tc.wantHeld {
+				t.Fatalf("placement held %v (%v), want %v", held, err, tc.wantHeld)
+			}
+		})
+	}
+}
+
+// A bind of unknown outcome whose pod cannot be read back either keeps its
+// GPUs reserved until the pod answers.
+func TestAnUnreadableBindStaysReservedUntilThePodAnswers(t *testing.T) {
+	ctx := context.Background()
+	pod := gpuPod("p", 8)
+	f := newFixture(t, pod)
+	state := f.cycle(t, pod)
+	if st := f.p.Reserve(ctx, state, pod, "small"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	var readable atomic.Bool
+	f.client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if readable.Load() {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("connection refused")
+	})
+	f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		bound := pod.DeepCopy()
+		bound.Spec.NodeName = "small"
+		if err := f.client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), bound, "default"); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, errors.New("http2: client connection lost")
+	})
+	if st := f.p.Bind(ctx, state, pod, "small"); st.IsSuccess() {
+		t.Fatal("Bind succeeded")
+	}
+	f.p.Unreserve(ctx, state, pod, "small")
+	// Still held: another pod asking the GPU does not fit.
+	other := gpuPod("other", 8)
+	if st := f.p.Filter(ctx, f.cycle(t, other), other, nodeInfo(f.nodes["small"])); st.Code() != fwk.Unschedulable {
+		t.Fatalf("the unsettled bind's GPU: %v", st)
+	}
+	registerMetrics()
+	bound := func() float64 {
+		v, err := testutil.GetCounterMetricValue(settledBinds.WithLabelValues("bound"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := bound()
+	readable.Store(true)
+	// Read back as bound (1 s after the first try): confirmed, still held.
+	deadline := time.Now().Add(10 * time.Second)
+	for bound() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the unsettled bind was not read back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := f.s.Forget("default/p"); !errors.Is(err, gpushare.ErrFailedPrecondition) {
+		t.Fatalf("after settling the reservation is not confirmed: %v", err)
+	}
+	if st := f.p.Filter(ctx, f.cycle(t, other), other, nodeInfo(f.nodes["small"])); st.Code() != fwk.Unschedulable {
+		t.Fatalf("after settling: %v", st)
+	}
+	if err := f.s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A late Unreserve of an older pod of the same name frees nothing of the
+// newer pod's reservation.
+func TestALateUnreserveKeepsANamesakesReservation(t *testing.T) {
+	ctx := context.Background()
+	old := gpuPod("p", 8)
+	f := newFixture(t, old)
+	oldState := f.cycle(t, old)
+	if st := f.p.Reserve(ctx, oldState, old, "small"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	// The old pod is deleted (its reservation released), a new one of the
+	// same name reserved.
+	f.p.podHandler().OnDelete(old)
+	fresh := gpuPod("p", 8)
+	fresh.UID = "uid-p-2"
+	newState := f.cycle(t, fresh)
+	if st := f.p.Reserve(ctx, newState, fresh, "small"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	f.p.Unreserve(ctx, oldState, old, "small")
+	if _, err := f.s.Placement("default/p"); err != nil {
+		t.Fatalf("the late Unreserve freed the new pod's GPUs: %v", err)
+	}
+	other := gpuPod("other", 8)
+	if st := f.p.Filter(ctx, f.cycle(t, other), other, nodeInfo(f.nodes["small"])); st.Code() != fwk.Unschedulable {
+		t.Fatalf("small after the late Unreserve: %v", st)
+	}
+}
+
+// Every profile of one scheduler shares one GPU state; different args are
+// refused.
+func TestProfilesShareOneState(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	a, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
+	if err != nil || a != b {
+		t.Fatalf("second profile: %p %p, %v", a, b, err)
+	}
+	if _, err := sharedFor(ctx, Args{Policy: "spread"}, factory, nil, klog.Background()); err == nil ||
+		!strings.Contains(err.Error(), "same") {
+		t.Fatalf("different args: %v", err)
+	}
+	other := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	c, err := sharedFor(ctx, Args{}, other, nil, klog.Background())
+	if err != nil || c == a {
+		t.Fatalf("another scheduler: %p %p, %v", c, a, err)
 	}
 }
 
@@ -599,16 +791,16 @@ func TestRetriesAfterEvents(t *testing.T) {
 	// A deletion applied while `late` is in its cycle: the rejected pods
 	// are retried, and `late`, rejected after it on what may be the state
 	// before it, is retried at once (once per cycle).
-	late := gpuPod("late", 8)
+	late := gpuPod("late", 20) // More than any GPU of big has.
 	state = f.cycle(t, late)
 	bound := hold.DeepCopy()
 	bound.Spec.NodeName = "small"
 	bound.ResourceVersion = "9"
 	f.p.podHandler().OnDelete(bound)
 	retried.expect(t, "default/waiting")
-	for _, n := range []string{"cpu", "cpu"} {
+	for _, n := range []string{"big", "big"} {
 		if st := f.p.Filter(ctx, state, late, nodeInfo(f.nodes[n])); st.Code() != fwk.Unschedulable {
-			t.Fatalf("a node without GPUs: %v", st)
+			t.Fatalf("GPUs too small: %v", st)
 		}
 	}
 	retried.expect(t, "default/late")
