@@ -17,6 +17,7 @@ Standard library only.
 
 import base64
 import http.client
+import http.server
 import json
 import os
 import signal
@@ -897,6 +898,78 @@ class ControlPlane(Processes):
 
 
 # ---------------------------------------------------------------- allocation views
+
+class SlowBindWebhook:
+    """A validating admission webhook on pods/binding that answers "allowed"
+    after `delay` seconds for pods whose name starts with `prefix`, at once
+    for the others: a slow bind, as a slow webhook, an overloaded API server
+    or a rate-limited client make one, with the real kube-apiserver and
+    kube-scheduler. Registered on `cp` (failurePolicy Ignore) until close()."""
+
+    NAME = "gpushare-e2e-slow-bind"
+
+    def __init__(self, cp, prefix, delay):
+        self.cp, self.prefix, self.delay = cp, prefix, delay
+        self.seen = []
+        cert, key = cp.pki.issue("slow-bind-webhook", "/CN=slow-bind-webhook", server=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                request = review["request"]
+                hook.seen.append(request.get("name", ""))
+                if request.get("name", "").startswith(hook.prefix):
+                    time.sleep(hook.delay)
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": {"uid": request["uid"], "allowed": True}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        with open(cp.pki.ca_crt, "rb") as f:
+            ca = base64.b64encode(f.read()).decode()
+        cp.api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self.NAME},
+            "webhooks": [{
+                "name": "slow-bind.gpushare.io",
+                "clientConfig": {"url": f"https://127.0.0.1:{self.server.server_address[1]}/",
+                                 "caBundle": ca},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                           "resources": ["pods/binding"]}],
+                "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": min(30, int(delay) + 5), "failurePolicy": "Ignore"}]})
+
+    def wait_active(self, api, timeout=20):
+        """Binds probe pods (no GPU) until the API server calls the webhook."""
+        deadline = time.monotonic() + timeout
+        for i in range(1000):
+            name = f"webhook-probe-{i}"
+            api.create_pod(name)
+            api.wait_bound(name, 30)
+            if name in self.seen:
+                return
+            assert time.monotonic() < deadline, "the slow-bind webhook is never called"
+            time.sleep(0.5)
+
+    def close(self):
+        try:
+            self.cp.api.request("DELETE", "/apis/admissionregistration.k8s.io/v1/"
+                                f"validatingwebhookconfigurations/{self.NAME}", ok=(200, 404))
+        finally:
+            self.server.shutdown()
+
 
 def gpu_allocation(pod):
     """{gpu index: units} that the bind annotations give this pod, or None."""

@@ -6,11 +6,14 @@ Every assertion reads the API objects (spec.nodeName, the device plugin's
 annotations, events), never gpushare's own view.
 """
 
+import json
+import os
 import time
 
 import pytest
 
-from harness import gpu_allocation, node_gpus, used_per_gpu, wait_until
+from harness import (SlowBindWebhook, gpu_allocation, node_gpus, used_per_gpu, wait_until,
+                     yaml_or_json)
 
 T4 = 14
 V100 = 15
@@ -200,6 +203,52 @@ def fits_somewhere(request_units, gpu_count, nodes, used):
         if gpu_count and sum(1 for f in free if f >= request_units // gpu_count) >= gpu_count:
             return True
     return False
+
+
+def test_a_bind_slower_than_a_reservation_ttl_promises_no_gpu_twice(cluster):
+    """Binds take 6 s (a slow admission webhook on pods/binding) and the
+    configuration still says reservationTTLSeconds: 2, which GpuShare used
+    to honour: its reservation of the first pod's GPU ran out while the pod
+    was binding, and two pods asking a whole GPU each were given both GPUs,
+    one of them the first pod's (24 of 14 units). Reservations now hold until
+    the bind settles: one whole-GPU pod gets the idle GPU, the other waits."""
+    if not cluster.plugin:
+        pytest.skip("the extender binds within its own client timeout, below its "
+                    "reservation TTL; slow binds are the plugin's case")
+    binary, config_path = cluster.plugin
+    with open(config_path) as f:
+        config = yaml_or_json(f.read())
+    for profile in config["profiles"]:
+        for entry in profile.get("pluginConfig", []):
+            if entry["name"] == "GpuShare":
+                entry.setdefault("args", {})["reservationTTLSeconds"] = 2
+    path = os.path.join(cluster.workdir, "slow-bind-config.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    api = cluster.api
+    api.create_node("t4x2", gpus=2, gpu_memory=T4)
+    cluster.start_scheduler(with_extender=False, binary=binary, plugin_config=path)
+    hook = SlowBindWebhook(cluster, "slow-", 6)
+    try:
+        hook.wait_active(api)
+        api.create_pod("slow-shared", gpu_memory=10)
+        wait_until("slow-shared's bind to start", lambda: "slow-shared" in hook.seen, 30, 0.1)
+        time.sleep(3)  # Past the 2 s the configuration asks.
+        api.create_pod("slow-whole-a", whole_gpus=1)
+        api.create_pod("slow-whole-b", whole_gpus=1)
+        names = ("slow-shared", "slow-whole-a", "slow-whole-b")
+
+        def bound():
+            return [n for n in names if api.pod(n)["spec"].get("nodeName")]
+        wait_until("two of the three pods bound", lambda: len(bound()) >= 2, 45, 0.25)
+        time.sleep(8)  # Any third bind in flight ends meanwhile.
+        assert_no_oversubscription(api)
+        assert "slow-shared" in bound()
+        assert len(bound()) == 2, bound()
+        (waiting,) = set(names) - set(bound())
+        assert "idle GPU" in " ".join(failed_scheduling_messages(api, waiting))
+    finally:
+        hook.close()
 
 
 def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
