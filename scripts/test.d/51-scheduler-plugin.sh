@@ -18,7 +18,8 @@
 # Cost (runs of this script, 2026-11-28, AMD EPYC, 2 cores, beside another
 # person's benchmarks): 46-62 s warm (go/gpushare/test.sh 3-4 s, the plugin's
 # vet and unit tests 6-16 s, build.sh cached 0 s, the 12 tests and 9 skips
-# 35-42 s; a first run adds the venv, 6 s). With an empty Go build cache
+# 35-42 s; a first run adds the venv, 6 s); 14 tests and 10 skips took 54 s
+# on 2026-12-02 (Intel Xeon, 2 cores). With an empty Go build cache
 # (GOCACHE; modules downloaded, kube-apiserver cached, gpushare_c built):
 # 6 min 24 s, 11.2 CPU-minutes (the binding's -race build 32 s, the plugin's
 # vet and tests 289 s, which compile much of Kubernetes with cgo, the binary
