@@ -18,9 +18,11 @@
 //
 //	Fit / Filter   does it fit a node now, and if not why
 //	Rank           the policy's 0..10 rank of each node (-1: no fit)
-//	Reserve        take GPUs on a node for the reservation TTL
+//	Reserve        take GPUs on a node for the reservation TTL (NoExpiry: until settled)
 //	Confirm        the pod is bound: the reservation becomes a placement
 //	Forget         the bind failed: drop the reservation
+//	ConfirmReservation, ForgetReservation
+//	               the same, for one reservation (Placement.Token) only
 //	Release        the pod ended: free its GPUs
 //
 // Reserve returns a Placement, a Go copy of the C object: the node, the GPU
