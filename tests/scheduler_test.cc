@@ -110,6 +110,94 @@ TEST(SchedulerTest, TokensKeepALateCallFromSettlingANewerReservation) {
   EXPECT_OK(f->CheckInvariants());
 }
 
+// A node of two 32-unit GPUs: GPU 0 holds v1 (20) and v2 (10), GPU 1 holds
+// w (30); 2 units are free on each.
+NodeEdits Edits(std::vector<std::string> removed, std::vector<Request> added = {}) {
+  NodeEdits e;
+  e.removed = std::move(removed);
+  e.added = std::move(added);
+  return e;
+}
+
+Fixture TwoFullGpus() {
+  Cluster c;
+  EXPECT_OK(c.AddNode(SharedNode("n", {32, 32})));
+  EXPECT_OK(c.AddNode(SharedNode("other", {32})));
+  Fixture f(std::move(c), /*ttl_ms=*/0);
+  EXPECT_OK(f->Reserve(Shared("v1", 20), "n").status());
+  EXPECT_OK(f->Reserve(Shared("v2", 10), "n").status());
+  EXPECT_OK(f->Reserve(Shared("w", 30), "n").status());
+  return f;
+}
+
+TEST(SchedulerTest, FitAfterFreesVictimsOnACopyOnly) {
+  Fixture f = TwoFullGpus();
+  ASSERT_OK_AND_ASSIGN(FitResult now, f->FitAfter(Shared("p", 28), "n", {}));
+  EXPECT_FALSE(now.feasible);
+  EXPECT_THAT(now.reason, HasSubstr("largest free 2"));
+  // Freeing v1 alone leaves 22 on its GPU: not enough; v1 and v2: 32.
+  ASSERT_OK_AND_ASSIGN(FitResult one, f->FitAfter(Shared("p", 28), "n", Edits({"v1"})));
+  EXPECT_FALSE(one.feasible);
+  EXPECT_THAT(one.reason, HasSubstr("largest free 22"));
+  ASSERT_OK_AND_ASSIGN(FitResult two,
+                       f->FitAfter(Shared("p", 28), "n", Edits({"v1", "v2", "v1"})));
+  EXPECT_TRUE(two.feasible) << two.reason;
+  EXPECT_EQ(two.node, "n");
+  // Ids that are not placed on the node change nothing.
+  ASSERT_OK_AND_ASSIGN(FitResult elsewhere,
+                       f->FitAfter(Shared("p", 28), "other", Edits({"v1", "v2", "zzz"})));
+  EXPECT_TRUE(elsewhere.feasible);
+  ASSERT_OK_AND_ASSIGN(FitResult stray,
+                       f->FitAfter(Shared("p", 28), "n", Edits({"zzz", "other-pod"})));
+  EXPECT_FALSE(stray.feasible);
+  // Nothing changed: the victims still hold their GPUs.
+  EXPECT_EQ(f.Used("n"), 60);
+  EXPECT_THAT(f->Reserve(Shared("p", 28), "n"), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_OK(f->CheckInvariants());
+}
+
+TEST(SchedulerTest, FitAfterKeepsTheGpusANominatedRequestWaitsFor) {
+  Fixture f = TwoFullGpus();
+  // "big" (nominated) takes GPU 0 once v1 and v2 are gone; "small" fits on
+  // its own, on either GPU, but not beside big: small is refused.
+  ASSERT_OK_AND_ASSIGN(FitResult alone, f->FitAfter(Shared("small", 2), "n", {}));
+  EXPECT_TRUE(alone.feasible);
+  ASSERT_OK_AND_ASSIGN(
+      FitResult beside,
+      f->FitAfter(Shared("small", 6), "n", Edits({"v1", "v2"}, {Shared("big", 30)})));
+  EXPECT_FALSE(beside.feasible);
+  ASSERT_OK_AND_ASSIGN(
+      FitResult fits,
+      f->FitAfter(Shared("small", 2), "n", Edits({"v1", "v2"}, {Shared("big", 30)})));
+  EXPECT_TRUE(fits.feasible) << fits.reason;
+  // While the victims hold the GPUs, big does not fit: nothing else gets
+  // the node, whatever is free.
+  ASSERT_OK_AND_ASSIGN(FitResult waiting,
+                       f->FitAfter(Shared("small", 2), "n", Edits({}, {Shared("big", 30)})));
+  EXPECT_FALSE(waiting.feasible);
+  EXPECT_THAT(waiting.reason, HasSubstr("held for request 'big', nominated to it"));
+  // An added request that is placed already is counted where it is.
+  ASSERT_OK_AND_ASSIGN(FitResult placed,
+                       f->FitAfter(Shared("small", 2), "n", Edits({}, {Shared("w", 30)})));
+  EXPECT_TRUE(placed.feasible) << placed.reason;
+  ASSERT_OK_AND_ASSIGN(FitResult removed_then_added,
+                       f->FitAfter(Shared("small", 2), "n",
+                                   Edits({"w"}, {Shared("w", 30)})));
+  EXPECT_TRUE(removed_then_added.feasible) << removed_then_added.reason;
+  EXPECT_EQ(f.Used("n"), 60);
+}
+
+TEST(SchedulerTest, FitAfterNamesABadAddedRequestAndAnUnknownNode) {
+  Fixture f = TwoFullGpus();
+  EXPECT_THAT(f->FitAfter(Shared("p", 2), "n", Edits({}, {Shared("bad", 8, 3)})),
+              StatusIs(absl::StatusCode::kInvalidArgument, "added request 'bad'"));
+  EXPECT_THAT(f->FitAfter(Shared("p", 8, 3), "n", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not divisible"));
+  ASSERT_OK_AND_ASSIGN(FitResult unknown, f->FitAfter(Shared("p", 2), "nope", {}));
+  EXPECT_FALSE(unknown.feasible);
+  EXPECT_THAT(unknown.reason, HasSubstr("unknown to gpushare"));
+}
+
 TEST(SchedulerTest, ReservationCountsAgainstCapacityAtOnce) {
   Fixture f(S1Cluster());
   ASSERT_OK_AND_ASSIGN(Placement p, f->Reserve(Shared("a", 10), "sd-cluster-04"));

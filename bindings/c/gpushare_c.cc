@@ -691,6 +691,66 @@ gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod, co
   });
 }
 
+gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* pod,
+                                  const char* node, size_t node_len, const gs_names* removed,
+                                  const gs_pod* const* added, size_t added_count, int* feasible,
+                                  char** reason) {
+  constexpr const char* fn = "gs_scheduler_fit_after";
+  return Guard(fn, [&]() -> absl::Status {
+    if (scheduler == nullptr) return IsNull(fn, "scheduler");
+    if (pod == nullptr) return IsNull(fn, "pod");
+    if (feasible == nullptr) return IsNull(fn, "feasible");
+    if (node == nullptr && node_len != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(fn, ": node is NULL but its length is ", node_len));
+    }
+    if (added == nullptr && added_count != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(fn, ": added is NULL but added_count is ", added_count));
+    }
+    gpushare::NodeEdits edits;
+    if (removed != nullptr) {
+      GPUSHARE_ASSIGN_OR_RETURN(edits.removed, NamesIn(fn, *scheduler, removed));
+    }
+    edits.added.reserve(added_count);
+    for (size_t i = 0; i < added_count; ++i) {
+      if (added[i] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(fn, ": added[", i, "] is NULL"));
+      }
+      // A pod without GPUs holds nothing gpushare judges.
+      if (added[i]->pod && !added[i]->pod->uses_gpus()) continue;
+      edits.added.push_back(added[i]->req());
+    }
+    const std::string_view name(node == nullptr ? "" : node, node_len);
+    bool fits = false;
+    std::string why;
+    if (pod->pod && !pod->pod->uses_gpus()) {
+      fits = true;  // As gs_scheduler_fit().
+    } else {
+      bool excluded = false;
+      if (pod->pod) {
+        scheduler->scheduler->Read([&](const Cluster& cluster) {
+          const NodeStatus* status = cluster.FindNode(name);
+          excluded = status != nullptr &&
+                     !k8s::MatchesNodeAffinity(*pod->pod, status->name, status->labels);
+        });
+      }
+      if (excluded) {
+        why = kAffinityReason;
+      } else {
+        GPUSHARE_ASSIGN_OR_RETURN(FitResult r, scheduler->scheduler->FitAfter(pod->req(), name, edits));
+        fits = r.feasible;
+        why = std::move(r.reason);
+      }
+    }
+    char* out_reason = nullptr;
+    if (reason != nullptr && !fits) out_reason = CopyOut(why);
+    *feasible = fits ? 1 : 0;
+    if (reason != nullptr) *reason = out_reason;
+    return absl::OkStatus();
+  });
+}
+
 gs_status* gs_scheduler_filter(const gs_scheduler* scheduler, const gs_pod* pod,
                                const gs_names* nodes, gs_fit_results** out) {
   constexpr const char* fn = "gs_scheduler_filter";

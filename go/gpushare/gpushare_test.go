@@ -303,6 +303,51 @@ func TestReservationTokens(t *testing.T) {
 	}
 }
 
+func TestFitAfter(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{ReservationTTL: gpushare.NoExpiry})
+	mustAdd(t, s, sharedNode("n1", 2, 32))
+	for _, r := range []gpushare.Request{{ID: "ns/v1", GPUMemory: 20}, {ID: "ns/v2", GPUMemory: 10},
+		{ID: "ns/w", GPUMemory: 30}} {
+		if _, err := s.Place(newPod(t, r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := newPod(t, gpushare.Request{ID: "ns/big", GPUMemory: 28})
+	small := newPod(t, gpushare.Request{ID: "ns/small", GPUMemory: 2})
+	for _, c := range []struct {
+		pod     *gpushare.Pod
+		removed []string
+		added   []*gpushare.Pod
+		fits    bool
+		reason  string
+	}{
+		{big, nil, nil, false, "largest free 2"},
+		{big, []string{"ns/v1"}, nil, false, "largest free 22"},
+		{big, []string{"ns/v1", "ns/v2"}, nil, true, ""},
+		{small, nil, []*gpushare.Pod{big}, false, "'ns/big', nominated to it"},
+		{small, []string{"ns/v1", "ns/v2"}, []*gpushare.Pod{big}, true, ""},
+	} {
+		fits, reason, err := s.FitAfter(c.pod, "n1", c.removed, c.added)
+		if err != nil || fits != c.fits || !strings.Contains(reason, c.reason) {
+			t.Errorf("FitAfter(%s, removed %v, %d added) = %v, %q, %v; want %v, %q", c.pod.ID(),
+				c.removed, len(c.added), fits, reason, err, c.fits, c.reason)
+		}
+	}
+	// Nothing changed.
+	if fits, _, _ := s.Fit(big, "n1"); fits {
+		t.Error("the dry run freed the victims for real")
+	}
+	closed := newPod(t, gpushare.Request{ID: "ns/closed", GPUMemory: 1})
+	closed.Close()
+	_, _, err := s.FitAfter(small, "n1", nil, []*gpushare.Pod{big, closed})
+	wantErr(t, err, gpushare.ErrClosed, "")
+	// The added pods' locks were given back: Close does not wait.
+	big.Close()
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNodes(t *testing.T) {
 	s := newScheduler(t, gpushare.Options{})
 	mustAdd(t, s, gpushare.Node{

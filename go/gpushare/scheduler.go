@@ -378,6 +378,46 @@ func (s *Scheduler) Fit(pod *Pod, node string) (fits bool, reason string, err er
 	return feasible != 0, reason, nil
 }
 
+// FitAfter is Fit on `node` as the node would be after kube-scheduler's
+// edits, judged on a copy of its state (nothing changes): the placements of
+// the requests `removed` names (Pod IDs, "namespace/name") freed, then the
+// `added` pods placed there first, in order, on the GPUs the policy
+// chooses. Preemption removes its victims so, and kube-scheduler adds the
+// pods nominated to the node. IDs not placed on the node are ignored, and
+// so are added pods placed already (counted where they are). An added pod
+// that does not fit makes `pod` not fit, the reason naming it: the GPUs a
+// nominated pod waits for are not offered to another.
+func (s *Scheduler) FitAfter(pod *Pod, node string, removed []string, added []*Pod) (fits bool, reason string, err error) {
+	packed, err := packNames(removed)
+	if err != nil {
+		return false, "", err
+	}
+	handles := make([]*C.gs_pod, 0, len(added))
+	defer func() {
+		for _, a := range added[:len(handles)] {
+			a.mu.RUnlock()
+		}
+	}()
+	for _, a := range added {
+		ah, err := a.handle()
+		if err != nil {
+			return false, "", err
+		}
+		handles = append(handles, ah)
+	}
+	h, p, err := s.handles(pod)
+	if err != nil {
+		return false, "", err
+	}
+	defer s.release(pod)
+	var feasible C.int
+	var why *C.char
+	if err := statusError(fitAfterCall(h, p, node, &packed, handles, &feasible, &why)); err != nil {
+		return false, "", err
+	}
+	return feasible != 0, takeString(why), nil
+}
+
 // FitResult is Fit's answer for one node.
 type FitResult struct {
 	Node   string

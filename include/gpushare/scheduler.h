@@ -95,6 +95,18 @@ struct NodeScore {
                      // linear in the rank among distinct scores.
 };
 
+// What kube-scheduler's preemption and nominated pods change on one node
+// before it asks whether a pod fits there (Scheduler::FitAfter()).
+struct NodeEdits {
+  // Requests whose placements on the node are freed: preemption's victims.
+  // Ids not placed on the node are ignored (pods gpushare does not hold).
+  std::vector<std::string> removed;
+  // Requests placed on the node first, in order, each on the GPUs the
+  // policy chooses: pods nominated to it. One placed already (here and not
+  // removed, or on another node) is ignored: it is counted where it is.
+  std::vector<Request> added;
+};
+
 // A reservation that has not been confirmed yet.
 struct Reservation {
   Placement placement;
@@ -129,6 +141,16 @@ class Scheduler {
   // are 0..10 (see NodeScore). Errors: those of Validate().
   absl::StatusOr<std::vector<NodeScore>> Score(
       const Request& request, const std::vector<std::string>& nodes = {}) const;
+
+  // Fit of `request` on `node` as the node would be after `edits`, judged
+  // on a copy of its state: nothing changes. An added request that does
+  // not fit makes `request` infeasible, the reason naming it ("the node's
+  // GPUs are held for request 'ns/p', nominated to it (...)"): GPUs that a
+  // nominated pod waits for are not offered to another. An unknown node is
+  // infeasible, as in Filter(). Errors: those of Validate() for `request`
+  // or an added request (the message names the added one).
+  absl::StatusOr<FitResult> FitAfter(const Request& request, std::string_view node,
+                                     const NodeEdits& edits) const;
 
   // Calls `fn` with the cluster under the shared lock. `fn` must not call
   // back into this scheduler and must not keep references past its return.

@@ -42,6 +42,25 @@ int64_t SteadyNowNs() {
       .count();
 }
 
+// The placement `policy` chooses for `request` on `node`, which
+// CheckNode() found able to host it (`fitting`).
+Placement ChooseOnNode(Policy& policy, const Demand& demand, const Request& request,
+                       const NodeStatus& node, const std::vector<int>& fitting,
+                       const Cluster& cluster) {
+  NodeChoice choice = policy.Evaluate(demand, node, fitting, cluster);
+  internal::ApplyTopology(node, demand, request, fitting, &choice);
+  Placement p;
+  p.request_id = request.id;
+  p.node = node.name;
+  p.gpus = std::move(choice.gpus);
+  p.memory_per_gpu = demand.memory_per_gpu;
+  p.compute_per_gpu = demand.compute_per_gpu;
+  p.exclusive = demand.kind == Demand::Kind::kExclusive;
+  p.cpu = demand.cpu;
+  p.host_memory = demand.host_memory;
+  return p;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(Cluster cluster,
@@ -89,6 +108,64 @@ absl::StatusOr<std::vector<FitResult>> Scheduler::Filter(
     out.push_back(std::move(r));
   }
   return out;
+}
+
+absl::StatusOr<FitResult> Scheduler::FitAfter(const Request& request, std::string_view node,
+                                              const NodeEdits& edits) const {
+  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
+                            MakePolicy(options_.policy, options_.policy_options));
+  std::shared_lock lock(state_->mu);
+  const Cluster& cluster = state_->cluster;
+  GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
+  std::vector<Demand> added;
+  added.reserve(edits.added.size());
+  for (const Request& a : edits.added) {
+    absl::StatusOr<Demand> d = cluster.Validate(a);
+    if (!d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat("added request '", a.id, "': ", d.status().message()));
+    }
+    added.push_back(*d);
+  }
+  FitResult r;
+  r.node = std::string(node);
+  const NodeStatus* status = cluster.FindNode(node);
+  if (status == nullptr) {
+    r.reason = absl::StrCat("node '", internal::Sv(node), "' is unknown to gpushare");
+    return r;
+  }
+  // Edited on a copy: the cluster is only read.
+  NodeStatus edited = *status;
+  for (const std::string& id : edits.removed) {
+    const Placement* p = cluster.FindPlacement(id);
+    if (p != nullptr && p->node == edited.name &&
+        std::find(edited.requests.begin(), edited.requests.end(), id) != edited.requests.end()) {
+      internal::UndoOnNode(edited, *p);
+    }
+  }
+  std::vector<int> fitting;
+  for (size_t i = 0; i < edits.added.size(); ++i) {
+    const Request& a = edits.added[i];
+    const Placement* placed = cluster.FindPlacement(a.id);
+    if (placed != nullptr &&
+        (placed->node != edited.name ||
+         std::find(edited.requests.begin(), edited.requests.end(), a.id) !=
+             edited.requests.end())) {
+      continue;  // Counted where it is placed.
+    }
+    if (std::optional<std::string> why = internal::CheckNode(edited, added[i], a, &fitting)) {
+      r.reason = absl::StrCat("the node's GPUs are held for request '", a.id,
+                              "', nominated to it (", *why, ")");
+      return r;
+    }
+    internal::ApplyToNode(edited, ChooseOnNode(*policy, added[i], a, edited, fitting, cluster));
+  }
+  if (std::optional<std::string> why = internal::CheckNode(edited, demand, request, &fitting)) {
+    r.reason = *std::move(why);
+  } else {
+    r.feasible = true;
+  }
+  return r;
 }
 
 absl::StatusOr<std::vector<NodeScore>> Scheduler::Score(
@@ -250,16 +327,7 @@ absl::StatusOr<Placement> Scheduler::Reserve(const Request& request, std::string
                                                        "' does not fit on node '",
                                                        internal::Sv(node), "': ", *why));
     }
-    NodeChoice choice = policy->Evaluate(demand, *status, fitting, cluster);
-    internal::ApplyTopology(*status, demand, request, fitting, &choice);
-    p.request_id = request.id;
-    p.node = status->name;
-    p.gpus = std::move(choice.gpus);
-    p.memory_per_gpu = demand.memory_per_gpu;
-    p.compute_per_gpu = demand.compute_per_gpu;
-    p.exclusive = demand.kind == Demand::Kind::kExclusive;
-    p.cpu = demand.cpu;
-    p.host_memory = demand.host_memory;
+    p = ChooseOnNode(*policy, demand, request, *status, fitting, cluster);
   }
   // Commit re-checks the placement against the node, so a policy that chose
   // badly cannot oversubscribe.

@@ -508,6 +508,58 @@ static void test_reservation_tokens(void) {
   gs_scheduler_destroy(s);
 }
 
+/* ABI 2: the fit of preemption's dry runs (victims removed) and of nominated
+ * pods (added first), on a copy. */
+static void test_fit_after(void) {
+  gs_scheduler* s = new_scheduler("binpack");
+  OK(add_node(s, "n1", 2, 32));
+  gs_pod* v1 = shared_pod("default/v1", 20, 1);
+  gs_pod* v2 = shared_pod("default/v2", 10, 1);
+  gs_pod* w = shared_pod("default/w", 30, 1);
+  gs_pod* big = shared_pod("default/big", 28, 1);
+  gs_pod* small = shared_pod("default/small", 2, 1);
+  OK(gs_scheduler_place(s, v1, NULL));
+  OK(gs_scheduler_place(s, v2, NULL));
+  OK(gs_scheduler_place(s, w, NULL));
+  char* before = snapshot(s);
+  int feasible = -1;
+  char* why = NULL;
+  OK(gs_scheduler_fit_after(s, big, ID("n1"), NULL, NULL, 0, &feasible, &why));
+  CHECK(feasible == 0 && contains(why, "largest free 2"));
+  gs_string_free(why);
+  const char* victims[] = {"default/v1", "default/v2"};
+  char buf[64];
+  uint32_t lengths[2];
+  gs_names removed = names_of(victims, 2, buf, lengths);
+  OK(gs_scheduler_fit_after(s, big, ID("n1"), &removed, NULL, 0, &feasible, &why));
+  CHECK(feasible == 1 && why == NULL);
+  /* big nominated, the victims still there: small does not get the node. */
+  const gs_pod* nominated[] = {big};
+  OK(gs_scheduler_fit_after(s, small, ID("n1"), NULL, nominated, 1, &feasible, &why));
+  CHECK(feasible == 0 && contains(why, "'default/big', nominated to it"));
+  gs_string_free(why);
+  OK(gs_scheduler_fit_after(s, small, ID("n1"), &removed, nominated, 1, &feasible, NULL));
+  CHECK(feasible == 1);
+  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, NULL, 1, &feasible, NULL),
+        GS_INVALID_ARGUMENT, "added is NULL but added_count is 1");
+  const gs_pod* holes[] = {big, NULL};
+  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, holes, 2, &feasible, NULL),
+        GS_INVALID_ARGUMENT, "added[1] is NULL");
+  FAILS(gs_scheduler_fit_after(s, NULL, ID("n1"), NULL, NULL, 0, &feasible, NULL),
+        GS_INVALID_ARGUMENT, "pod");
+  char* after = snapshot(s);
+  CHECK(strcmp(before, after) == 0);
+  gs_string_free(before);
+  gs_string_free(after);
+  OK(gs_scheduler_check(s));
+  gs_pod_free(v1);
+  gs_pod_free(v2);
+  gs_pod_free(w);
+  gs_pod_free(big);
+  gs_pod_free(small);
+  gs_scheduler_destroy(s);
+}
+
 static void test_exhausted(void) {
   gs_scheduler* s = new_scheduler("binpack");
   OK(add_node(s, "n1", 1, 8));
@@ -1108,6 +1160,7 @@ int main(void) {
   test_lifecycle();
   test_ttl();
   test_reservation_tokens();
+  test_fit_after();
   test_exhausted();
   test_multi_card_and_exclusive();
   test_kubernetes();

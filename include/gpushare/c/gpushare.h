@@ -55,7 +55,8 @@
  *    C++ library inside is hidden.
  *  - ABI 2 added reservations that never expire (reservation_ttl_ms 0) and
  *    reservation tokens: gs_placement_token, gs_scheduler_confirm_reservation,
- *    gs_scheduler_forget_reservation.
+ *    gs_scheduler_forget_reservation; and gs_scheduler_fit_after, the fit of
+ *    kube-scheduler's preemption and nominated pods.
  */
 #ifndef GPUSHARE_C_GPUSHARE_H_
 #define GPUSHARE_C_GPUSHARE_H_
@@ -246,6 +247,23 @@ typedef struct gs_names {
   const uint32_t* lengths;
   size_t count;
 } gs_names;
+
+/* gs_scheduler_fit() on `node` as it would be after edits, judged on a copy
+ * of its state (nothing changes): the placements of the requests `removed`
+ * names (request ids, "namespace/name" for pods of gs_pod_parse(); NULL:
+ * none) freed, then the `added_count` pods of `added` placed there first,
+ * in order, on the GPUs the policy chooses. kube-scheduler's preemption
+ * removes its victims so; it adds the pods nominated to the node. Ids not
+ * placed on the node are ignored, and so are added pods placed already
+ * (counted where they are). An added pod that does not fit makes `pod` not
+ * fit, the reason naming it: the GPUs a nominated pod waits for are not
+ * offered to another. The pod's node affinity is judged as in
+ * gs_scheduler_fit(). Errors: GS_INVALID_ARGUMENT for an added pod that
+ * gs_scheduler_fit() would refuse to judge. Shared lock. ABI 2. */
+GS_API gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* pod,
+                                         const char* node, size_t node_len,
+                                         const gs_names* removed, const gs_pod* const* added,
+                                         size_t added_count, int* feasible, char** reason);
 
 typedef struct gs_fit_results gs_fit_results;
 
