@@ -37,7 +37,6 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,6 +98,8 @@ type sharedState struct {
 	synced func() bool
 	// ctx ends when the scheduler stops: settling binds give up then.
 	ctx context.Context
+	// parsed caches the pods AddPod reads (nominated pods, again and again).
+	parsed parsedPods
 }
 
 var (
@@ -130,6 +131,7 @@ var (
 	_ framework.BindPlugin        = &Plugin{}
 	_ framework.PostBindPlugin    = &Plugin{}
 	_ framework.EnqueueExtensions = &Plugin{}
+	_ framework.PreFilterExtensions = &Plugin{}
 )
 
 // Name returns Name.
@@ -295,13 +297,47 @@ type cycleState struct {
 	// handedOn: PreBind wrote the annotations and another plugin binds;
 	// Unreserve then cannot know whether that bind applied (settle.go).
 	handedOn bool
+	// edits by node name: the pods kube-scheduler removed from the node
+	// (preemption's victims) and added to it (pods nominated there) in this
+	// state, through PreFilterExtensions. kube-scheduler clones the state
+	// for each node it edits, so these are never shared between goroutines.
+	edits map[string]*nodeEdits
 }
 
+// nodeEdits are the pods kube-scheduler removed from a node and added to it.
+type nodeEdits struct {
+	removed []string         // Pod IDs ("namespace/name")
+	added   []*gpushare.Pod // parsed, in the order added
+}
+
+func (e *nodeEdits) empty() bool { return len(e.removed) == 0 && len(e.added) == 0 }
+
 // Clone shares the pod (immutable), the cycle's generation and retry flag,
-// and the ranks (written once, in PreScore, before any reader); the
-// placement belongs to the binding cycle of the original state.
+// and the ranks (written once, in PreScore, before any reader), and copies
+// the node edits; the placement belongs to the binding cycle of the
+// original state.
 func (c *cycleState) Clone() fwk.StateData {
-	return &cycleState{pod: c.pod, gen: c.gen, retried: c.retried, ranks: c.ranks}
+	out := &cycleState{pod: c.pod, gen: c.gen, retried: c.retried, ranks: c.ranks}
+	if len(c.edits) > 0 {
+		out.edits = make(map[string]*nodeEdits, len(c.edits))
+		for node, e := range c.edits {
+			out.edits[node] = &nodeEdits{removed: slices.Clone(e.removed), added: slices.Clone(e.added)}
+		}
+	}
+	return out
+}
+
+// editsOf returns the edits of `node`, made on first use.
+func (c *cycleState) editsOf(node string) *nodeEdits {
+	if c.edits == nil {
+		c.edits = map[string]*nodeEdits{}
+	}
+	e := c.edits[node]
+	if e == nil {
+		e = &nodeEdits{}
+		c.edits[node] = e
+	}
+	return e
 }
 
 func readState(state fwk.CycleState) *cycleState {
@@ -334,11 +370,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return nil, fwk.NewStatus(fwk.Unschedulable,
 			Name+" is still loading the cluster's nodes and pods")
 	}
-	body, err := json.Marshal(pod)
-	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("encoding pod %s/%s: %w", pod.Namespace, pod.Name, err))
-	}
-	gp, err := gpushare.ParsePod(body)
+	gp, err := parsePod(pod)
 	if err != nil {
 		// A malformed request (say, gpu-count 0) stays wrong until the pod changes.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -351,9 +383,76 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	return nil, nil
 }
 
-// PreFilterExtensions returns nil: gpushare keeps its own view of the GPUs,
-// so the pods that preemption would remove do not change its answer.
-func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return nil }
+// PreFilterExtensions returns the plugin: kube-scheduler's preemption
+// removes its candidate victims from a node (RemovePod) and adds back those
+// it spares (AddPod), and before each Filter it adds the pods nominated to
+// the node with a priority at least the pod's (AddPod). Filter then judges
+// the node as those edits leave it (gpushare.Scheduler.FitAfter), on the
+// GPUs: a nominated pod is placed first, and where it does not fit yet (its
+// victims still terminate) the node is refused, so no pod of lower priority
+// takes the GPUs it waits for.
+func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return p }
+
+// AddPod adds `toAdd` to the node in `state`: a victim spared (it was
+// removed) or a nominated pod. Pods without GPUs change nothing.
+func (p *Plugin) AddPod(ctx context.Context, state fwk.CycleState, _ *v1.Pod, toAdd fwk.PodInfo,
+	nodeInfo fwk.NodeInfo) *fwk.Status {
+	c, node, pod := editArgs(state, toAdd, nodeInfo)
+	if c == nil {
+		return nil
+	}
+	e := c.editsOf(node)
+	id := pod.Namespace + "/" + pod.Name
+	if i := slices.Index(e.removed, id); i >= 0 {
+		e.removed = slices.Delete(e.removed, i, i+1)
+		return nil
+	}
+	gp, err := p.parsed.get(pod)
+	if err != nil {
+		// A pod gpushare cannot read holds no GPUs it gives out.
+		klog.FromContext(ctx).V(4).Info("A nominated pod's GPU request is malformed; not counted",
+			"pod", klog.KObj(pod), "err", err)
+		return nil
+	}
+	if gp.UsesGPUs() {
+		e.added = append(e.added, gp)
+	}
+	return nil
+}
+
+// RemovePod removes `toRemove` from the node in `state`: a candidate victim,
+// or a nominated pod added before.
+func (p *Plugin) RemovePod(ctx context.Context, state fwk.CycleState, _ *v1.Pod, toRemove fwk.PodInfo,
+	nodeInfo fwk.NodeInfo) *fwk.Status {
+	c, node, pod := editArgs(state, toRemove, nodeInfo)
+	if c == nil {
+		return nil
+	}
+	e := c.editsOf(node)
+	id := pod.Namespace + "/" + pod.Name
+	if i := slices.IndexFunc(e.added, func(a *gpushare.Pod) bool { return a.ID() == id }); i >= 0 {
+		e.added = slices.Delete(e.added, i, i+1)
+		return nil
+	}
+	if !slices.Contains(e.removed, id) {
+		e.removed = append(e.removed, id)
+	}
+	return nil
+}
+
+// editArgs unpacks AddPod's and RemovePod's arguments; c is nil where there
+// is nothing to edit (no GPU pod in the cycle, no node, a pod without GPUs).
+func editArgs(state fwk.CycleState, info fwk.PodInfo, nodeInfo fwk.NodeInfo) (*cycleState, string, *v1.Pod) {
+	c := readState(state)
+	if c == nil || info == nil || nodeInfo == nil || nodeInfo.Node() == nil {
+		return nil, "", nil
+	}
+	pod := info.GetPod()
+	if pod == nil || !RequestsGPUs(pod) {
+		return nil, "", nil
+	}
+	return c, nodeInfo.Node().Name, pod
+}
 
 // Filter says whether the pod's GPUs fit the node now.
 func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
@@ -366,7 +465,14 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
-	fits, reason, err := p.sched.Fit(c.pod, node.Name)
+	var fits bool
+	var reason string
+	var err error
+	if e := c.edits[node.Name]; e != nil && !e.empty() {
+		fits, reason, err = p.sched.FitAfter(c.pod, node.Name, e.removed, e.added)
+	} else {
+		fits, reason, err = p.sched.Fit(c.pod, node.Name)
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

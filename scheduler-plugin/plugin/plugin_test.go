@@ -815,3 +815,105 @@ func TestRetriesAfterEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ---- Preemption -------------------------------------------------------------------
+
+// podInfo is what kube-scheduler passes AddPod and RemovePod.
+func podInfo(t *testing.T, pod *v1.Pod) fwk.PodInfo {
+	t.Helper()
+	pi, err := framework.NewPodInfo(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pi
+}
+
+// kube-scheduler's preemption removes candidate victims from a node and adds
+// back those it spares, on a clone of the cycle state per node; before each
+// Filter it adds the pods nominated to the node. Filter judges the GPUs as
+// those edits leave them, and the original state is untouched.
+func TestPreemptionEditsAreJudgedOnTheGPUs(t *testing.T) {
+	ctx := context.Background()
+	v1p, v2p, w := gpuPod("v1", 10), gpuPod("v2", 4), gpuPod("w", 14)
+	high, low := gpuPod("high", 12), gpuPod("low", 2)
+	f := newFixture(t, v1p, v2p, w, high, low)
+	delete(f.nodes, "small")
+	delete(f.nodes, "cpu")
+	big := nodeInfo(f.nodes["big"])
+	// GPU 0: v1 10 + v2 4; GPU 1: w 14 (binpack); 2 units free on each.
+	for _, pod := range []*v1.Pod{v1p, v2p, w} {
+		state := f.cycle(t, pod)
+		if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
+			t.Fatalf("Reserve %s: %v", pod.Name, st)
+		}
+		f.p.PostBind(ctx, state, pod, "big")
+	}
+
+	state := f.cycle(t, high)
+	if st := f.p.Filter(ctx, state, high, big); st.Code() != fwk.Unschedulable {
+		t.Fatalf("Filter before preemption: %v", st)
+	}
+	// SelectVictimsOnNode: every lower-priority pod removed, then spared
+	// one by one while the pod still fits.
+	dry := state.Clone()
+	for _, pod := range []*v1.Pod{v1p, v2p, w} {
+		if st := f.p.RemovePod(ctx, dry, high, podInfo(t, pod), big); !st.IsSuccess() {
+			t.Fatalf("RemovePod %s: %v", pod.Name, st)
+		}
+	}
+	if st := f.p.Filter(ctx, dry, high, big); !st.IsSuccess() {
+		t.Fatalf("Filter with every victim removed: %v", st)
+	}
+	for _, c := range []struct {
+		pod  *v1.Pod
+		fits bool
+	}{{w, true}, {v2p, true}, {v1p, false}} {
+		if st := f.p.AddPod(ctx, dry, high, podInfo(t, c.pod), big); !st.IsSuccess() {
+			t.Fatalf("AddPod %s: %v", c.pod.Name, st)
+		}
+		if st := f.p.Filter(ctx, dry, high, big); st.IsSuccess() != c.fits {
+			t.Errorf("Filter with %s spared: %v, want fits %v", c.pod.Name, st, c.fits)
+		}
+		if !c.fits {
+			f.p.RemovePod(ctx, dry, high, podInfo(t, c.pod), big) // v1 is the victim.
+		}
+	}
+	if st := f.p.Filter(ctx, dry, high, big); !st.IsSuccess() {
+		t.Errorf("Filter with v1 the only victim: %v", st)
+	}
+	// The cycle's own state never saw the edits, nor did the cluster.
+	if st := f.p.Filter(ctx, state, high, big); st.Code() != fwk.Unschedulable {
+		t.Errorf("Filter on the original state: %v", st)
+	}
+
+	// high is nominated to big while v1 terminates: a pod of lower priority
+	// that fits now (2 units) does not get the node, since high does not
+	// fit there yet.
+	lowState := f.cycle(t, low)
+	if st := f.p.Filter(ctx, lowState, low, big); !st.IsSuccess() {
+		t.Fatalf("low alone: %v", st)
+	}
+	nominated := lowState.Clone()
+	f.p.AddPod(ctx, nominated, low, podInfo(t, high), big)
+	st := f.p.Filter(ctx, nominated, low, big)
+	if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "'default/high', nominated") {
+		t.Errorf("low beside nominated high, v1 still there: %v", st)
+	}
+	// v1 is gone: high takes 12 units of GPU 0, low fits on GPU 1 beside it.
+	if err := f.s.Release("default/v1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.p.Filter(ctx, nominated, low, big); !st.IsSuccess() {
+		t.Errorf("low beside nominated high, v1 gone: %v", st)
+	}
+	// A nominated pod removed again (RemovePod of an added pod) counts no more.
+	f.p.RemovePod(ctx, nominated, low, podInfo(t, high), big)
+	if c := readState(nominated); len(c.edits["big"].added) != 0 {
+		t.Errorf("edits after removing the nominated pod: %+v", c.edits["big"])
+	}
+	// Pods without GPUs change nothing.
+	f.p.AddPod(ctx, nominated, low, podInfo(t, gpuPod("web", 0)), big)
+	if c := readState(nominated); !c.edits["big"].empty() {
+		t.Errorf("edits after adding a pod without GPUs: %+v", c.edits["big"])
+	}
+}
