@@ -238,10 +238,18 @@ class Api:
     def delete_node(self, name):
         self.request("DELETE", f"/api/v1/nodes/{name}", ok=(200, 202, 404))
 
+    def create_priority_class(self, name, value):
+        """A PriorityClass (kept between tests: cluster-scoped, idempotent)."""
+        self.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value}, ok=(200, 201, 409))
+
     def create_pod(self, name, gpu_memory=None, gpu_count=None, whole_gpus=None,
-                   namespace=NAMESPACE, labels=None):
+                   namespace=NAMESPACE, labels=None, priority_class=None, grace_seconds=0):
         """A pod as users write it: limits aliyun.com/gpu-mem, the label
-        aliyun.com/gpu-count for multi-card, limits nvidia.com/gpu for whole GPUs."""
+        aliyun.com/gpu-count for multi-card, limits nvidia.com/gpu for whole GPUs.
+        With no kubelet, a pod with grace_seconds > 0 that is deleted stays
+        Terminating until delete_pod() (what its kubelet would confirm)."""
         limits = {}
         if gpu_memory is not None:
             limits[GPU_MEM] = str(gpu_memory)
@@ -256,9 +264,11 @@ class Api:
             "spec": {
                 "containers": [{"name": "main", "image": "registry.invalid/e2e:never-pulled",
                                 "resources": {"limits": limits}}],
-                "terminationGracePeriodSeconds": 0,
+                "terminationGracePeriodSeconds": grace_seconds,
             },
         }
+        if priority_class:
+            pod["spec"]["priorityClassName"] = priority_class
         return self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
 
     def pod(self, name, namespace=NAMESPACE):

@@ -251,6 +251,57 @@ def test_a_bind_slower_than_a_reservation_ttl_promises_no_gpu_twice(cluster):
         hook.close()
 
 
+def test_a_high_priority_gpu_pod_preempts_the_fewest_victims_on_one_gpu(gpushare):
+    """Three 14-unit GPUs hold 8 units each (6 free on each): a pod asking
+    10 fits the node by its total of aliyun.com/gpu-mem, on no GPU. It
+    preempts one pod, the one whose GPU it then takes, and the lowest in
+    priority; the others stay. While that victim terminates (it has a grace
+    period, and no kubelet here confirms it), a pod of lower priority asking
+    6 units, which fits a GPU now and the node's total even with the
+    nominated pod counted, is kept off the node: placed on the victim's GPU
+    it would leave the preemptor nowhere once the victim is gone. Then the
+    victim is gone: the preemptor binds on its GPU, and the other pod beside."""
+    if not gpushare.plugin:
+        pytest.skip("the extender does not implement kube-scheduler's preempt verb: "
+                    "preemption that frees GPUs is the plugin's")
+    api = gpushare.api
+    for name, value in (("gpushare-e2e-top", 1000), ("gpushare-e2e-mid", 100),
+                        ("gpushare-e2e-low", 50)):
+        api.create_priority_class(name, value)
+    api.create_node("t4x3", gpus=3, gpu_memory=T4)
+    # One by one, so that binpack puts each on its own GPU, in this order.
+    for name, priority in (("victim", "gpushare-e2e-low"), ("keep-1", "gpushare-e2e-mid"),
+                           ("keep-2", "gpushare-e2e-mid")):
+        api.create_pod(name, gpu_memory=8, priority_class=priority, grace_seconds=30)
+        bound_node(api, name)
+    assert used_per_gpu(api) == {"t4x3": {0: 8, 1: 8, 2: 8}}
+    assert gpu_allocation(api.pod("victim")) == {0: 8}
+
+    api.create_pod("urgent", gpu_memory=10, priority_class="gpushare-e2e-top")
+    wait_until("urgent nominated to t4x3",
+               lambda: api.pod("urgent").get("status", {}).get("nominatedNodeName") == "t4x3",
+               30, 0.25)
+    wait_until("the victim terminating",
+               lambda: api.pod("victim")["metadata"].get("deletionTimestamp"), 30, 0.25)
+    time.sleep(2)  # Room for a wrong second victim.
+    for name in ("keep-1", "keep-2"):
+        assert not api.pod(name)["metadata"].get("deletionTimestamp"), f"{name} was preempted"
+    assert not api.pod("urgent")["spec"].get("nodeName"), "bound while the victim still holds its GPU"
+
+    api.create_pod("later", gpu_memory=6, priority_class="gpushare-e2e-low")
+    messages = failed_scheduling_messages(api, "later")
+    assert any("nominated" in m for m in messages), messages
+    assert_pending(api, "later", 4)
+    assert_no_oversubscription(api)
+
+    api.delete_pod("victim")  # What its kubelet confirms once the container stopped.
+    assert bound_node(api, "urgent", timeout=30) == "t4x3"
+    assert gpu_allocation(api.pod("urgent")) == {0: 10}
+    assert bound_node(api, "later", timeout=30) == "t4x3"
+    assert gpu_allocation(api.pod("later")) in ({1: 6}, {2: 6})
+    assert_no_oversubscription(api)
+
+
 def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     """In plugin mode kube-scheduler itself is killed and restarted: the
     restart lists the cluster again, as the extender's does."""
