@@ -262,8 +262,9 @@ def test_a_high_priority_gpu_pod_preempts_the_fewest_victims_on_one_gpu(gpushare
     it would leave the preemptor nowhere once the victim is gone. Then the
     victim is gone: the preemptor binds on its GPU, and the other pod beside."""
     if not gpushare.plugin:
-        pytest.skip("the extender does not implement kube-scheduler's preempt verb: "
-                    "preemption that frees GPUs is the plugin's")
+        pytest.skip("kube-scheduler chooses victims with its own plugins, which see the node's "
+                    "totals: an extender's preempt verb can only drop candidates, so a pod that "
+                    "fits the total but no GPU never preempts through it (the plugin's case)")
     api = gpushare.api
     for name, value in (("gpushare-e2e-top", 1000), ("gpushare-e2e-mid", 100),
                         ("gpushare-e2e-low", 50)):
