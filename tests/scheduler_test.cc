@@ -24,6 +24,7 @@
 namespace gpushare {
 namespace {
 
+using ::gpushare::testing::Exclusive;
 using ::gpushare::testing::S1Cluster;
 using ::gpushare::testing::Shared;
 using ::gpushare::testing::SharedNode;
@@ -185,6 +186,33 @@ TEST(SchedulerTest, FitAfterKeepsTheGpusANominatedRequestWaitsFor) {
                                    Edits({"w"}, {Shared("w", 30)})));
   EXPECT_TRUE(removed_then_added.feasible) << removed_then_added.reason;
   EXPECT_EQ(f.Used("n"), 60);
+}
+
+TEST(SchedulerTest, FitAfterSaysWhenNoPreemptionCanHelp) {
+  Fixture f = TwoFullGpus();
+  auto unresolvable = [&](const Request& r, const std::string& node = "n") {
+    bool never = false;
+    absl::StatusOr<FitResult> fit = f->FitAfter(r, node, {}, &never);
+    EXPECT_OK(fit);
+    EXPECT_FALSE(fit.ok() && fit->feasible) << r;
+    return never;
+  };
+  EXPECT_FALSE(unresolvable(Shared("p", 28)));        // Once v1 and v2 are gone.
+  EXPECT_FALSE(unresolvable(Exclusive("whole", 2)));  // Once every pod is gone.
+  EXPECT_TRUE(unresolvable(Shared("huge", 40)));      // No GPU has 40 units.
+  EXPECT_TRUE(unresolvable(Shared("three", 6, 3)));   // The node has two GPUs.
+  EXPECT_TRUE(unresolvable(Exclusive("whole", 3)));
+  Request a100 = Shared("a100", 2);
+  a100.gpu_models = {"A100"};
+  EXPECT_TRUE(unresolvable(a100));
+  EXPECT_FALSE(unresolvable(Shared("p", 2), "nope"));  // Not applied yet, maybe.
+  ASSERT_OK(f->SetNodeSchedulable("n", false));
+  EXPECT_TRUE(unresolvable(Shared("p", 28)));
+  // A feasible answer leaves it false.
+  bool never = true;
+  ASSERT_OK_AND_ASSIGN(FitResult fits, f->FitAfter(Shared("p", 2), "other", {}, &never));
+  EXPECT_TRUE(fits.feasible);
+  EXPECT_FALSE(never);
 }
 
 TEST(SchedulerTest, FitAfterNamesABadAddedRequestAndAnUnknownNode) {

@@ -694,7 +694,7 @@ gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod, co
 gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* pod,
                                   const char* node, size_t node_len, const gs_names* removed,
                                   const gs_pod* const* added, size_t added_count, int* feasible,
-                                  char** reason) {
+                                  int* unresolvable, char** reason) {
   constexpr const char* fn = "gs_scheduler_fit_after";
   return Guard(fn, [&]() -> absl::Status {
     if (scheduler == nullptr) return IsNull(fn, "scheduler");
@@ -722,13 +722,13 @@ gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* p
       edits.added.push_back(added[i]->req());
     }
     const std::string_view name(node == nullptr ? "" : node, node_len);
-    bool fits = false;
+    bool fits = false, never = false;
     std::string why;
     if (pod->pod && !pod->pod->uses_gpus()) {
       fits = true;  // As gs_scheduler_fit().
     } else {
       bool excluded = false;
-      if (pod->pod) {
+      if (pod->pod && !pod->pod->required_node_affinity.empty()) {
         scheduler->scheduler->Read([&](const Cluster& cluster) {
           const NodeStatus* status = cluster.FindNode(name);
           excluded = status != nullptr &&
@@ -737,14 +737,17 @@ gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* p
       }
       if (excluded) {
         why = kAffinityReason;
+        never = true;
       } else {
-        GPUSHARE_ASSIGN_OR_RETURN(FitResult r, scheduler->scheduler->FitAfter(pod->req(), name, edits));
+        GPUSHARE_ASSIGN_OR_RETURN(FitResult r,
+                                  scheduler->scheduler->FitAfter(pod->req(), name, edits, &never));
         fits = r.feasible;
         why = std::move(r.reason);
       }
     }
     char* out_reason = nullptr;
     if (reason != nullptr && !fits) out_reason = CopyOut(why);
+    if (unresolvable != nullptr) *unresolvable = never ? 1 : 0;
     *feasible = fits ? 1 : 0;
     if (reason != nullptr) *reason = out_reason;
     return absl::OkStatus();

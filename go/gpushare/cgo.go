@@ -40,13 +40,13 @@ static gs_status* gsgo_rank(const gs_scheduler* s, const gs_pod* pod, const char
 static gs_status* gsgo_fit_after(const gs_scheduler* s, const gs_pod* pod, const char* node,
                                  size_t node_len, const char* names, const uint32_t* lengths,
                                  size_t count, const gs_pod* const* added, size_t added_count,
-                                 int* feasible, char** reason) {
+                                 int* feasible, int* unresolvable, char** reason) {
   gs_names n;
   n.names = names;
   n.lengths = lengths;
   n.count = count;
   return gs_scheduler_fit_after(s, pod, node, node_len, &n, added, added_count, feasible,
-                                reason);
+                                unresolvable, reason);
 }
 */
 import "C"
@@ -203,7 +203,7 @@ func rankCall(h *C.gs_scheduler, p *C.gs_pod, n *names, ranks []int64) *C.gs_sta
 }
 
 func fitAfterCall(h *C.gs_scheduler, p *C.gs_pod, node string, removed *names,
-	added []*C.gs_pod, feasible *C.int, reason **C.char) *C.gs_status {
+	added []*C.gs_pod, feasible, unresolvable *C.int, reason **C.char) *C.gs_status {
 	n, l := strArg(node)
 	buf, lengths, count := removed.args()
 	var a **C.gs_pod
@@ -211,5 +211,5 @@ func fitAfterCall(h *C.gs_scheduler, p *C.gs_pod, node string, removed *names,
 		a = (**C.gs_pod)(unsafe.Pointer(unsafe.SliceData(added)))
 	}
 	return C.gsgo_fit_after(h, p, n, l, buf, lengths, count, a, C.size_t(len(added)),
-		feasible, reason)
+		feasible, unresolvable, reason)
 }

@@ -327,11 +327,15 @@ func TestFitAfter(t *testing.T) {
 		{small, nil, []*gpushare.Pod{big}, false, "'ns/big', nominated to it"},
 		{small, []string{"ns/v1", "ns/v2"}, []*gpushare.Pod{big}, true, ""},
 	} {
-		fits, reason, err := s.FitAfter(c.pod, "n1", c.removed, c.added)
-		if err != nil || fits != c.fits || !strings.Contains(reason, c.reason) {
-			t.Errorf("FitAfter(%s, removed %v, %d added) = %v, %q, %v; want %v, %q", c.pod.ID(),
-				c.removed, len(c.added), fits, reason, err, c.fits, c.reason)
+		fit, err := s.FitAfter(c.pod, "n1", c.removed, c.added)
+		if err != nil || fit.Fits != c.fits || !strings.Contains(fit.Reason, c.reason) || fit.Unresolvable {
+			t.Errorf("FitAfter(%s, removed %v, %d added) = %+v, %v; want %v, %q", c.pod.ID(),
+				c.removed, len(c.added), fit, err, c.fits, c.reason)
 		}
+	}
+	huge := newPod(t, gpushare.Request{ID: "ns/huge", GPUMemory: 40})
+	if fit, err := s.FitAfter(huge, "n1", nil, nil); err != nil || fit.Fits || !fit.Unresolvable {
+		t.Errorf("FitAfter(40 units on 32-unit GPUs) = %+v, %v; want unresolvable", fit, err)
 	}
 	// Nothing changed.
 	if fits, _, _ := s.Fit(big, "n1"); fits {
@@ -339,7 +343,7 @@ func TestFitAfter(t *testing.T) {
 	}
 	closed := newPod(t, gpushare.Request{ID: "ns/closed", GPUMemory: 1})
 	closed.Close()
-	_, _, err := s.FitAfter(small, "n1", nil, []*gpushare.Pod{big, closed})
+	_, err := s.FitAfter(small, "n1", nil, []*gpushare.Pod{big, closed})
 	wantErr(t, err, gpushare.ErrClosed, "")
 	// The added pods' locks were given back: Close does not wait.
 	big.Close()

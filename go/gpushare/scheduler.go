@@ -378,6 +378,17 @@ func (s *Scheduler) Fit(pod *Pod, node string) (fits bool, reason string, err er
 	return feasible != 0, reason, nil
 }
 
+// NodeFit is FitAfter's answer.
+type NodeFit struct {
+	Fits   bool
+	Reason string // why not, when !Fits
+	// Unresolvable: the pod does not fit and would not on the node holding
+	// nothing (its affinity, a GPU model, too few or too small GPUs,
+	// sharing off, cordoned): no preemption can make it fit. False for an
+	// unknown node, which the host may not have applied yet.
+	Unresolvable bool
+}
+
 // FitAfter is Fit on `node` as the node would be after kube-scheduler's
 // edits, judged on a copy of its state (nothing changes): the placements of
 // the requests `removed` names (Pod IDs, "namespace/name") freed, then the
@@ -386,11 +397,12 @@ func (s *Scheduler) Fit(pod *Pod, node string) (fits bool, reason string, err er
 // pods nominated to the node. IDs not placed on the node are ignored, and
 // so are added pods placed already (counted where they are). An added pod
 // that does not fit makes `pod` not fit, the reason naming it: the GPUs a
-// nominated pod waits for are not offered to another.
-func (s *Scheduler) FitAfter(pod *Pod, node string, removed []string, added []*Pod) (fits bool, reason string, err error) {
+// nominated pod waits for are not offered to another. Without edits it
+// costs what Fit does.
+func (s *Scheduler) FitAfter(pod *Pod, node string, removed []string, added []*Pod) (NodeFit, error) {
 	packed, err := packNames(removed)
 	if err != nil {
-		return false, "", err
+		return NodeFit{}, err
 	}
 	handles := make([]*C.gs_pod, 0, len(added))
 	defer func() {
@@ -401,21 +413,21 @@ func (s *Scheduler) FitAfter(pod *Pod, node string, removed []string, added []*P
 	for _, a := range added {
 		ah, err := a.handle()
 		if err != nil {
-			return false, "", err
+			return NodeFit{}, err
 		}
 		handles = append(handles, ah)
 	}
 	h, p, err := s.handles(pod)
 	if err != nil {
-		return false, "", err
+		return NodeFit{}, err
 	}
 	defer s.release(pod)
-	var feasible C.int
+	var feasible, never C.int
 	var why *C.char
-	if err := statusError(fitAfterCall(h, p, node, &packed, handles, &feasible, &why)); err != nil {
-		return false, "", err
+	if err := statusError(fitAfterCall(h, p, node, &packed, handles, &feasible, &never, &why)); err != nil {
+		return NodeFit{}, err
 	}
-	return feasible != 0, takeString(why), nil
+	return NodeFit{Fits: feasible != 0, Reason: takeString(why), Unresolvable: never != 0}, nil
 }
 
 // FitResult is Fit's answer for one node.

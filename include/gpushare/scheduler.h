@@ -147,10 +147,17 @@ class Scheduler {
   // not fit makes `request` infeasible, the reason naming it ("the node's
   // GPUs are held for request 'ns/p', nominated to it (...)"): GPUs that a
   // nominated pod waits for are not offered to another. An unknown node is
-  // infeasible, as in Filter(). Errors: those of Validate() for `request`
-  // or an added request (the message names the added one).
+  // infeasible, as in Filter(). `unresolvable`, when given, is set when
+  // `request` is infeasible and would be so on the node holding nothing
+  // (a GPU model or selector not matched, too few or too small GPUs,
+  // sharing off, cordoned): no preemption can make it fit. An unknown node
+  // is not unresolvable: a host may not have applied it yet.
+  // Without edits it reads the node in place, as Filter() does. Errors:
+  // those of Validate() for `request` or an added request (the message
+  // names the added one).
   absl::StatusOr<FitResult> FitAfter(const Request& request, std::string_view node,
-                                     const NodeEdits& edits) const;
+                                     const NodeEdits& edits,
+                                     bool* unresolvable = nullptr) const;
 
   // Calls `fn` with the cluster under the shared lock. `fn` must not call
   // back into this scheduler and must not keep references past its return.

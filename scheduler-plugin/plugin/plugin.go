@@ -465,26 +465,26 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
-	var fits bool
-	var reason string
-	var err error
-	if e := c.edits[node.Name]; e != nil && !e.empty() {
-		fits, reason, err = p.sched.FitAfter(c.pod, node.Name, e.removed, e.added)
-	} else {
-		fits, reason, err = p.sched.Fit(c.pod, node.Name)
+	var removed []string
+	var added []*gpushare.Pod
+	if e := c.edits[node.Name]; e != nil {
+		removed, added = e.removed, e.added
 	}
+	fit, err := p.sched.FitAfter(c.pod, node.Name, removed, added)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if !fits {
-		if !offersGPUs(node) {
-			// No preemption gives a node GPUs.
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
-		}
-		p.reject(pod, c)
-		return fwk.NewStatus(fwk.Unschedulable, reason)
+	if fit.Fits {
+		return nil
 	}
-	return nil
+	if fit.Unresolvable || !offersGPUs(node) {
+		// No preemption makes it fit (no GPUs, a GPU model, too small
+		// GPUs, sharing off, ...), and no release of other pods does:
+		// only a change of the node, which the node events retry.
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fit.Reason)
+	}
+	p.reject(pod, c)
+	return fwk.NewStatus(fwk.Unschedulable, fit.Reason)
 }
 
 // reject remembers a pod GpuShare rejected, to retry it after events that may

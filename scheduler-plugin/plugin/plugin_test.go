@@ -206,8 +206,9 @@ func TestSchedulingCycle(t *testing.T) {
 	if !filtered["big"].IsSuccess() {
 		t.Errorf("Filter big: %v", filtered["big"])
 	}
-	if st := filtered["small"]; st.Code() != fwk.Unschedulable || st.Message() == "" {
-		t.Errorf("Filter small: %v, want Unschedulable with a reason", st)
+	// 12 units on an 8-unit GPU: no preemption helps either.
+	if st := filtered["small"]; st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() == "" {
+		t.Errorf("Filter small: %v, want UnschedulableAndUnresolvable with a reason", st)
 	}
 	// No preemption gives a node GPUs.
 	if st := filtered["cpu"]; st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() == "" {
@@ -791,7 +792,16 @@ func TestRetriesAfterEvents(t *testing.T) {
 	// A deletion applied while `late` is in its cycle: the rejected pods
 	// are retried, and `late`, rejected after it on what may be the state
 	// before it, is retried at once (once per cycle).
-	late := gpuPod("late", 20) // More than any GPU of big has.
+	for _, id := range []string{"default/filler-0", "default/filler-1"} {
+		filler, err := gpushare.NewPod(gpushare.Request{ID: id, GPUMemory: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.Reserve(filler, "big"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := gpuPod("late", 16) // Fits a GPU of big, not while 10 of its 16 units are taken.
 	state = f.cycle(t, late)
 	bound := hold.DeepCopy()
 	bound.Spec.NodeName = "small"
@@ -800,7 +810,7 @@ func TestRetriesAfterEvents(t *testing.T) {
 	retried.expect(t, "default/waiting")
 	for _, n := range []string{"big", "big"} {
 		if st := f.p.Filter(ctx, state, late, nodeInfo(f.nodes[n])); st.Code() != fwk.Unschedulable {
-			t.Fatalf("GPUs too small: %v", st)
+			t.Fatalf("GPUs too full: %v", st)
 		}
 	}
 	retried.expect(t, "default/late")

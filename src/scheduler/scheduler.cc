@@ -9,6 +9,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -111,9 +112,12 @@ absl::StatusOr<std::vector<FitResult>> Scheduler::Filter(
 }
 
 absl::StatusOr<FitResult> Scheduler::FitAfter(const Request& request, std::string_view node,
-                                              const NodeEdits& edits) const {
-  GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
-                            MakePolicy(options_.policy, options_.policy_options));
+                                              const NodeEdits& edits, bool* unresolvable) const {
+  if (unresolvable != nullptr) *unresolvable = false;
+  std::unique_ptr<Policy> policy;
+  if (!edits.added.empty()) {
+    GPUSHARE_ASSIGN_OR_RETURN(policy, MakePolicy(options_.policy, options_.policy_options));
+  }
   std::shared_lock lock(state_->mu);
   const Cluster& cluster = state_->cluster;
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
@@ -131,39 +135,60 @@ absl::StatusOr<FitResult> Scheduler::FitAfter(const Request& request, std::strin
   r.node = std::string(node);
   const NodeStatus* status = cluster.FindNode(node);
   if (status == nullptr) {
+    // Not unresolvable: the host may not have applied the node yet.
     r.reason = absl::StrCat("node '", internal::Sv(node), "' is unknown to gpushare");
     return r;
   }
-  // Edited on a copy: the cluster is only read.
-  NodeStatus edited = *status;
-  for (const std::string& id : edits.removed) {
-    const Placement* p = cluster.FindPlacement(id);
-    if (p != nullptr && p->node == edited.name &&
-        std::find(edited.requests.begin(), edited.requests.end(), id) != edited.requests.end()) {
-      internal::UndoOnNode(edited, *p);
-    }
-  }
   std::vector<int> fitting;
-  for (size_t i = 0; i < edits.added.size(); ++i) {
-    const Request& a = edits.added[i];
-    const Placement* placed = cluster.FindPlacement(a.id);
-    if (placed != nullptr &&
-        (placed->node != edited.name ||
-         std::find(edited.requests.begin(), edited.requests.end(), a.id) !=
-             edited.requests.end())) {
-      continue;  // Counted where it is placed.
-    }
-    if (std::optional<std::string> why = internal::CheckNode(edited, added[i], a, &fitting)) {
-      r.reason = absl::StrCat("the node's GPUs are held for request '", a.id,
-                              "', nominated to it (", *why, ")");
-      return r;
-    }
-    internal::ApplyToNode(edited, ChooseOnNode(*policy, added[i], a, edited, fitting, cluster));
-  }
-  if (std::optional<std::string> why = internal::CheckNode(edited, demand, request, &fitting)) {
-    r.reason = *std::move(why);
+  std::optional<std::string> why;
+  if (edits.removed.empty() && edits.added.empty()) {
+    why = internal::CheckNode(*status, demand, request, &fitting);
   } else {
+    // Edited on a copy: the cluster is only read.
+    NodeStatus edited = *status;
+    for (const std::string& id : edits.removed) {
+      const Placement* p = cluster.FindPlacement(id);
+      if (p != nullptr && p->node == edited.name &&
+          std::find(edited.requests.begin(), edited.requests.end(), id) != edited.requests.end()) {
+        internal::UndoOnNode(edited, *p);
+      }
+    }
+    for (size_t i = 0; i < edits.added.size() && !why; ++i) {
+      const Request& a = edits.added[i];
+      const Placement* placed = cluster.FindPlacement(a.id);
+      if (placed != nullptr &&
+          (placed->node != edited.name ||
+           std::find(edited.requests.begin(), edited.requests.end(), a.id) !=
+               edited.requests.end())) {
+        continue;  // Counted where it is placed.
+      }
+      if (std::optional<std::string> no = internal::CheckNode(edited, added[i], a, &fitting)) {
+        why = absl::StrCat("the node's GPUs are held for request '", a.id,
+                           "', nominated to it (", *no, ")");
+      } else {
+        internal::ApplyToNode(edited,
+                              ChooseOnNode(*policy, added[i], a, edited, fitting, cluster));
+      }
+    }
+    if (!why) why = internal::CheckNode(edited, demand, request, &fitting);
+  }
+  if (!why) {
     r.feasible = true;
+    return r;
+  }
+  r.reason = *std::move(why);
+  if (unresolvable != nullptr) {
+    // The node as it would be holding nothing.
+    NodeStatus empty = *status;
+    for (GpuStatus& g : empty.gpus) {
+      g.memory_used = 0;
+      g.compute_used = 0;
+      g.holders = 0;
+    }
+    empty.cpu_used = 0;
+    empty.host_memory_used = 0;
+    empty.requests.clear();
+    *unresolvable = !internal::NodeFits(empty, demand, request, &fitting);
   }
   return r;
 }

@@ -522,31 +522,38 @@ static void test_fit_after(void) {
   OK(gs_scheduler_place(s, v2, NULL));
   OK(gs_scheduler_place(s, w, NULL));
   char* before = snapshot(s);
-  int feasible = -1;
+  int feasible = -1, never = -1;
   char* why = NULL;
-  OK(gs_scheduler_fit_after(s, big, ID("n1"), NULL, NULL, 0, &feasible, &why));
-  CHECK(feasible == 0 && contains(why, "largest free 2"));
+  OK(gs_scheduler_fit_after(s, big, ID("n1"), NULL, NULL, 0, &feasible, &never, &why));
+  CHECK(feasible == 0 && never == 0 && contains(why, "largest free 2"));
   gs_string_free(why);
   const char* victims[] = {"default/v1", "default/v2"};
   char buf[64];
   uint32_t lengths[2];
   gs_names removed = names_of(victims, 2, buf, lengths);
-  OK(gs_scheduler_fit_after(s, big, ID("n1"), &removed, NULL, 0, &feasible, &why));
+  OK(gs_scheduler_fit_after(s, big, ID("n1"), &removed, NULL, 0, &feasible, NULL, &why));
   CHECK(feasible == 1 && why == NULL);
   /* big nominated, the victims still there: small does not get the node. */
   const gs_pod* nominated[] = {big};
-  OK(gs_scheduler_fit_after(s, small, ID("n1"), NULL, nominated, 1, &feasible, &why));
+  OK(gs_scheduler_fit_after(s, small, ID("n1"), NULL, nominated, 1, &feasible, NULL, &why));
   CHECK(feasible == 0 && contains(why, "'default/big', nominated to it"));
   gs_string_free(why);
-  OK(gs_scheduler_fit_after(s, small, ID("n1"), &removed, nominated, 1, &feasible, NULL));
+  OK(gs_scheduler_fit_after(s, small, ID("n1"), &removed, nominated, 1, &feasible, NULL, NULL));
   CHECK(feasible == 1);
-  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, NULL, 1, &feasible, NULL),
+  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, NULL, 1, &feasible, NULL, NULL),
         GS_INVALID_ARGUMENT, "added is NULL but added_count is 1");
   const gs_pod* holes[] = {big, NULL};
-  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, holes, 2, &feasible, NULL),
+  FAILS(gs_scheduler_fit_after(s, small, ID("n1"), NULL, holes, 2, &feasible, NULL, NULL),
         GS_INVALID_ARGUMENT, "added[1] is NULL");
-  FAILS(gs_scheduler_fit_after(s, NULL, ID("n1"), NULL, NULL, 0, &feasible, NULL),
+  FAILS(gs_scheduler_fit_after(s, NULL, ID("n1"), NULL, NULL, 0, &feasible, NULL, NULL),
         GS_INVALID_ARGUMENT, "pod");
+  /* No GPU of n1 has 40 units: no preemption can help. */
+  gs_pod* huge = shared_pod("default/huge", 40, 1);
+  OK(gs_scheduler_fit_after(s, huge, ID("n1"), NULL, NULL, 0, &feasible, &never, NULL));
+  CHECK(feasible == 0 && never == 1);
+  OK(gs_scheduler_fit_after(s, huge, ID("nope"), NULL, NULL, 0, &feasible, &never, NULL));
+  CHECK(feasible == 0 && never == 0); /* Unknown: maybe not applied yet. */
+  gs_pod_free(huge);
   char* after = snapshot(s);
   CHECK(strcmp(before, after) == 0);
   gs_string_free(before);

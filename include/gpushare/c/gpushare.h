@@ -258,12 +258,19 @@ typedef struct gs_names {
  * (counted where they are). An added pod that does not fit makes `pod` not
  * fit, the reason naming it: the GPUs a nominated pod waits for are not
  * offered to another. The pod's node affinity is judged as in
- * gs_scheduler_fit(). Errors: GS_INVALID_ARGUMENT for an added pod that
- * gs_scheduler_fit() would refuse to judge. Shared lock. ABI 2. */
+ * gs_scheduler_fit(). When `unresolvable` is not NULL, *unresolvable is 1
+ * where the pod does not fit and would not on the node holding nothing
+ * (its affinity, a GPU model, too few or too small GPUs, sharing off,
+ * cordoned: no preemption can help), else 0; 0 for an unknown node, which
+ * the host may not have applied yet. Without edits
+ * (removed NULL or empty, added_count 0) it costs what gs_scheduler_fit()
+ * does. Errors: GS_INVALID_ARGUMENT for an added pod that gs_scheduler_fit()
+ * would refuse to judge. Shared lock. ABI 2. */
 GS_API gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* pod,
                                          const char* node, size_t node_len,
                                          const gs_names* removed, const gs_pod* const* added,
-                                         size_t added_count, int* feasible, char** reason);
+                                         size_t added_count, int* feasible, int* unresolvable,
+                                         char** reason);
 
 typedef struct gs_fit_results gs_fit_results;
 
