@@ -28,8 +28,8 @@
 // two threads then watch nodes and pods (kubeclient/reflector.h) and apply each
 // event (Extender::ApplyNodeEvent / ApplyPodEvent); a full list every
 // --resync-ms is only a safety net. It binds: at /bind it reserves the GPUs,
-// patches the pod's annotations (merge patch), posts the Binding and
-// confirms; on an API error it replies with the error, so kube-scheduler
+// posts the Binding with the pod's annotations on it (one write: the API
+// server merges them into the pod as it binds it) and confirms; on an API error it replies with the error, so kube-scheduler
 // retries, and forgets the reservation unless the pod may be bound (409
 // Conflict, 429, 5xx, timeout): then it reads the pod, keeps the GPUs if it is
 // bound to the node (and replies success), and forgets them if not; if the
@@ -177,7 +177,7 @@ void DeclareMetrics(gpushare::extender::Metrics& m) {
             "error), forwarded (a follower passed it to the leader), not_leader (a follower "
             "refused it: no leader known or reachable), bad_request, error.");
   m.Declare("gpushare_extender_bind_api_results_total", T::kCounter,
-            "Binds written to the API server (annotations patch, then Binding), by outcome "
+            "Binds written to the API server (one Binding carrying the annotations), by outcome "
             "(a canonical status code: OK, ALREADY_EXISTS, UNAVAILABLE, ...).");
   m.Declare("gpushare_extender_api_requests_total", T::kCounter,
             "Requests to the Kubernetes API server (each retry counted), by method and HTTP "

@@ -521,21 +521,9 @@ absl::Status ApiClient::Bind(const k8s::BindTarget& t, const k8s::BindResult& r,
       return absl::FailedPreconditionError(std::string(s.message()) + " (nothing written)");
     }
   }
-  absl::StatusOr<std::string> patched =
-      Call(http::verb::patch, pod, r.patch, "application/merge-patch+json");
-  if (!patched.ok()) {
-    // The Binding was not sent: the pod is not bound by this call, whatever
-    // the PATCH's fate (annotations on an unbound pod are harmless).
-    return absl::AbortedError(std::string(patched.status().message()) + " (pod not bound)");
-  }
-  if (may_write) {
-    if (absl::Status s = may_write(); !s.ok()) {
-      return absl::AbortedError(std::string(s.message()) + " (pod not bound)");
-    }
-  }
   // 409 Conflict (AlreadyExists): the pod is bound already; the caller reads
   // the pod to learn where (see k8s::ExtenderOptions::binder).
-  return Call(http::verb::post, pod + "/binding", k8s::BindingJson(t)).status();
+  return Call(http::verb::post, pod + "/binding", k8s::BindingJson(t, r.annotations)).status();
 }
 
 absl::Status ApiClient::Stream(const std::string& path,

@@ -125,14 +125,13 @@ class ApiClient {
     return Call(boost::beast::http::verb::get, path);
   }
 
-  // Writes a bind: a merge patch of the pod's annotations, then the Binding.
-  // `may_write`, when set, is asked right before each of the two writes (a
-  // leader checks that it still holds its Lease): an error stops the bind,
-  // FailedPrecondition before the PATCH (nothing written), Aborted before
-  // the Binding. Errors: Aborted if the PATCH failed (the Binding was not
-  // sent); else those of Call() for the Binding, e.g. AlreadyExists (409)
-  // when the pod is bound already, Unavailable or DeadlineExceeded when its
-  // outcome is unknown.
+  // Writes a bind in one write: the Binding, carrying the placement's
+  // annotations (BindingJson()), which the API server merges into the pod
+  // in the update that binds it. `may_write`, when set, is asked right
+  // before it (a leader checks that it still holds its Lease): an error is
+  // FailedPrecondition, nothing written. Errors: those of Call() for the
+  // Binding, e.g. AlreadyExists (409) when the pod is bound already,
+  // Unavailable or DeadlineExceeded when its outcome is unknown.
   absl::Status Bind(const k8s::BindTarget& target, const k8s::BindResult& result,
                     const std::function<absl::Status()>& may_write = {}) const;
 

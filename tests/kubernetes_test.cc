@@ -615,6 +615,10 @@ TEST(ExtenderTest, BindingJsonIsAV1Binding) {
   EXPECT_EQ(b["metadata"]["uid"], "uid-nb-1");
   EXPECT_EQ(b["target"]["kind"], "Node");
   EXPECT_EQ(b["target"]["name"], "n1");
+  EXPECT_FALSE(b["metadata"].contains("annotations"));
+  json annotated = json::parse(BindingJson(BindTarget{"team-a", "nb-1", "uid-nb-1", "n1"},
+                                           {{"ALIYUN_COM_GPU_MEM_IDX", "0"}}));
+  EXPECT_EQ(annotated["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"], "0");
 }
 
 TEST(ExtenderTest, ABinderConfirmsOnSuccessAndForgetsOnFailure) {

@@ -248,8 +248,12 @@ struct BindTarget {
 };
 
 // The v1.Binding that binds the pod to its node, for
-// POST /api/v1/namespaces/<namespace>/pods/<name>/binding.
-std::string BindingJson(const BindTarget& target);
+// POST /api/v1/namespaces/<namespace>/pods/<name>/binding, carrying
+// `annotations` (a BindResult's): the API server merges them into the pod
+// in the same update that sets spec.nodeName, so the pod is never bound
+// without them and the bind is one write.
+std::string BindingJson(const BindTarget& target,
+                        const std::map<std::string, std::string>& annotations = {});
 
 // What Extender::Sync() changed.
 struct SyncReport {
@@ -268,8 +272,8 @@ struct ExtenderOptions {
   int max_cached_pods = 100'000;
   // Version string served by /version.
   std::string version = "gpushare";
-  // Writes a bind to the API server: typically a merge patch of the pod with
-  // `result.patch`, then a POST of BindingJson(target). Called without any
+  // Writes a bind to the API server: typically one POST of
+  // BindingJson(target, result.annotations). Called without any
   // lock held, from the thread that called Bind(), at most once at a time per
   // pod. When set, Bind() reserves the GPUs, calls it, and reads its status:
   //  - OK: the pod is bound; the reservation is confirmed.

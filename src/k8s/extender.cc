@@ -382,10 +382,12 @@ absl::StatusOr<std::string> Extender::Prioritize(std::string_view body) {
 
 // ---- Bind ------------------------------------------------------------------------
 
-std::string BindingJson(const BindTarget& target) {
+std::string BindingJson(const BindTarget& target,
+                        const std::map<std::string, std::string>& annotations) {
   json meta{{"name", target.pod_name},
             {"namespace", target.pod_namespace.empty() ? "default" : target.pod_namespace}};
   if (!target.pod_uid.empty()) meta["uid"] = target.pod_uid;
+  if (!annotations.empty()) meta["annotations"] = annotations;
   return ::gpushare::internal::DumpJson(
       json{{"apiVersion", "v1"},
            {"kind", "Binding"},

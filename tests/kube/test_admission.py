@@ -6,7 +6,7 @@ The policies and their bindings are applied as shipped; only the identities
 extender's and kube-scheduler's client certificates, and the device plugin's
 service account, whose pod-bound token carries its node's name. Every refusal
 must name its rule. At the end, gpushare schedules a pod under the policies
-(the extender patches and binds, or the plugin binds with annotations), so
+(the extender and the plugin bind with the annotations on the Binding), so
 the policies refuse nothing the scheduler needs.
 """
 

@@ -33,6 +33,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
 
 namespace gpushare::kubeclient {
@@ -110,8 +111,10 @@ struct Response {
   std::vector<std::string> chunks;  // When set: a chunked reply, one chunk each.
 };
 
+using json = nlohmann::json;
+
 struct Seen {
-  std::string method, target, authorization, client_cn;
+  std::string method, target, authorization, client_cn, body;
 };
 
 class TestServer {
@@ -208,7 +211,8 @@ class TestServer {
       {
         std::lock_guard lock(mu_);
         seen_.push_back(Seen{std::string(req.method_string()), std::string(req.target()),
-                             std::string(req[http::field::authorization]), cn});
+                             std::string(req[http::field::authorization]), cn,
+                             req.body()});
       }
       Response r = handler_(req);
       if (!r.chunks.empty()) {
@@ -491,9 +495,9 @@ TEST(ApiClientTest, BindMapsAConflictToAlreadyExists) {
   result.patch = "{\"metadata\":{\"annotations\":{}}}";
   EXPECT_THAT(api->Bind(target, result),
               StatusIs(absl::StatusCode::kAlreadyExists, "already assigned"));
-  ASSERT_EQ(server.seen().size(), 2u);
-  EXPECT_EQ(server.seen()[0].method, "PATCH");
-  EXPECT_EQ(server.seen()[1].target, "/api/v1/namespaces/d/pods/p/binding");
+  ASSERT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(server.seen()[0].method, "POST");
+  EXPECT_EQ(server.seen()[0].target, "/api/v1/namespaces/d/pods/p/binding");
 }
 
 TEST(ApiClientTest, EscapesEveryPathSegmentItBuilds) {
@@ -516,9 +520,8 @@ TEST(ApiClientTest, EscapesEveryPathSegmentItBuilds) {
 }
 
 // The smuggling reproducer: a pod name that would end the request line and
-// start a second request. Bind writes one PATCH and one Binding of that one
-// pod, with the name escaped into a single segment; the server sees no other
-// request.
+// start a second request. Bind writes one Binding of that one pod, with the
+// name escaped into a single segment; the server sees no other request.
 TEST(ApiClientTest, ANameCannotSmuggleASecondRequest) {
   TestServer server([](const auto&) { return Response(); });
   ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(server.url()));
@@ -528,44 +531,43 @@ TEST(ApiClientTest, ANameCannotSmuggleASecondRequest) {
   k8s::BindResult result;
   result.patch = "{\"metadata\":{\"annotations\":{}}}";
   EXPECT_OK(api->Bind(target, result));
-  ASSERT_EQ(server.seen().size(), 2u);
+  ASSERT_EQ(server.seen().size(), 1u);
   for (const Seen& s : server.seen()) {
     EXPECT_NE(s.method, "DELETE");
     EXPECT_EQ(s.target.find_first_of(" \r\n"), std::string::npos) << s.target;
     EXPECT_THAT(s.target, HasSubstr("/pods/x%20HTTP%2F1.1%0D%0AHost%3A%20x"));
   }
-  EXPECT_EQ(server.seen()[1].target.substr(server.seen()[1].target.size() - 8), "/binding");
+  EXPECT_EQ(server.seen()[0].target.substr(server.seen()[0].target.size() - 8), "/binding");
   // A raw path with CR/LF is refused before anything is sent.
   EXPECT_THAT(api->Get("/api/v1/pods\r\nDELETE /x"),
               StatusIs(absl::StatusCode::kInvalidArgument, "refusing to send request target"));
   EXPECT_THAT(api->Get("/api/v1/pods HTTP/1.0"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(server.seen().size(), 2u);
+  EXPECT_EQ(server.seen().size(), 1u);
 }
 
-TEST(ApiClientTest, BindAsksBeforeEachWriteAndStopsWhenRefused) {
+TEST(ApiClientTest, BindAsksBeforeItWritesAndStopsWhenRefused) {
   TestServer server([](const auto&) { return Response(); });
   ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(server.url()));
   k8s::BindTarget target{"d", "p", "uid-p", "n1"};
   k8s::BindResult result;
-  result.patch = "{\"metadata\":{\"annotations\":{}}}";
+  result.annotations = {{"ALIYUN_COM_GPU_MEM_IDX", "1"}, {"ALIYUN_COM_GPU_MEM_POD", "8"}};
   int asked = 0;
-  // Refused at once: nothing is written.
+  // Refused: nothing is written.
   EXPECT_THAT(api->Bind(target, result, [&] {
     ++asked;
     return absl::UnavailableError("lease lost");
   }), StatusIs(absl::StatusCode::kFailedPrecondition, "lease lost"));
   EXPECT_EQ(asked, 1);
   EXPECT_TRUE(server.seen().empty());
-  // Refused between the two writes: the Binding is not sent.
-  asked = 0;
-  EXPECT_THAT(api->Bind(target, result, [&] {
-    return ++asked == 1 ? absl::OkStatus() : absl::UnavailableError("lease lost");
-  }), StatusIs(absl::StatusCode::kAborted, "pod not bound"));
-  ASSERT_EQ(server.seen().size(), 1u);
-  EXPECT_EQ(server.seen()[0].method, "PATCH");
-  // Allowed: both writes.
+  // Allowed: one write, the Binding with the annotations on it.
   EXPECT_OK(api->Bind(target, result, [] { return absl::OkStatus(); }));
-  EXPECT_EQ(server.seen().size(), 3u);
+  ASSERT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(server.seen()[0].method, "POST");
+  json binding = json::parse(server.seen()[0].body);
+  EXPECT_EQ(binding["kind"], "Binding");
+  EXPECT_EQ(binding["target"]["name"], "n1");
+  EXPECT_EQ(binding["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"], "1");
+  EXPECT_EQ(binding["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_POD"], "8");
 }
 
 TEST(ApiClientTest, ReportsAnUnreachableServer) {
