@@ -17,6 +17,8 @@
 // asked about many times:
 //
 //	Fit / Filter   does it fit a node now, and if not why
+//	FitAfter       does it fit a node once given pods are removed and others
+//	               added (kube-scheduler's preemption and nominated pods)
 //	Rank           the policy's 0..10 rank of each node (-1: no fit)
 //	Reserve        take GPUs on a node for the reservation TTL (NoExpiry: until settled)
 //	Confirm        the pod is bound: the reservation becomes a placement
