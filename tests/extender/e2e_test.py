@@ -493,7 +493,8 @@ class FakeApiServer:
     410, as etcd compaction does); every change bumps the resourceVersion and
     records a watch event. GET
     /api/v1/namespaces/NS/pods/NAME reads one; PATCH of a pod takes a JSON merge
-    patch of its annotations; POST .../binding sets spec.nodeName once: a pod
+    patch of its annotations; POST .../binding sets spec.nodeName once and
+    merges the Binding's annotations into the pod, as kube-apiserver does: a pod
     already bound, or a Binding whose metadata.uid is not the pod's, gets 409
     Conflict (pods named "refuse-*" get 409 too, as when a pod is being
     deleted). A successful Binding takes `binding_delay` seconds to answer,
@@ -678,6 +679,9 @@ class FakeApiServer:
                                        'pod %s is already assigned to node "%s"'
                                        % (name, name, pod["spec"]["nodeName"])})
                     pod["spec"]["nodeName"] = binding["target"]["name"]
+                    if binding["metadata"].get("annotations"):
+                        pod["metadata"].setdefault("annotations", {}).update(
+                            binding["metadata"]["annotations"])
                     pod["status"]["phase"] = "Running"
                     api._record("pods", "MODIFIED", pod)
                     delay = api.binding_delay
@@ -841,15 +845,17 @@ class ApiServerTest(unittest.TestCase):
         self.api.add_pod(copy.deepcopy(pod))
         host, bound = schedule(self.client, pod, self.names)
         self.assertIsNotNone(host)
-        patch = [c for c in self.api.calls if c[0] == "PATCH"]
-        self.assertEqual(len(patch), 1)
-        self.assertEqual(patch[0][1], "/api/v1/namespaces/default/pods/api-1")
-        self.assertEqual(patch[0][2], "application/merge-patch+json")
-        self.assertEqual(patch[0][3]["metadata"]["annotations"], bound["Annotations"])
+        # One write: the Binding carries the annotations.
+        self.assertEqual([c for c in self.api.calls if c[0] == "PATCH"], [])
         post = [c for c in self.api.calls if c[0] == "POST"]
+        self.assertEqual(len(post), 1)
         self.assertEqual(post[0][1], "/api/v1/namespaces/default/pods/api-1/binding")
         self.assertEqual(post[0][3]["kind"], "Binding")
         self.assertEqual(post[0][3]["target"]["name"], host)
+        self.assertEqual(post[0][3]["metadata"]["annotations"], bound["Annotations"])
+        with self.api.lock:
+            annotations = self.api.pods[("default", "api-1")]["metadata"]["annotations"]
+        self.assertEqual({k: annotations[k] for k in bound["Annotations"]}, bound["Annotations"])
         # Bound, so confirmed at once: no time-to-live can take it away.
         self.assertFalse(self.pods_on(host)["api-1"]["reserved"])
 
@@ -1041,7 +1047,7 @@ class HostileApiTest(unittest.TestCase):
                 w.join()
             # The pod is bound, so every reply says so; the API saw one bind.
             self.assertEqual([r["Error"] for r in replies], [""] * 8, replies)
-            self.assertEqual(self.api.calls_about(pod["metadata"]["name"]), (1, 1))
+            self.assertEqual(self.api.calls_about(pod["metadata"]["name"]), (0, 1))
             # The GPU is full: a rival is refused and not bound.
             rival, fits = self.new_pod("rival-%d" % i, 14, node)
             self.assertFalse(fits)
@@ -1060,13 +1066,11 @@ class HostileApiTest(unittest.TestCase):
         cases = [
             # (faults, whether the first reply already succeeds)
             # The API client retries what surely was not applied (a 429) and
-            # idempotent calls (the PATCH, the GET of the pod) by itself.
+            # idempotent calls (the GET of the pod) by itself.
             ([("BINDING", "429")], True),
             ([("BINDING", "500")], False),
             ([("BINDING", "drop")], False),
             ([("BINDING", "slow-drop")], False),
-            ([("PATCH", "500")], True),
-            ([("PATCH", "drop")], True),
             # The Binding is applied, but the reply is lost or an error: the
             # extender reads the pod and keeps the bind.
             ([("BINDING", "500-after")], True),
@@ -1116,7 +1120,7 @@ class HostileApiTest(unittest.TestCase):
         self.start_extender()
         client = Client(self.url)
         self.assertEqual(self.bind(client, pod, node)["Error"], "")
-        self.assertEqual(self.api.calls_about("restart-0"), (1, 1))
+        self.assertEqual(self.api.calls_about("restart-0"), (0, 1))
         rival, fits = self.new_pod("rival", 14, node)
         self.assertFalse(fits)
         self.assertNotEqual(self.bind(client, rival, node)["Error"], "")
