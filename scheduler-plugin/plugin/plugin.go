@@ -465,12 +465,18 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
-	var removed []string
-	var added []*gpushare.Pod
-	if e := c.edits[node.Name]; e != nil {
-		removed, added = e.removed, e.added
+	var fit gpushare.NodeFit
+	var err error
+	if e := c.edits[node.Name]; e != nil && !e.empty() {
+		fit, err = p.sched.FitAfter(c.pod, node.Name, e.removed, e.added)
+	} else {
+		// The common case, once per node and pod: Fit is the library's
+		// fastest answer. Only a refusal asks whether preemption could help.
+		fit.Fits, fit.Reason, err = p.sched.Fit(c.pod, node.Name)
+		if err == nil && !fit.Fits && offersGPUs(node) {
+			fit, err = p.sched.FitAfter(c.pod, node.Name, nil, nil)
+		}
 	}
-	fit, err := p.sched.FitAfter(c.pod, node.Name, removed, added)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
