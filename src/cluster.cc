@@ -352,9 +352,9 @@ namespace {
 // or the placement itself for Placement&&): Commit() once it has found the
 // node, and Place() with the node its plan chose.
 template <typename P>
-absl::Status CommitAt(ClusterState& state, uint32_t slot, P&& placement) {
+absl::Status CommitAt(ClusterState& state, uint32_t slot, P&& placement, bool running = false) {
   NodeStatus& node = state.nodes[slot];
-  GPUSHARE_RETURN_IF_ERROR(CheckCommit(node, placement));
+  GPUSHARE_RETURN_IF_ERROR(CheckCommit(node, placement, running));
   state.index.Unlink(state, slot, &placement.gpus);
   ApplyToNode(node, placement);
   state.index.Link(state, slot, &placement.gpus);
@@ -366,7 +366,7 @@ absl::Status CommitAt(ClusterState& state, uint32_t slot, P&& placement) {
 // Cluster::Commit(), storing a copy (const Placement&) or the placement
 // itself (Placement&&, for the loaders).
 template <typename P>
-absl::Status CommitTo(ClusterState& state, P&& placement) {
+absl::Status CommitTo(ClusterState& state, P&& placement, bool running = false) {
   if (state.placements.contains(placement.request_id)) {
     return absl::AlreadyExistsError(
         absl::StrCat("request '", Echo(placement.request_id), "' is already placed"));
@@ -376,7 +376,7 @@ absl::Status CommitTo(ClusterState& state, P&& placement) {
     return absl::NotFoundError(absl::StrCat("placement of '", placement.request_id,
                                             "' names unknown node '", Echo(placement.node), "'"));
   }
-  return CommitAt(state, it->second, std::forward<P>(placement));
+  return CommitAt(state, it->second, std::forward<P>(placement), running);
 }
 
 // Undoes `stored` (a placement of the store) on its node and removes it;
@@ -393,6 +393,14 @@ std::string ReleaseStored(ClusterState& state, const Placement& stored) {
 
 absl::Status ClusterAccess::CommitMoved(Cluster& cluster, Placement&& placement) {
   return CommitTo(*cluster.state_, std::move(placement));
+}
+
+absl::Status ClusterAccess::CommitRunning(Cluster& cluster, const Placement& placement) {
+  return CommitTo(*cluster.state_, placement, /*running=*/true);
+}
+
+absl::Status ClusterAccess::CommitRunning(Cluster& cluster, Placement&& placement) {
+  return CommitTo(*cluster.state_, std::move(placement), /*running=*/true);
 }
 
 }  // namespace internal

@@ -24,6 +24,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Optional;
 using ::testing::UnorderedElementsAre;
 
 // ---- Builders: objects shaped like kube-scheduler and kubectl print them ----
@@ -711,8 +712,9 @@ TEST(SyncTest, RestoresPodsBoundElsewhereAndReplacesIdleChangedNodes) {
   std::string nodes = NodeList({n1, GpuNode("n2", "10.0.0.2", 2, 14)}).dump();
   ASSERT_OK_AND_ASSIGN(SyncReport r, ext.Sync(nodes, pods, ext.SyncMark()));
   EXPECT_EQ(r.restored, 1);
-  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_EQ(r.nodes_updated, 2);  // n2 replaced; n1 held by "stranger".
   EXPECT_THAT(r.warnings, ::testing::Contains(HasSubstr("default/stranger")));
+  EXPECT_THAT(ext.NodeHold("n1"), Optional(HasSubstr("default/stranger: no bind annotations")));
   json view = json::parse(*ext.Inspect());
   EXPECT_EQ(view["nodes"][0]["usedGPU"], 9);
   EXPECT_EQ(view["nodes"][1]["devs"].size(), 2u);
@@ -977,6 +979,160 @@ TEST(WatchEventTest, RestoresABoundPodWithBindAnnotations) {
   // On a node gpushare does not know: a warning too.
   ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("ADDED", BoundPod("far", 1, "n9", "0").dump()));
   EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("n9")));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+std::vector<std::string> Fitting(Extender& ext, const json& pod,
+                                 const std::vector<std::string>& nodes,
+                                 json* failed = nullptr) {
+  absl::StatusOr<std::string> reply = ext.Filter(Args(pod, nodes));
+  EXPECT_OK(reply.status());
+  if (!reply.ok()) return {};
+  json j = json::parse(*reply);
+  if (failed != nullptr) *failed = j["FailedNodes"];
+  if (!j["NodeNames"].is_array()) return {};
+  return j["NodeNames"].get<std::vector<std::string>>();
+}
+
+TEST(WatchEventTest, PodsOnACordonedNodeOrAnUnhealthyGpuStillHoldTheirGpus) {
+  // Restored while the node is cordoned (a drain, a restart of the
+  // scheduler meanwhile): the pods run, so their GPUs are not free when the
+  // node is uncordoned.
+  json cordoned = GpuNode("n1", "10.0.0.1", 2, 14);
+  cordoned["spec"]["unschedulable"] = true;
+  cordoned["metadata"]["annotations"] = {{"gpushare.io/unhealthy-gpus", "1"}};
+  auto scheduler = MakeScheduler({cordoned}, {BoundPod("a", 10, "n1", "0")});
+  Extender ext(scheduler.get());
+  ASSERT_OK_AND_ASSIGN(SyncReport r, ext.ApplyPodEvent("ADDED", BoundPod("b", 12, "n1", "1").dump()));
+  EXPECT_EQ(r.restored, 1);
+  EXPECT_EQ(ext.NodeHold("n1"), std::nullopt);
+  ASSERT_OK(ext.ApplyNodeEvent("MODIFIED", GpuNode("n1", "10.0.0.1", 2, 14).dump()).status());
+  EXPECT_EQ(UsedOn(ext, "n1"), 22);
+  EXPECT_THAT(Fitting(ext, GpuPod("c", 5), {"n1"}), IsEmpty());
+  EXPECT_THAT(Fitting(ext, GpuPod("c", 4), {"n1"}), ElementsAre("n1"));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+// ---- Node holds: GPU pods gpushare did not place ------------------------------------
+
+// An nvidia.com/gpu pod that kube-scheduler's default profile bound: no bind
+// annotations.
+json WholeGpuPodBoundBySomeoneElse(const std::string& name, const std::string& node,
+                                   const std::string& uid = "") {
+  json pod = GpuPod(name, 0, 0, uid);
+  pod["spec"]["containers"][0]["resources"]["limits"] = {{"nvidia.com/gpu", "1"}};
+  pod["spec"]["nodeName"] = node;
+  pod["status"]["phase"] = "Running";
+  return pod;
+}
+
+TEST(NodeHoldTest, AGpuPodBoundWithoutAnnotationsHoldsItsNodeUntilItEnds) {
+  // One 14-unit GPU each. Without the hold, a 14-unit pod would be sent to
+  // n1 while another scheduler's pod uses its only GPU whole.
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14), GpuNode("n2", "10.0.0.2", 1, 14)});
+  Extender ext(scheduler.get());
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyPodEvent("ADDED", WholeGpuPodBoundBySomeoneElse("train", "n1").dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  json failed;
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1", "n2"}, &failed), ElementsAre("n2"));
+  EXPECT_THAT(failed["n1"].get<std::string>(),
+              AllOf(HasSubstr("node 'n1' runs GPU pods that gpushare did not place"),
+                    HasSubstr("default/train: no bind annotations")));
+  // What gpushare placed on n1 stays; n1's own cordon is followed beneath the
+  // hold, and does not lift it.
+  json cordoned = GpuNode("n1", "10.0.0.1", 1, 14);
+  cordoned["spec"]["unschedulable"] = true;
+  ASSERT_OK(ext.ApplyNodeEvent("MODIFIED", cordoned.dump()).status());
+  ASSERT_OK(ext.ApplyNodeEvent("MODIFIED", GpuNode("n1", "10.0.0.1", 1, 14).dump()).status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), IsEmpty());
+  // The pod ends: the node takes GPU work again.
+  json done = WholeGpuPodBoundBySomeoneElse("train", "n1");
+  done["status"]["phase"] = "Succeeded";
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", done.dump()));
+  EXPECT_EQ(r.nodes_updated, 1);
+  EXPECT_EQ(ext.NodeHold("n1"), std::nullopt);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), ElementsAre("n1"));
+  // Held again, then the pod is deleted; a cordon set meanwhile stays.
+  ASSERT_OK(ext.ApplyPodEvent("ADDED", WholeGpuPodBoundBySomeoneElse("t2", "n1").dump()).status());
+  ASSERT_OK(ext.ApplyNodeEvent("MODIFIED", cordoned.dump()).status());
+  ASSERT_OK(ext.ApplyPodEvent("DELETED", WholeGpuPodBoundBySomeoneElse("t2", "n1").dump()).status());
+  EXPECT_EQ(ext.NodeHold("n1"), std::nullopt);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), IsEmpty());
+  scheduler->Read([](const Cluster& c) { EXPECT_FALSE(c.FindNode("n1")->schedulable); });
+  ASSERT_OK(ext.ApplyNodeEvent("MODIFIED", GpuNode("n1", "10.0.0.1", 1, 14).dump()).status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), ElementsAre("n1"));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(NodeHoldTest, AnnotationsThatRestoreLiftTheHoldAndOnesThatConflictKeepIt) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 2, 14)});
+  Extender ext(scheduler.get());
+  // Bound by hand with 10 units and no annotations: held.
+  ASSERT_OK(ext.ApplyPodEvent("ADDED", BoundPod("hand", 10, "n1", "").dump()).status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 2), {"n1"}), IsEmpty());
+  // The device plugin writes the GPU the kubelet gave it: restored, counted,
+  // and the node is free for what still fits.
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyPodEvent("MODIFIED", BoundPod("hand", 10, "n1", "1").dump()));
+  EXPECT_EQ(r.restored, 1);
+  EXPECT_EQ(ext.NodeHold("n1"), std::nullopt);
+  EXPECT_EQ(UsedOn(ext, "n1"), 10);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), ElementsAre("n1"));
+  // A pod whose annotations name a GPU already full cannot be restored: held.
+  ASSERT_OK(ext.ApplyPodEvent("ADDED", BoundPod("full", 14, "n1", "1").dump()).status());
+  EXPECT_THAT(ext.NodeHold("n1"),
+              Optional(HasSubstr("default/full: its bind annotations name GPUs gpushare cannot give it")));
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1"}), IsEmpty());
+  ASSERT_OK(ext.ApplyPodEvent("DELETED", BoundPod("full", 14, "n1", "1").dump()).status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1"}), ElementsAre("n1"));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(NodeHoldTest, ALateDeleteOfAnOlderPodKeepsTheNewerPodsHold) {
+  auto scheduler = MakeScheduler({GpuNode("n1", "10.0.0.1", 1, 14)});
+  Extender ext(scheduler.get());
+  ASSERT_OK(
+      ext.ApplyPodEvent("ADDED", WholeGpuPodBoundBySomeoneElse("t", "n1", "uid-new").dump()).status());
+  ASSERT_OK(ext.ApplyPodEvent("DELETED", WholeGpuPodBoundBySomeoneElse("t", "n1", "uid-old").dump())
+                .status());
+  EXPECT_NE(ext.NodeHold("n1"), std::nullopt);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1"}), IsEmpty());
+}
+
+TEST(NodeHoldTest, APodBoundBeforeItsNodeIsKnownHoldsOrIsRestoredWhenTheNodeArrives) {
+  auto scheduler = MakeScheduler({});
+  Extender ext(scheduler.get());
+  // The pod informer delivered the pods before the node informer the node.
+  ASSERT_OK(ext.ApplyPodEvent("ADDED", WholeGpuPodBoundBySomeoneElse("t", "n1").dump()).status());
+  ASSERT_OK(ext.ApplyPodEvent("ADDED", BoundPod("ours", 4, "n2", "0").dump()).status());
+  ASSERT_OK_AND_ASSIGN(SyncReport r,
+                       ext.ApplyNodeEvent("ADDED", GpuNode("n1", "10.0.0.1", 1, 14).dump()));
+  EXPECT_EQ(r.nodes_added, 1);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1"}), IsEmpty());
+  ASSERT_OK_AND_ASSIGN(r, ext.ApplyNodeEvent("ADDED", GpuNode("n2", "10.0.0.2", 1, 14).dump()));
+  EXPECT_EQ(r.restored, 1);
+  EXPECT_EQ(UsedOn(ext, "n2"), 4);
+  EXPECT_EQ(ext.NodeHold("n2"), std::nullopt);
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 10), {"n2"}), ElementsAre("n2"));
+  EXPECT_OK(scheduler->CheckInvariants());
+}
+
+TEST(NodeHoldTest, StartUpListsAndSyncHoldAndReleaseNodes) {
+  const json n1 = GpuNode("n1", "10.0.0.1", 1, 14), n2 = GpuNode("n2", "10.0.0.2", 1, 14);
+  const std::vector<json> pods = {WholeGpuPodBoundBySomeoneElse("t", "n1")};
+  auto scheduler = MakeScheduler({n1, n2}, pods);
+  Extender ext(scheduler.get());
+  ext.RememberPods(*ParsePodList(PodList(pods).dump()));  // As gpushare-extender starts.
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1", "n2"}), ElementsAre("n2"));
+  // A full list without the pod (its DELETED event was missed) lifts the hold;
+  // one with it on n2 holds n2.
+  ASSERT_OK(ext.Sync(NodeList({n1, n2}).dump(), PodList({}).dump(), ext.SyncMark()).status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1", "n2"}), ElementsAre("n1", "n2"));
+  ASSERT_OK(ext.Sync(NodeList({n1, n2}).dump(),
+                     PodList({WholeGpuPodBoundBySomeoneElse("t", "n2")}).dump(), ext.SyncMark())
+                .status());
+  EXPECT_THAT(Fitting(ext, GpuPod("a", 1), {"n1", "n2"}), ElementsAre("n1"));
   EXPECT_OK(scheduler->CheckInvariants());
 }
 

@@ -209,11 +209,23 @@ bool Judged(const gs_pod& pod) { return !pod.pod || pod.pod->uses_gpus(); }
 // order: a Kubernetes pod that asks for no GPUs fits every node; one that
 // does first meets its required node affinity on every known node, then
 // Scheduler::Filter(). Plain requests go to Scheduler::Filter() alone.
+// A node held by GPU pods gpushare did not place is refused for that reason
+// (k8s::Extender::NodeHold()), not as a cordon.
+void ExplainHold(const gs_scheduler& s, std::string_view node, std::string* reason) {
+  if (std::optional<std::string> hold = s.extender.NodeHold(node)) *reason = *std::move(hold);
+}
+
 absl::StatusOr<std::vector<FitResult>> Fit(const gs_scheduler& s, const gs_pod& pod,
                                            const std::vector<std::string>& names) {
   std::vector<FitResult> out;
   if (names.empty()) return out;  // Scheduler::Filter() would take it as "all".
-  if (!pod.pod) return s.scheduler->Filter(pod.request, names);
+  if (!pod.pod) {
+    GPUSHARE_ASSIGN_OR_RETURN(out, s.scheduler->Filter(pod.request, names));
+    for (FitResult& f : out) {
+      if (!f.feasible) ExplainHold(s, f.node, &f.reason);
+    }
+    return out;
+  }
   if (!pod.pod->uses_gpus()) {
     for (const std::string& name : names) out.push_back(FitResult{name, true, ""});
     return out;
@@ -240,6 +252,7 @@ absl::StatusOr<std::vector<FitResult>> Fit(const gs_scheduler& s, const gs_pod& 
       out.push_back(FitResult{names[i], false, kAffinityReason});
     } else {
       out.push_back(std::move(fits[next++]));
+      if (!out.back().feasible) ExplainHold(s, names[i], &out.back().reason);
     }
   }
   return out;
@@ -682,6 +695,7 @@ gs_status* gs_scheduler_fit(const gs_scheduler* scheduler, const gs_pod* pod, co
         fits = !no.has_value();
         if (no) why = *std::move(no);
       });
+      if (!fits && !why.empty() && why != kAffinityReason) ExplainHold(*scheduler, name, &why);
     }
     char* out_reason = nullptr;
     if (reason != nullptr && !fits) out_reason = CopyOut(why);
@@ -743,6 +757,7 @@ gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* p
                                   scheduler->scheduler->FitAfter(pod->req(), name, edits, &never));
         fits = r.feasible;
         why = std::move(r.reason);
+        if (!fits) ExplainHold(*scheduler, name, &why);
       }
     }
     char* out_reason = nullptr;

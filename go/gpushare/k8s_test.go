@@ -274,3 +274,35 @@ func TestRecreatedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A GPU pod bound without gpushare's annotations (another scheduler's) holds
+// its node: Fit refuses it, naming the pod, until the pod is gone.
+func TestPodOfAnotherSchedulerHoldsItsNode(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{})
+	if _, err := s.ApplyNodeEvent(gpushare.EventAdded, nodeJSON("gpu-node-1", false)); err != nil {
+		t.Fatal(err)
+	}
+	other := podJSON("other", "uid-o", "4", "", "gpu-node-1", nil)
+	if r, err := s.ApplyPodEvent(gpushare.EventAdded, other); err != nil || r.NodesUpdated != 1 {
+		t.Fatalf("other scheduler's pod: %+v, %v", r, err)
+	}
+	pod, err := gpushare.ParsePod(podJSON("p1", "uid-1", "2", "", "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pod.Close()
+	fits, reason, err := s.Fit(pod, "gpu-node-1")
+	if err != nil || fits || !strings.Contains(reason, "default/other: no bind annotations") {
+		t.Fatalf("Fit on a held node: %v %q %v", fits, reason, err)
+	}
+	fit, err := s.FitAfter(pod, "gpu-node-1", nil, nil)
+	if err != nil || fit.Fits || !fit.Unresolvable || !strings.Contains(fit.Reason, "did not place") {
+		t.Fatalf("FitAfter on a held node: %+v %v", fit, err)
+	}
+	if _, err := s.ApplyPodEvent(gpushare.EventDeleted, other); err != nil {
+		t.Fatal(err)
+	}
+	if fits, reason, err := s.Fit(pod, "gpu-node-1"); err != nil || !fits {
+		t.Fatalf("Fit once the pod is gone: %v %q %v", fits, reason, err)
+	}
+}

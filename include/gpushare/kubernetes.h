@@ -401,10 +401,36 @@ class Extender {
 
   // Remembers the pods of a v1.PodList (e.g. the one the state was rebuilt
   // from), so that Preempt and the lifecycle calls can find them by UID.
+  // Bound GPU pods among them that the scheduler holds no placement for
+  // hold their nodes (see NodeHold()).
   // Errors: InvalidArgument for malformed JSON; nothing is remembered then.
   [[nodiscard]] absl::Status RememberPods(std::string_view pods_json);
   // The same for a list already parsed (ParsePodList()).
   void RememberPods(const std::vector<Pod>& pods);
+
+  // ---- GPU pods the scheduler does not hold ----------------------------------------
+  //
+  // A pod that is bound to a node, not finished and asks for GPUs, but whose
+  // placement the scheduler does not hold, uses GPUs it cannot see: a pod of
+  // another scheduler (kube-scheduler's default profile binding an
+  // `nvidia.com/gpu` pod, a pod created with spec.nodeName) carries no bind
+  // annotations, and annotations that cannot be restored (GPUs held by
+  // others, malformed) name no GPUs the scheduler can count. The device
+  // plugin gives such a pod GPUs of the kubelet's choosing. So its node is
+  // *held*: the events, lists and RememberPods() mark the node unschedulable
+  // in the Scheduler (no new work; what is placed there stays) until every
+  // such pod ends, goes away or gets bind annotations the scheduler can
+  // restore. The node's own cordon (spec.unschedulable) is followed beneath
+  // the hold. A pod bound to a node the scheduler does not know yet holds
+  // that node once it is added.
+  //
+  // The reason a held node is refused with (Filter; the C ABI's fit calls),
+  // naming the pods, e.g.
+  //   node 'gpu-3' runs GPU pods that gpushare did not place (default/train:
+  //   no bind annotations); it places nothing there until they end or their
+  //   annotations name their GPUs
+  // nullopt for a node that is not held.
+  std::optional<std::string> NodeHold(std::string_view node) const;
 
   // ---- Keeping up with the cluster ---------------------------------------------
   //
@@ -476,7 +502,9 @@ class Extender {
   // not released.
   // A pending pod (no spec.nodeName) never releases anything: the event may
   // predate a bind in flight. Added and modified pods are remembered as by
-  // RememberPods().
+  // RememberPods(). A bound GPU pod left without a placement holds its
+  // node; the hold ends with the pod's deletion, end, or restored placement
+  // (see NodeHold()).
   absl::StatusOr<SyncReport> ApplyPodEvent(std::string_view type, std::string_view pod_json);
 
  private:
@@ -494,6 +522,22 @@ class Extender {
   // Records the UIDs of bound pods whose placements the scheduler holds on
   // their node, where no owner is known yet.
   void NoteOwners(const std::vector<Pod>& pods);
+  // Node holds (see NodeHold()). Account() records whether `pod` is a bound
+  // GPU pod without a placement on its node (`only_add`: never clears a
+  // record); Unaccount() forgets the pod of `id` (unless the record is of
+  // another UID). Both apply the hold of the nodes they touch, counted in
+  // `r` (nodes_updated) when that changes the node.
+  void Account(const Pod& pod, bool only_add, SyncReport* r);
+  void Unaccount(const std::string& id, const std::string& uid, SyncReport* r);
+  // Sets the node's schedulable flag to its own (`own`, when given, is
+  // recorded first: spec.unschedulable) and not held. True if it changed.
+  bool ApplyHold(const std::string& node, std::optional<bool> own = std::nullopt);
+  // Scheduler::AddNode() of `node`, unschedulable if it is held; records its
+  // own flag.
+  absl::Status AddNodeHeld(Node node);
+  // Tries to restore the placements of the pods that hold `node` (pods bound
+  // before the node was known), from the pods remembered.
+  void RestoreHolders(const std::string& node, SyncReport* r);
   // The pod remembered under "<namespace>/<name>", if any.
   std::optional<Pod> RememberedPod(const std::string& id) const;
 

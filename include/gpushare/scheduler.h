@@ -215,16 +215,22 @@ class Scheduler {
   // Errors: those of Cluster::Place().
   absl::StatusOr<Placement> Place(const Request& request);
 
-  // Applies `placement` as a confirmed placement, exactly as given (a host
-  // restoring what the cluster already runs, e.g. from bind annotations).
+  // Applies `placement` as a confirmed placement, exactly as given.
   // Errors: those of Cluster::Commit().
   [[nodiscard]] absl::Status Commit(const Placement& placement);
 
+  // Commit() of a placement that already runs (a host restoring what the
+  // cluster runs, e.g. from bind annotations): the pod holds its GPUs even
+  // where its node is cordoned, no longer takes shared work or has
+  // unhealthy GPUs, so only the GPUs' capacity can refuse it. Errors: those
+  // of Cluster::Commit() but those three.
+  [[nodiscard]] absl::Status Restore(const Placement& placement);
+
   // Replaces the confirmed placement of `to.request_id` with `to`, as one
   // step: a device plugin reports that the pod runs on other GPUs than were
-  // recorded. Errors: NotFound if the id holds nothing; FailedPrecondition
-  // if it is reserved, not confirmed; those of Cluster::Commit() for `to`,
-  // and then the old placement stays as it was.
+  // recorded. `to` is applied as by Restore(). Errors: NotFound if the id
+  // holds nothing; FailedPrecondition if it is reserved, not confirmed;
+  // those of Restore() for `to`, and then the old placement stays as it was.
   [[nodiscard]] absl::Status Move(const Placement& to);
   // Forgets every reservation whose TTL has run out; returns how many (0,
   // without taking the lock, when reservations never expire).

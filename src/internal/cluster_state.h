@@ -63,6 +63,11 @@ struct ClusterAccess {
   // copying it (what a loader no longer needs). The same checks and errors;
   // on an error `placement` is left as it was.
   static absl::Status CommitMoved(Cluster& cluster, Placement&& placement);
+  // Commit() of a placement that already runs (a bound pod's annotations):
+  // the node may be unschedulable, not take shared work, or its GPUs
+  // unhealthy (see CheckCommit()); the GPUs' capacity is checked all the same.
+  static absl::Status CommitRunning(Cluster& cluster, const Placement& placement);
+  static absl::Status CommitRunning(Cluster& cluster, Placement&& placement);
   // Cluster::AddNode() that moves the node's strings, labels and GPUs into
   // its status. The same checks and errors; on an error `node` is left as
   // it was.
@@ -120,7 +125,10 @@ void ApplyToNode(NodeStatus& node, const Placement& placement);
 void UndoOnNode(NodeStatus& node, const Placement& placement);
 
 // Checks that `placement` can be applied to `node` now (for Commit()).
-absl::Status CheckCommit(const NodeStatus& node, const Placement& placement);
+// `running`: the placement already runs (being restored), so a cordon,
+// sharing turned off and unhealthy GPUs do not refuse it; capacity does.
+absl::Status CheckCommit(const NodeStatus& node, const Placement& placement,
+                         bool running = false);
 
 }  // namespace gpushare::internal
 

@@ -343,7 +343,7 @@ void UndoOnNode(NodeStatus& node, const Placement& p) {
   ++node.version;
 }
 
-absl::Status CheckCommit(const NodeStatus& node, const Placement& p) {
+absl::Status CheckCommit(const NodeStatus& node, const Placement& p, bool running) {
   // The prefix is built only on error: this runs on every commit.
   auto who = [&] {
     return absl::StrCat("placement of '", Echo(p.request_id), "' on node '", Echo(p.node), "': ");
@@ -379,11 +379,11 @@ absl::Status CheckCommit(const NodeStatus& node, const Placement& p) {
     }
     if (k > 0 && p.gpus[k - 1] >= i) return invalid("GPU indices must be ascending and distinct");
   }
-  if (!node.schedulable) return stale("node is unschedulable");
-  if (shared && !node.gpu_sharing) return stale("node does not take shared GPU work");
+  if (!running && !node.schedulable) return stale("node is unschedulable");
+  if (!running && shared && !node.gpu_sharing) return stale("node does not take shared GPU work");
   for (int i : p.gpus) {
     const GpuStatus& g = node.gpus[i];
-    if (!g.healthy) return stale("GPU ", i, " is unhealthy");
+    if (!running && !g.healthy) return stale("GPU ", i, " is unhealthy");
     if (p.exclusive) {
       if (!g.idle()) return stale("GPU ", i, " is not idle");
     } else if (g.memory_free() < p.memory_per_gpu) {

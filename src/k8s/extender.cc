@@ -57,6 +57,22 @@ struct Extender::PodCache {
   // so that news about an older pod of the same name cannot release it.
   absl::flat_hash_map<std::string, std::string> owner;  // Guarded by mu.
 
+  // Node holds (Extender::NodeHold()): the bound GPU pods without a
+  // placement on their node, by node, and each such pod's node.
+  struct Holder {
+    std::string uid;
+    std::string why;  // "no bind annotations", ...
+  };
+  absl::flat_hash_map<std::string, std::map<std::string, Holder>> holders;  // Guarded by mu.
+  absl::flat_hash_map<std::string, std::string> holder_node;                // Guarded by mu.
+  // Each node's own schedulable flag as last seen (spec.unschedulable, or
+  // false for a node gone but still holding placements). Guarded by mu.
+  absl::flat_hash_map<std::string, bool> own_schedulable;
+  // Serialises the writes of the schedulable flag (ApplyHold()), so that two
+  // threads cannot apply their decisions in the other order. Taken before
+  // the scheduler's lock; mu is never held while calling the scheduler.
+  std::mutex flag_mu;
+
   std::string Owner(const std::string& id) {
     std::lock_guard lock(mu);
     auto it = owner.find(id);
@@ -263,6 +279,147 @@ absl::Status Extender::RememberPods(std::string_view pods_json) {
 void Extender::RememberPods(const std::vector<Pod>& pods) {
   for (const Pod& pod : pods) cache_->Put(pod);
   NoteOwners(pods);
+  SyncReport ignored;
+  for (const Pod& pod : pods) Account(pod, /*only_add=*/true, &ignored);
+}
+
+// ---- Node holds ---------------------------------------------------------------------
+
+void Extender::Account(const Pod& pod, bool only_add, SyncReport* r) {
+  const std::string& id = pod.request.id;
+  bool holds = false;
+  if (pod.uses_gpus() && !pod.node_name.empty() && !pod.completed()) {
+    scheduler_->Read([&](const Cluster& c) {
+      const Placement* p = c.FindPlacement(id);
+      holds = p == nullptr || p->node != pod.node_name;
+    });
+  }
+  if (!holds && only_add) return;
+  std::vector<std::string> touched;
+  {
+    std::lock_guard lock(cache_->mu);
+    auto was = cache_->holder_node.find(id);
+    if (was != cache_->holder_node.end() && (!holds || was->second != pod.node_name)) {
+      auto node = cache_->holders.find(was->second);
+      if (node != cache_->holders.end()) {
+        node->second.erase(id);
+        if (node->second.empty()) cache_->holders.erase(node);
+      }
+      touched.push_back(was->second);
+      cache_->holder_node.erase(was);
+    }
+    if (holds) {
+      auto idx = pod.annotations.find("ALIYUN_COM_GPU_MEM_IDX");
+      const bool annotated =
+          (idx != pod.annotations.end() && !idx->second.empty() && idx->second != "-1") ||
+          pod.annotations.count("scheduler.framework.gpushare.allocation") > 0;
+      cache_->holders[pod.node_name][id] = PodCache::Holder{
+          pod.uid, annotated ? "its bind annotations name GPUs gpushare cannot give it"
+                             : "no bind annotations"};
+      if (cache_->holder_node.insert_or_assign(id, pod.node_name).second) {
+        touched.push_back(pod.node_name);
+      }
+    }
+  }
+  for (const std::string& node : touched) {
+    if (ApplyHold(node)) ++r->nodes_updated;
+  }
+}
+
+void Extender::Unaccount(const std::string& id, const std::string& uid, SyncReport* r) {
+  std::string node;
+  {
+    std::lock_guard lock(cache_->mu);
+    auto was = cache_->holder_node.find(id);
+    if (was == cache_->holder_node.end()) return;
+    auto held = cache_->holders.find(was->second);
+    if (held != cache_->holders.end()) {
+      auto pod = held->second.find(id);
+      // A late event of an older pod of this name leaves the newer one's record.
+      if (pod != held->second.end() && !uid.empty() && !pod->second.uid.empty() &&
+          pod->second.uid != uid) {
+        return;
+      }
+      if (pod != held->second.end()) held->second.erase(pod);
+      if (held->second.empty()) cache_->holders.erase(held);
+    }
+    node = was->second;
+    cache_->holder_node.erase(was);
+  }
+  if (ApplyHold(node)) ++r->nodes_updated;
+}
+
+bool Extender::ApplyHold(const std::string& node, std::optional<bool> own) {
+  std::lock_guard flag_lock(cache_->flag_mu);
+  std::optional<bool> current;
+  scheduler_->Read([&](const Cluster& c) {
+    if (const NodeStatus* s = c.FindNode(node)) current = s->schedulable;
+  });
+  bool want = false;
+  {
+    std::lock_guard lock(cache_->mu);
+    if (own) cache_->own_schedulable[node] = *own;
+    if (!current) return false;
+    // Never recorded: the flag was never held, so it is the node's own.
+    auto recorded = cache_->own_schedulable.try_emplace(node, *current).first;
+    want = recorded->second && !cache_->holders.contains(node);
+  }
+  return want != *current && scheduler_->SetNodeSchedulable(node, want).ok();
+}
+
+absl::Status Extender::AddNodeHeld(Node node) {
+  std::lock_guard flag_lock(cache_->flag_mu);
+  {
+    std::lock_guard lock(cache_->mu);
+    cache_->own_schedulable[node.name] = node.schedulable;
+    if (cache_->holders.contains(node.name)) node.schedulable = false;
+  }
+  return scheduler_->AddNode(node);
+}
+
+std::optional<std::string> Extender::NodeHold(std::string_view node) const {
+  std::lock_guard lock(cache_->mu);
+  if (cache_->holders.empty()) return std::nullopt;
+  auto held = cache_->holders.find(std::string(node));
+  if (held == cache_->holders.end() || held->second.empty()) return std::nullopt;
+  std::string pods;
+  int listed = 0;
+  for (const auto& [id, holder] : held->second) {
+    if (listed == 3) {
+      absl::StrAppend(&pods, " and ", held->second.size() - 3, " more");
+      break;
+    }
+    absl::StrAppend(&pods, listed++ == 0 ? "" : ", ", id, ": ", holder.why);
+  }
+  return absl::StrCat("node '", ::gpushare::internal::Sv(node),
+                      "' runs GPU pods that gpushare did not place (", pods,
+                      "); it places nothing there until they end or their bind annotations name "
+                      "their GPUs");
+}
+
+void Extender::RestoreHolders(const std::string& node, SyncReport* r) {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(cache_->mu);
+    auto held = cache_->holders.find(node);
+    if (held == cache_->holders.end()) return;
+    for (const auto& entry : held->second) ids.push_back(entry.first);
+  }
+  for (const std::string& id : ids) {
+    std::optional<Pod> pod = RememberedPod(id);
+    if (!pod || pod->node_name != node) continue;
+    absl::StatusOr<std::optional<Placement>> p = absl::UnknownError("unset");
+    bool placed = false;
+    scheduler_->Read([&](const Cluster& c) {
+      placed = c.FindPlacement(id) != nullptr;
+      if (!placed) p = internal::RecordedPlacement(c, *pod);
+    });
+    if (!placed && p.ok() && p->has_value() && scheduler_->Restore(**p).ok()) {
+      ++r->restored;
+      cache_->SetOwner(id, pod->uid);
+    }
+    Account(*pod, /*only_add=*/false, r);
+  }
 }
 
 void Extender::NoteOwners(const std::vector<Pod>& pods) {
@@ -313,7 +470,7 @@ absl::StatusOr<std::string> Extender::Filter(std::string_view body) {
     bool known = false;
     scheduler_->Read([&](const Cluster& c) { known = c.FindNode(node.name) != nullptr; });
     // A concurrent Filter may add it first: AlreadyExists is fine.
-    if (!known) scheduler_->AddNode(node).IgnoreError();
+    if (!known) AddNodeHeld(node).IgnoreError();
   }
   std::map<std::string, std::string> failed;
   std::set<std::string> passed;
@@ -332,7 +489,7 @@ absl::StatusOr<std::string> Extender::Filter(std::string_view body) {
         if (f.feasible) {
           passed.insert(f.node);
         } else {
-          failed[f.node] = f.reason;
+          failed[f.node] = NodeHold(f.node).value_or(f.reason);
         }
       }
     }
@@ -459,7 +616,7 @@ absl::Status Extender::ConfirmBound(const Placement& placement) {
   if (scheduler_->Confirm(placement.request_id).ok()) return absl::OkStatus();
   // The reservation ran out (or was forgotten) while the binder worked, yet
   // the pod is bound: hold its GPUs again if they are still free.
-  absl::Status s = scheduler_->Commit(placement);
+  absl::Status s = scheduler_->Restore(placement);
   if (s.ok()) return s;
   return absl::FailedPreconditionError(
       absl::StrCat("pod ", placement.request_id, " is bound to node ", placement.node,
@@ -574,8 +731,8 @@ absl::StatusOr<BindResult> Extender::SettleBind(const Pod& pod, const BindTarget
   }
   // Another writer's annotations (a replica's): hold what they name instead.
   forget();
-  if (absl::Status s = scheduler_->Commit(**recorded); !s.ok()) {
-    scheduler_->Commit(reserved).IgnoreError();  // Hold at least as much as before.
+  if (absl::Status s = scheduler_->Restore(**recorded); !s.ok()) {
+    scheduler_->Restore(reserved).IgnoreError();  // Hold at least as much as before.
     return absl::FailedPreconditionError(
         absl::StrCat("pod ", id, " is bound to node ", target.node,
                      " on the GPUs its annotations name, which gpushare cannot hold: ",
@@ -805,15 +962,11 @@ bool SameNode(const Node& node, const NodeStatus& status) {
   return true;
 }
 
-// Follows what changes without replacing the node: its cordon, and each
-// GPU's health (gpushare-device-plugin's unhealthy-GPU annotation). True if
-// anything changed.
-bool FollowNodeState(Scheduler* scheduler, const Node& node, const NodeStatus& known) {
+// Follows what changes without replacing the node besides its cordon (see
+// Extender::ApplyHold()): each GPU's health (gpushare-device-plugin's
+// unhealthy-GPU annotation). True if anything changed.
+bool FollowGpuHealth(Scheduler* scheduler, const Node& node, const NodeStatus& known) {
   bool changed = false;
-  if (known.schedulable != node.schedulable &&
-      scheduler->SetNodeSchedulable(node.name, node.schedulable).ok()) {
-    changed = true;
-  }
   for (size_t g = 0; g < node.gpus.size() && g < known.gpus.size(); ++g) {
     if (node.gpus[g].healthy != known.gpus[g].healthy &&
         scheduler->SetGpuHealthy(node.name, static_cast<int>(g), node.gpus[g].healthy).ok()) {
@@ -858,7 +1011,7 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
       if (const NodeStatus* s = c.FindNode(node.name)) known = *s;
     });
     if (!known) {
-      if (absl::Status s = scheduler_->AddNode(node); s.ok()) {
+      if (absl::Status s = AddNodeHeld(node); s.ok()) {
         ++r.nodes_added;
       } else {
         warn("node ", node.name, " not added: ", s.message());
@@ -869,12 +1022,13 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
       if (!known->requests.empty()) {
         warn("node ", node.name, " changed; the change applies once its ",
              known->requests.size(), " placements are released");
-      } else if (scheduler_->RemoveNode(node.name).ok() && scheduler_->AddNode(node).ok()) {
+      } else if (scheduler_->RemoveNode(node.name).ok() && AddNodeHeld(node).ok()) {
         ++r.nodes_updated;
         continue;
       }
     }
-    if (FollowNodeState(scheduler_, node, *known)) ++r.nodes_updated;
+    if (ApplyHold(node.name, node.schedulable)) ++r.nodes_updated;
+    if (FollowGpuHealth(scheduler_, node, *known)) ++r.nodes_updated;
   }
 
   // 2. Placements: confirm the bound, release what is gone.
@@ -941,7 +1095,7 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
       if (!placed) p = internal::RecordedPlacement(c, *pod);
     });
     if (placed || (p.ok() && !p->has_value())) continue;
-    absl::Status s = p.ok() ? scheduler_->Commit(**p) : p.status();
+    absl::Status s = p.ok() ? scheduler_->Restore(**p) : p.status();
     if (s.ok()) {
       ++r.restored;
       cache_->SetOwner(pod->request.id, pod->uid);
@@ -961,11 +1115,22 @@ absl::StatusOr<SyncReport> Extender::Sync(std::string_view nodes_json,
     if (absl::Status s = scheduler_->RemoveNode(name); s.ok()) {
       ++r.nodes_removed;
     } else {
-      if (scheduler_->SetNodeSchedulable(name, false).ok()) {
-        warn("node ", name, " is gone from the list; cordoned until it holds nothing");
-      }
+      ApplyHold(name, false);
+      warn("node ", name, " is gone from the list; cordoned until it holds nothing");
     }
   }
+
+  // 5. Node holds, judged again for every pod listed; the records of pods
+  //    gone from the list are dropped (pods listed but unreadable keep theirs).
+  for (const Pod& pod : pods) Account(pod, /*only_add=*/false, &r);
+  std::vector<std::string> unlisted;
+  {
+    std::lock_guard lock(cache_->mu);
+    for (const auto& [id, node] : cache_->holder_node) {
+      if (!by_id.contains(id) && !unread_pods.count(id)) unlisted.push_back(id);
+    }
+  }
+  for (const std::string& id : unlisted) Unaccount(id, "", &r);
 
   for (const Pod& pod : pods) cache_->Put(pod);
   cache_->ForgetBindsUpTo(mark);
@@ -1064,14 +1229,16 @@ absl::StatusOr<SyncReport> Extender::ApplyNodeEvent(std::string_view type,
     if (!known) return r;
     if (absl::Status s = scheduler_->RemoveNode(node.name); s.ok()) {
       ++r.nodes_removed;
-    } else if (scheduler_->SetNodeSchedulable(node.name, false).ok()) {
+    } else {
+      ApplyHold(node.name, false);
       warn("node ", node.name, " was deleted; cordoned until it holds nothing");
     }
     return r;
   }
   if (!known) {
-    if (absl::Status s = scheduler_->AddNode(node); s.ok()) {
+    if (absl::Status s = AddNodeHeld(node); s.ok()) {
       ++r.nodes_added;
+      RestoreHolders(node.name, &r);  // Pods bound before the node was known.
     } else {
       warn("node ", node.name, " not added: ", s.message());
     }
@@ -1081,12 +1248,14 @@ absl::StatusOr<SyncReport> Extender::ApplyNodeEvent(std::string_view type,
     if (!known->requests.empty()) {
       warn("node ", node.name, " changed; the change applies once its ", known->requests.size(),
            " placements are released");
-    } else if (scheduler_->RemoveNode(node.name).ok() && scheduler_->AddNode(node).ok()) {
+    } else if (scheduler_->RemoveNode(node.name).ok() && AddNodeHeld(node).ok()) {
       ++r.nodes_updated;
+      RestoreHolders(node.name, &r);
       return r;
     }
   }
-  if (FollowNodeState(scheduler_, node, *known)) ++r.nodes_updated;
+  if (ApplyHold(node.name, node.schedulable)) ++r.nodes_updated;
+  if (FollowGpuHealth(scheduler_, node, *known)) ++r.nodes_updated;
   return r;
 }
 
@@ -1123,9 +1292,13 @@ absl::StatusOr<SyncReport> Extender::ApplyPodEvent(std::string_view type,
   // newer (a late event of a deleted pod looks like a newer pod's), so it
   // changes nothing; the placement is judged by events of its own pod, and
   // by the next full list.
-  if (!same) return r;
+  if (!same) {
+    if (event == EventType::kDeleted) Unaccount(id, pod.uid, &r);
+    return r;
+  }
   if (event == EventType::kDeleted) {
     release();
+    Unaccount(id, pod.uid, &r);
     return r;
   }
   cache_->Put(pod);
@@ -1158,21 +1331,25 @@ absl::StatusOr<SyncReport> Extender::ApplyPodEvent(std::string_view type,
       }
     }
   }
-  if (held_node || !pod.uses_gpus() || pod.node_name.empty() || pod.completed()) return r;
-  absl::StatusOr<std::optional<Placement>> p = absl::UnknownError("unset");
-  bool placed = false;
-  scheduler_->Read([&](const Cluster& c) {
-    placed = c.FindPlacement(id) != nullptr;
-    if (!placed) p = internal::RecordedPlacement(c, pod);
-  });
-  if (placed || (p.ok() && !p->has_value())) return r;
-  absl::Status s = p.ok() ? scheduler_->Commit(**p) : p.status();
-  if (s.ok()) {
-    ++r.restored;
-  } else {
-    r.warnings.push_back(
-        absl::StrCat("pod ", id, " on node ", pod.node_name, " not restored: ", s.message()));
+  if (!held_node && pod.uses_gpus() && !pod.node_name.empty() && !pod.completed()) {
+    absl::StatusOr<std::optional<Placement>> p = absl::UnknownError("unset");
+    bool placed = false;
+    scheduler_->Read([&](const Cluster& c) {
+      placed = c.FindPlacement(id) != nullptr;
+      if (!placed) p = internal::RecordedPlacement(c, pod);
+    });
+    if (!placed && !(p.ok() && !p->has_value())) {
+      absl::Status s = p.ok() ? scheduler_->Restore(**p) : p.status();
+      if (s.ok()) {
+        ++r.restored;
+      } else {
+        r.warnings.push_back(absl::StrCat("pod ", id, " on node ", pod.node_name,
+                                          " not restored: ", s.message()));
+      }
+    }
   }
+  // Whatever it holds now: without a placement, a bound GPU pod holds its node.
+  Account(pod, /*only_add=*/false, &r);
   return r;
 }
 

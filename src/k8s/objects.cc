@@ -608,8 +608,9 @@ void RestorePlacements(const std::vector<Pod>& parsed, Cluster* cluster, Rebuild
     const Pod& pod = parsed[i];
     absl::StatusOr<std::optional<Placement>> p = internal::RecordedPlacement(*cluster, pod);
     if (p.ok() && !p->has_value()) continue;  // Pending, completed or without GPUs.
-    absl::Status s = p.ok() ? ::gpushare::internal::ClusterAccess::CommitMoved(*cluster,
-                                                                              std::move(**p))
+    // It runs there: a cordon or an unhealthy GPU does not make it hold less.
+    absl::Status s = p.ok() ? ::gpushare::internal::ClusterAccess::CommitRunning(*cluster,
+                                                                                std::move(**p))
                             : p.status();
     if (!s.ok()) {
       ++r->skipped;

@@ -460,6 +460,14 @@ absl::Status Scheduler::Commit(const Placement& placement) {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::Restore(const Placement& placement) {
+  ExpireReservations();
+  std::unique_lock lock(state_->mu);
+  GPUSHARE_RETURN_IF_ERROR(internal::ClusterAccess::CommitRunning(state_->cluster, placement));
+  Unremember(state_->expired_order, state_->expired, placement.request_id);
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::Move(const Placement& to) {
   ExpireReservations();
   std::unique_lock lock(state_->mu);
@@ -473,9 +481,9 @@ absl::Status Scheduler::Move(const Placement& to) {
   }
   const Placement before = *held;
   GPUSHARE_RETURN_IF_ERROR(state_->cluster.Release(to.request_id));
-  if (absl::Status s = state_->cluster.Commit(to); !s.ok()) {
+  if (absl::Status s = internal::ClusterAccess::CommitRunning(state_->cluster, to); !s.ok()) {
     // Under the same lock nothing else changed: what was just released fits.
-    absl::Status back = state_->cluster.Commit(before);
+    absl::Status back = internal::ClusterAccess::CommitRunning(state_->cluster, before);
     if (!back.ok()) return absl::InternalError(absl::StrCat("Move: ", back.message()));
     return s;
   }
