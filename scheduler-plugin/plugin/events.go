@@ -114,8 +114,10 @@ func (g *eventGate) apply(key, resourceVersion string, deleted, final bool, do f
 	return run
 }
 
-func (p *sharedState) applyNode(eventType string, node *v1.Node, final bool) {
-	p.gate.apply("node/"+node.Name, node.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
+// applyNode applies a node's event unless the gate skips it; it reports
+// whether the event was applied.
+func (p *sharedState) applyNode(eventType string, node *v1.Node, final bool) bool {
+	return p.gate.apply("node/"+node.Name, node.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
 		body, err := json.Marshal(node)
 		if err != nil {
 			p.logger.Error(err, "Encoding a node", "node", klog.KObj(node))
@@ -123,15 +125,14 @@ func (p *sharedState) applyNode(eventType string, node *v1.Node, final bool) {
 		}
 		r, err := p.sched.ApplyNodeEvent(eventType, body)
 		p.logEvent(err, r, "node", klog.KObj(node), eventType)
-		if err == nil && r.NodesAdded+r.NodesUpdated > 0 {
-			p.mayFitNow("node " + eventType)
-		}
 	})
 }
 
-func (p *sharedState) applyPod(eventType string, pod *v1.Pod, final bool) {
+// applyPod applies a pod's event unless the gate skips it; it reports
+// whether the event was applied.
+func (p *sharedState) applyPod(eventType string, pod *v1.Pod, final bool) bool {
 	key := "pod/" + pod.Namespace + "/" + pod.Name
-	p.gate.apply(key, pod.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
+	return p.gate.apply(key, pod.ResourceVersion, eventType == gpushare.EventDeleted, final, func() {
 		body, err := json.Marshal(pod)
 		if err != nil {
 			p.logger.Error(err, "Encoding a pod", "pod", klog.KObj(pod))
@@ -139,8 +140,8 @@ func (p *sharedState) applyPod(eventType string, pod *v1.Pod, final bool) {
 		}
 		r, err := p.sched.ApplyPodEvent(eventType, body)
 		p.logEvent(err, r, "pod", klog.KObj(pod), eventType)
-		if err == nil && r.Released > 0 {
-			p.mayFitNow("pod " + eventType)
+		if err == nil {
+			p.bound.note(eventType, pod)
 		}
 	})
 }
@@ -194,9 +195,6 @@ func (p *sharedState) podHandler() cache.ResourceEventHandler {
 			if !ok {
 				return
 			}
-			if pod.Spec.NodeName != "" {
-				p.rejected.remove(pod.UID) // Bound: no longer waiting.
-			}
 			if oldPod, _ := old.(*v1.Pod); MayHoldGPUs(pod) || (oldPod != nil && MayHoldGPUs(oldPod)) {
 				p.applyPod(gpushare.EventModified, pod, false)
 			}
@@ -206,7 +204,6 @@ func (p *sharedState) podHandler() cache.ResourceEventHandler {
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok && MayHoldGPUs(pod) {
-				p.rejected.remove(pod.UID)
 				p.applyPod(gpushare.EventDeleted, pod, true)
 			}
 		},
@@ -278,92 +275,104 @@ func selfUpdatedHint(_ klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.Que
 	return fwk.QueueSkip, nil
 }
 
-// ---- Retries that saw the state before an event -------------------------------------
+// ---- Catching up with kube-scheduler's snapshot ------------------------------------
 
 // kube-scheduler retries a pending pod when an event may help it, asking only
-// the queueing hints of the plugins that rejected it. When GpuShare was one
-// of them, its hint applies the event before answering (see eventGate). When
+// the queueing hints of the plugins that rejected it. When GpuShare was one of
+// them, its hint applies the event before answering (see eventGate). When
 // another plugin was (NodeResourcesFit's node totals, say: 6 units free on a
-// node and 12 asked), GpuShare's hint is not asked, and the retry, at once,
-// may run GpuShare's Filter before the plugin's own informer handler has
-// applied the same event: the node added is still unknown to gpushare, the
-// deleted pod's GPUs still held. GpuShare then rejects the pod, and it would
-// wait for another event, or kube-scheduler's 5-minute flush of its
-// unschedulable pods.
+// node and 12 asked), GpuShare's hint is not asked, and the retry may run
+// GpuShare's Filter before the plugin's own informer handler has applied the
+// same event: the node added is still unknown to gpushare, the deleted pod's
+// GPUs still held. kube-scheduler's snapshot, which Filter is given, has the
+// event already: its cache is updated before it retries anyone, and the
+// informer's store before any handler hears of it.
 //
-// So the plugin remembers the pods its Filter rejected, and each first
-// application of an event that may let pods fit (a node added or changed, a
-// placement released, a reservation expired) asks kube-scheduler to retry
-// them (Handle.Activate: from the unschedulable pods or the backoff queue to
-// the active queue; a pod in its scheduling cycle is retried when the cycle
-// ends). Such applications are counted (the generation); a Filter that
-// rejects its pod after one was applied during the pod's cycle (PreFilter
-// read an older generation) cannot know which state Fit saw, and asks for the
-// pod's retry itself. Either way the pod is retried after the event is
-// applied.
-type rejections struct {
-	mu   sync.Mutex
-	gen  uint64
-	pods map[types.UID]*v1.Pod
+// So a Filter that is about to refuse a node first brings gpushare up to the
+// node as the snapshot has it (catchUp): the Node object, when newer than the
+// one applied, and the bound GPU pods gpushare follows on the node that the
+// snapshot no longer lists and that the informer's store has as gone, ended
+// or replaced by a pod of another UID. Then it judges the node again. This
+// runs only on a refusal, and once per generation of the node in the
+// snapshot; the common path is one Fit. Retries themselves are kube-scheduler's:
+// its queueing hints (EventsToRegister), its backoff, and its in-flight event
+// tracking for events that arrive during a pod's scheduling cycle.
+
+// boundPods are the bound GPU pods whose events gpushare applied, by node:
+// the pods catchUp compares with the snapshot.
+type boundPods struct {
+	mu     sync.Mutex
+	byNode map[string]map[string]*v1.Pod // node -> "namespace/name" -> the pod as applied
+	nodeOf map[string]string             // "namespace/name" -> node
 }
 
-// generation is the count of applied events that may let pods fit.
-func (r *rejections) generation() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gen
-}
-
-// add remembers a pod that Filter rejected in a cycle that began at
-// generation gen; it reports whether an event was applied since.
-func (r *rejections) add(pod *v1.Pod, gen uint64) (stale bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pods == nil {
-		r.pods = map[types.UID]*v1.Pod{}
+// note records the pod of an applied event.
+func (b *boundPods) note(eventType string, pod *v1.Pod) {
+	key := pod.Namespace + "/" + pod.Name
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byNode == nil {
+		b.byNode, b.nodeOf = map[string]map[string]*v1.Pod{}, map[string]string{}
 	}
-	r.pods[pod.UID] = pod
-	return r.gen != gen
-}
-
-// remove forgets a pod: placed, bound or gone.
-func (r *rejections) remove(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.pods, uid)
-}
-
-// advance counts an applied event that may let pods fit and returns the
-// rejected pods, keyed as Activate wants them.
-func (r *rejections) advance() map[string]*v1.Pod {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gen++
-	if len(r.pods) == 0 {
-		return nil
+	if node, ok := b.nodeOf[key]; ok {
+		delete(b.byNode[node], key)
+		if len(b.byNode[node]) == 0 {
+			delete(b.byNode, node)
+		}
+		delete(b.nodeOf, key)
 	}
-	out := make(map[string]*v1.Pod, len(r.pods))
-	for _, pod := range r.pods {
-		out[pod.Namespace+"/"+pod.Name] = pod
+	if eventType == gpushare.EventDeleted || pod.Spec.NodeName == "" || finished(pod) {
+		return
+	}
+	on := b.byNode[pod.Spec.NodeName]
+	if on == nil {
+		on = map[string]*v1.Pod{}
+		b.byNode[pod.Spec.NodeName] = on
+	}
+	on[key] = pod
+	b.nodeOf[key] = pod.Spec.NodeName
+}
+
+// on returns the pods recorded on a node.
+func (b *boundPods) on(node string) []*v1.Pod {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*v1.Pod, 0, len(b.byNode[node]))
+	for _, pod := range b.byNode[node] {
+		out = append(out, pod)
 	}
 	return out
 }
 
-// mayFitNow is called after an event that may let pods fit was applied
-// (`what` for the log): the pods GpuShare rejected are retried.
-func (p *sharedState) mayFitNow(what string) {
-	if pods := p.rejected.advance(); len(pods) > 0 {
-		p.logger.V(4).Info("Retrying the pods GpuShare rejected", "after", what, "count", len(pods))
-		p.activate(pods)
-	}
+func finished(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
 }
 
-// activate asks kube-scheduler to retry pods. Asynchronously: a queueing
-// hint, which may apply an event, runs under the scheduling queue's lock,
-// which Activate takes too.
-func (p *sharedState) activate(pods map[string]*v1.Pod) {
-	if p.activator == nil {
-		return
+// catchUp applies what kube-scheduler's snapshot of a node shows and gpushare
+// has not applied yet (see above); it reports whether it applied anything.
+func (p *sharedState) catchUp(nodeInfo fwk.NodeInfo) bool {
+	node := nodeInfo.Node()
+	gen := nodeInfo.GetGeneration()
+	if last, ok := p.caughtUp.Load(node.Name); ok && last.(int64) == gen {
+		return false
 	}
-	go p.activator.Activate(p.logger, pods)
+	applied := p.applyNode(gpushare.EventModified, node, false)
+	present := make(map[types.UID]bool, len(nodeInfo.GetPods()))
+	for _, pi := range nodeInfo.GetPods() {
+		present[pi.GetPod().UID] = true
+	}
+	for _, held := range p.bound.on(node.Name) {
+		if present[held.UID] || p.podLister == nil {
+			continue
+		}
+		current, err := p.podLister.Pods(held.Namespace).Get(held.Name)
+		switch {
+		case apierrors.IsNotFound(err), err == nil && current.UID != held.UID:
+			applied = p.applyPod(gpushare.EventDeleted, held, false) || applied
+		case err == nil && finished(current):
+			applied = p.applyPod(gpushare.EventModified, current, false) || applied
+		}
+	}
+	p.caughtUp.Store(node.Name, gen)
+	return applied
 }

@@ -80,20 +80,20 @@ type Args struct {
 }
 
 // sharedState is the GPU state of one kube-scheduler: the scheduler core,
-// the informer handlers that feed it, the pods GpuShare rejected and the
-// binds still settling. Every profile's plugin uses the same one, found by
-// the informer factory the profiles share.
+// the informer handlers that feed it and the binds still settling. Every
+// profile's plugin uses the same one, found by the informer factory the
+// profiles share.
 type sharedState struct {
 	sched     *gpushare.Scheduler
 	args      Args
 	podLister corelisters.PodLister
 	gate      eventGate
-	// rejected holds the pods Filter rejected, retried through activator
-	// (the framework's Handle; nil: no retries) after events that may let
-	// them fit (events.go).
-	rejected  rejections
-	activator framework.PodActivator
-	logger    klog.Logger
+	// bound and caughtUp serve catchUp (events.go): the bound GPU pods
+	// applied, by node, and the generation of each node's snapshot that
+	// gpushare last caught up with (node name -> int64).
+	bound    boundPods
+	caughtUp sync.Map
+	logger   klog.Logger
 	// synced reports whether both informers' initial lists have been applied.
 	synced func() bool
 	// ctx ends when the scheduler stops: settling binds give up then.
@@ -166,7 +166,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	}
 	registerMetrics()
 	logger := klog.FromContext(ctx).WithName(Name)
-	st, err := sharedFor(ctx, args, h.SharedInformerFactory(), h, logger)
+	st, err := sharedFor(ctx, args, h.SharedInformerFactory(), logger)
 	if err != nil {
 		return nil, err
 	}
@@ -189,9 +189,9 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 }
 
 // sharedFor returns the state of the scheduler whose profiles share
-// `informers`, made by the first call (which also sets the activator).
+// `informers`, made by the first call.
 func sharedFor(ctx context.Context, args Args, informers informers.SharedInformerFactory,
-	activator framework.PodActivator, logger klog.Logger) (*sharedState, error) {
+	logger klog.Logger) (*sharedState, error) {
 	statesMu.Lock()
 	defer statesMu.Unlock()
 	if st, ok := states[informers]; ok {
@@ -213,7 +213,6 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 	pods := informers.Core().V1().Pods()
 	st := newSharedState(ctx, s, pods.Lister(), logger)
 	st.args = args
-	st.activator = activator
 
 	// Nodes first: a bound pod is restored only onto a node gpushare knows,
 	// so the pod handler (whose registration replays every pod as ADDED)
@@ -239,10 +238,6 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 			return
 		}
 		podReg.Store(&reg)
-		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			// The GPU pods PreFilter left waiting for the lists.
-			st.mayFitNow("the informers' initial lists applied")
-		}
 	}()
 	states[informers] = st
 	go func() {
@@ -282,10 +277,6 @@ const stateKey fwk.StateKey = Name
 // cycleState is what one scheduling cycle knows of its pod.
 type cycleState struct {
 	pod *gpushare.Pod
-	// gen is the plugin's event generation when the cycle began (rejections).
-	gen uint64
-	// retried: Filter asked for the pod's retry already in this cycle.
-	retried *atomic.Bool
 	// ranks by node name, from PreScore.
 	ranks map[string]int64
 	// placement, from a successful Reserve; unsettled: its bind failed in
@@ -312,12 +303,11 @@ type nodeEdits struct {
 
 func (e *nodeEdits) empty() bool { return len(e.removed) == 0 && len(e.added) == 0 }
 
-// Clone shares the pod (immutable), the cycle's generation and retry flag,
-// and the ranks (written once, in PreScore, before any reader), and copies
-// the node edits; the placement belongs to the binding cycle of the
-// original state.
+// Clone shares the pod (immutable) and the ranks (written once, in
+// PreScore, before any reader), and copies the node edits; the placement
+// belongs to the binding cycle of the original state.
 func (c *cycleState) Clone() fwk.StateData {
-	out := &cycleState{pod: c.pod, gen: c.gen, retried: c.retried, ranks: c.ranks}
+	out := &cycleState{pod: c.pod, ranks: c.ranks}
 	if len(c.edits) > 0 {
 		out.edits = make(map[string]*nodeEdits, len(c.edits))
 		for node, e := range c.edits {
@@ -358,17 +348,12 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if !RequestsGPUs(pod) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	// Before any Fit of this cycle: see rejections.
-	gen := p.rejected.generation()
 	if !p.synced() {
 		// Before the lists, gpushare does not know which GPUs bound pods
-		// hold. The pod waits, without holding the scheduling goroutine;
-		// it is retried once they are applied.
-		if p.rejected.add(pod, gen) {
-			p.activate(map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
-		}
-		return nil, fwk.NewStatus(fwk.Unschedulable,
-			Name+" is still loading the cluster's nodes and pods")
+		// hold. The pod waits, without holding the scheduling goroutine:
+		// an error sends it to kube-scheduler's backoff queue (1 s, then
+		// longer), to be tried again once the lists are likely applied.
+		return nil, fwk.AsStatus(fmt.Errorf("%s is still loading the cluster's nodes and pods", Name))
 	}
 	gp, err := parsePod(pod)
 	if err != nil {
@@ -379,7 +364,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		gp.Close()
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycleState{pod: gp, gen: gen, retried: new(atomic.Bool)})
+	state.Write(stateKey, &cycleState{pod: gp})
 	return nil, nil
 }
 
@@ -465,17 +450,11 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
-	var fit gpushare.NodeFit
-	var err error
-	if e := c.edits[node.Name]; e != nil && !e.empty() {
-		fit, err = p.sched.FitAfter(c.pod, node.Name, e.removed, e.added)
-	} else {
-		// The common case, once per node and pod: Fit is the library's
-		// fastest answer. Only a refusal asks whether preemption could help.
-		fit.Fits, fit.Reason, err = p.sched.Fit(c.pod, node.Name)
-		if err == nil && !fit.Fits && offersGPUs(node) {
-			fit, err = p.sched.FitAfter(c.pod, node.Name, nil, nil)
-		}
+	fit, err := p.judge(c, node)
+	if err == nil && !fit.Fits && p.catchUp(nodeInfo) {
+		// gpushare was behind kube-scheduler's snapshot of the node (see
+		// catchUp): judge it again as the snapshot has it.
+		fit, err = p.judge(c, node)
 	}
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -489,18 +468,23 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		// only a change of the node, which the node events retry.
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fit.Reason)
 	}
-	p.reject(pod, c)
 	return fwk.NewStatus(fwk.Unschedulable, fit.Reason)
 }
 
-// reject remembers a pod GpuShare rejected, to retry it after events that may
-// let it fit; and if an event was applied during this cycle, which may
-// postdate what the rejection saw, retries it once the cycle ends (see
-// rejections).
-func (p *Plugin) reject(pod *v1.Pod, c *cycleState) {
-	if p.rejected.add(pod, c.gen) && c.retried.CompareAndSwap(false, true) {
-		p.activate(map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod})
+// judge fits the cycle's pod on a node, as the cycle's edits leave it.
+func (p *Plugin) judge(c *cycleState, node *v1.Node) (gpushare.NodeFit, error) {
+	if e := c.edits[node.Name]; e != nil && !e.empty() {
+		return p.sched.FitAfter(c.pod, node.Name, e.removed, e.added)
 	}
+	// The common case, once per node and pod: Fit is the library's fastest
+	// answer. Only a refusal asks whether preemption could help.
+	var fit gpushare.NodeFit
+	var err error
+	fit.Fits, fit.Reason, err = p.sched.Fit(c.pod, node.Name)
+	if err == nil && !fit.Fits && offersGPUs(node) {
+		fit, err = p.sched.FitAfter(c.pod, node.Name, nil, nil)
+	}
+	return fit, err
 }
 
 // ---- Score ----------------------------------------------------------------------
@@ -578,7 +562,6 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if err != nil {
 		if errors.Is(err, gpushare.ErrResourceExhausted) || errors.Is(err, gpushare.ErrAlreadyExists) {
 			// The state changed since Filter (an event, a concurrent bind).
-			p.reject(pod, c)
 			return fwk.NewStatus(fwk.Unschedulable, err.Error())
 		}
 		return fwk.AsStatus(err)
@@ -586,7 +569,6 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	c.mu.Lock()
 	c.placement = placement
 	c.mu.Unlock()
-	p.rejected.remove(pod.UID)
 	klog.FromContext(ctx).V(4).Info("GPUs reserved", "pod", klog.KObj(pod), "node", nodeName,
 		"gpus", placement.GPUs, "unitsPerGPU", placement.MemoryPerGPU)
 	return nil
@@ -613,11 +595,10 @@ func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	default:
 		// FailedPrecondition: confirmed (the pod is bound after all) or
 		// reserved again; NotFound: released meanwhile. Nothing to undo then.
+		// kube-scheduler then reports the un-assumed pod as deleted, and
+		// the pods its GPUs may let fit are retried through the hints.
 		err := p.sched.ForgetReservation(placement)
-		switch {
-		case err == nil:
-			p.mayFitNow("a reservation forgotten")
-		case !errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound):
+		if err != nil && !errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound) {
 			klog.FromContext(ctx).Error(err, "Forgetting a reservation", "pod", klog.KObj(pod))
 		}
 	}

@@ -366,23 +366,23 @@ func TestBadPod(t *testing.T) {
 }
 
 // Before the informers' lists are applied a GPU pod waits without holding
-// the scheduling goroutine, and is retried once they are.
+// the scheduling goroutine: an error, which kube-scheduler retries after
+// its backoff.
 func TestBeforeTheListsAPodWaitsWithoutBlocking(t *testing.T) {
 	f := newFixture(t)
-	retried := make(activations, 16)
-	f.p.activator = retried
 	f.p.synced = func() bool { return false }
 	start := time.Now()
 	_, st := f.p.PreFilter(context.Background(), framework.NewCycleState(), gpuPod("p", 4), nil)
-	if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "loading") {
+	if st.Code() != fwk.Error || !strings.Contains(st.Message(), "loading") {
 		t.Fatalf("PreFilter before the informers synced: %v", st)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("PreFilter waited %v", d)
 	}
 	f.p.synced = func() bool { return true }
-	f.p.mayFitNow("the informers' initial lists applied")
-	retried.expect(t, "default/p")
+	if _, st := f.p.PreFilter(context.Background(), framework.NewCycleState(), gpuPod("p", 4), nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter once synced: %v", st)
+	}
 }
 
 // A bind that fails after the API server may have applied it: the pod is
@@ -542,20 +542,20 @@ func TestProfilesShareOneState(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	a, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
+	a, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, klog.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
+	b, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, klog.Background())
 	if err != nil || a != b {
 		t.Fatalf("second profile: %p %p, %v", a, b, err)
 	}
-	if _, err := sharedFor(ctx, Args{Policy: "spread"}, factory, nil, klog.Background()); err == nil ||
+	if _, err := sharedFor(ctx, Args{Policy: "spread"}, factory, klog.Background()); err == nil ||
 		!strings.Contains(err.Error(), "same") {
 		t.Fatalf("different args: %v", err)
 	}
 	other := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	c, err := sharedFor(ctx, Args{}, other, nil, klog.Background())
+	c, err := sharedFor(ctx, Args{}, other, klog.Background())
 	if err != nil || c == a {
 		t.Fatalf("another scheduler: %p %p, %v", c, a, err)
 	}
@@ -696,42 +696,6 @@ func TestPredicates(t *testing.T) {
 	}
 }
 
-// activations records the pods the plugin asks kube-scheduler to retry
-// (framework.PodActivator).
-type activations chan string
-
-func (a activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
-	for key := range pods {
-		a <- key
-	}
-}
-
-// expect waits for exactly these retries (in any order), then checks that
-// no other follows.
-func (a activations) expect(t *testing.T, keys ...string) {
-	t.Helper()
-	want := map[string]int{}
-	for _, k := range keys {
-		want[k]++
-	}
-	for range keys {
-		select {
-		case k := <-a:
-			if want[k] == 0 {
-				t.Fatalf("retried %s, want %v", k, keys)
-			}
-			want[k]--
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no retry of %v", want)
-		}
-	}
-	select {
-	case k := <-a:
-		t.Fatalf("retried %s too, want only %v", k, keys)
-	case <-time.After(100 * time.Millisecond):
-	}
-}
-
 // cycle runs PreFilter for a pod: the start of its scheduling cycle.
 func (f *fixture) cycle(t *testing.T, pod *v1.Pod) fwk.CycleState {
 	t.Helper()
@@ -742,85 +706,98 @@ func (f *fixture) cycle(t *testing.T, pod *v1.Pod) fwk.CycleState {
 	return state
 }
 
+// bindOn reserves a pod's GPUs on a node in a scheduling cycle and returns
+// the pod as the informer then reports it: bound, with the annotations.
+func (f *fixture) bindOn(t *testing.T, pod *v1.Pod, node string) *v1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	state := f.cycle(t, pod)
+	if st := f.p.Reserve(ctx, state, pod, node); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	var patch struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(readState(state).reserved().Patch, &patch); err != nil {
+		t.Fatal(err)
+	}
+	f.p.PostBind(ctx, state, pod, node)
+	bound := pod.DeepCopy()
+	bound.Annotations = patch.Metadata.Annotations
+	bound.Spec.NodeName = node
+	bound.Status.Phase = v1.PodRunning
+	bound.ResourceVersion = "6"
+	if err := f.indexer.Add(bound); err != nil {
+		t.Fatal(err)
+	}
+	f.p.podHandler().OnUpdate(pod, bound)
+	return bound
+}
+
+// snapshot is kube-scheduler's NodeInfo of a node with these pods.
+func snapshot(t *testing.T, n *v1.Node, pods ...*v1.Pod) fwk.NodeInfo {
+	t.Helper()
+	ni := framework.NewNodeInfo()
+	ni.SetNode(n)
+	for _, pod := range pods {
+		ni.AddPod(pod)
+	}
+	return ni
+}
+
 // kube-scheduler retries a pod rejected by another plugin (NodeResourcesFit)
 // after an event without asking GpuShare's hint, possibly before the
-// plugin's handler applied the event: GpuShare then rejects it on the old
-// state. The pods GpuShare rejected are retried after each event that may
-// let them fit, once applied.
-func TestRetriesAfterEvents(t *testing.T) {
+// plugin's handler applied the event. Filter then catches up with the
+// snapshot it is given, which has the event, instead of refusing on the old
+// state.
+func TestFilterCatchesUpWithTheSnapshot(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	retried := make(activations, 16)
-	f.p.activator = retried
 
-	hold := gpuPod("hold", 8)
-	state := f.cycle(t, hold)
-	if st := f.p.Reserve(ctx, state, hold, "small"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	f.p.PostBind(ctx, state, hold, "small")
-
-	// Rejected on the state of the moment: small is full; the node `fresh`
-	// is in kube-scheduler's snapshot, but its ADDED is not applied yet.
-	waiting := gpuPod("waiting", 8)
-	if st := f.p.Filter(ctx, f.cycle(t, waiting), waiting, nodeInfo(f.nodes["small"])); st.Code() != fwk.Unschedulable {
-		t.Fatalf("small is full: %v", st)
-	}
+	// A node in kube-scheduler's snapshot whose ADDED gpushare has not
+	// applied yet.
 	twelve := gpuPod("twelve", 12)
 	fresh := gpuNode("fresh", 1, 16)
-	if st := f.p.Filter(ctx, f.cycle(t, twelve), twelve, nodeInfo(fresh)); st.Code() != fwk.Unschedulable {
-		t.Fatalf("a node gpushare does not know yet: %v", st)
-	}
-	retried.expect(t)
-
-	// The handler applies the ADDED: both are retried; its duplicate
-	// changes nothing and retries nobody.
-	f.p.nodeHandler().OnAdd(fresh, false)
-	retried.expect(t, "default/waiting", "default/twelve")
-	f.p.nodeHandler().OnAdd(fresh, false)
-	retried.expect(t)
-
-	// Placed (Reserve): no longer retried.
-	state = f.cycle(t, twelve)
-	if st := f.p.Filter(ctx, state, twelve, nodeInfo(fresh)); !st.IsSuccess() {
-		t.Fatalf("fresh, once known: %v", st)
-	}
-	if st := f.p.Reserve(ctx, state, twelve, "fresh"); !st.IsSuccess() {
-		t.Fatal(st)
+	if st := f.p.Filter(ctx, f.cycle(t, twelve), twelve, snapshot(t, fresh)); !st.IsSuccess() {
+		t.Fatalf("a node only the snapshot knows: %v", st)
 	}
 
-	// A deletion applied while `late` is in its cycle: the rejected pods
-	// are retried, and `late`, rejected after it on what may be the state
-	// before it, is retried at once (once per cycle).
-	for _, id := range []string{"default/filler-0", "default/filler-1"} {
-		filler, err := gpushare.NewPod(gpushare.Request{ID: id, GPUMemory: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.s.Reserve(filler, "big"); err != nil {
-			t.Fatal(err)
+	// small is full with `hold`. While the snapshot still lists it, or the
+	// informer's store still has it, small stays full.
+	hold := f.bindOn(t, gpuPod("hold", 8), "small")
+	waiting := gpuPod("waiting", 8)
+	small := f.nodes["small"]
+	for _, ni := range []fwk.NodeInfo{snapshot(t, small, hold), snapshot(t, small)} {
+		if st := f.p.Filter(ctx, f.cycle(t, waiting), waiting, ni); st.Code() != fwk.Unschedulable {
+			t.Fatalf("small is full: %v", st)
 		}
 	}
-	late := gpuPod("late", 16) // Fits a GPU of big, not while 10 of its 16 units are taken.
-	state = f.cycle(t, late)
-	bound := hold.DeepCopy()
-	bound.Spec.NodeName = "small"
-	bound.ResourceVersion = "9"
-	f.p.podHandler().OnDelete(bound)
-	retried.expect(t, "default/waiting")
-	for _, n := range []string{"big", "big"} {
-		if st := f.p.Filter(ctx, state, late, nodeInfo(f.nodes[n])); st.Code() != fwk.Unschedulable {
-			t.Fatalf("GPUs too full: %v", st)
-		}
+	// Deleted: gone from the store and the snapshot, the handler not called
+	// yet. Filter releases its GPUs and admits the pod.
+	if err := f.indexer.Delete(hold); err != nil {
+		t.Fatal(err)
 	}
-	retried.expect(t, "default/late")
+	if st := f.p.Filter(ctx, f.cycle(t, waiting), waiting, snapshot(t, small)); !st.IsSuccess() {
+		t.Fatalf("small, its pod deleted: %v", st)
+	}
+	// The handler's late DELETED changes nothing more.
+	f.p.podHandler().OnDelete(hold)
+	if _, err := f.s.Placement("default/hold"); !errors.Is(err, gpushare.ErrNotFound) {
+		t.Fatalf("hold: %v", err)
+	}
 
-	// A pending pod deleted is forgotten; events that change nothing (a pod
-	// that held no GPUs) retry nobody.
-	f.p.podHandler().OnDelete(late)
-	retried.expect(t)
-	f.p.nodeHandler().OnAdd(gpuNode("another", 1, 16), false)
-	retried.expect(t, "default/waiting")
+	// Ended (Succeeded) in the store: released the same way.
+	done := f.bindOn(t, gpuPod("done", 16), "fresh")
+	ended := done.DeepCopy()
+	ended.Status.Phase = v1.PodSucceeded
+	ended.ResourceVersion = "7"
+	if err := f.indexer.Update(ended); err != nil {
+		t.Fatal(err)
+	}
+	sixteen := gpuPod("sixteen", 16)
+	if st := f.p.Filter(ctx, f.cycle(t, sixteen), sixteen, snapshot(t, fresh)); !st.IsSuccess() {
+		t.Fatalf("fresh, its pod ended: %v", st)
+	}
 	if err := f.s.Check(); err != nil {
 		t.Fatal(err)
 	}

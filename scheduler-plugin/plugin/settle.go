@@ -102,9 +102,12 @@ func (p *Plugin) settle(pod *v1.Pod, placement *gpushare.Placement) {
 			}
 			return
 		case notBound:
+			// Pods that these GPUs kept out are retried at the next event
+			// the hints accept, or kube-scheduler's periodic flush.
 			settledBinds.WithLabelValues("not_bound").Inc()
-			if err := p.sched.ForgetReservation(placement); err == nil {
-				p.mayFitNow("an unsettled bind found not bound")
+			if err := p.sched.ForgetReservation(placement); err != nil &&
+				!errors.Is(err, gpushare.ErrFailedPrecondition) && !errors.Is(err, gpushare.ErrNotFound) {
+				p.logger.Error(err, "Forgetting the reservation of a bind found not bound", "pod", klog.KObj(pod))
 			}
 			return
 		}
