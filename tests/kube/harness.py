@@ -245,11 +245,13 @@ class Api:
             "metadata": {"name": name}, "value": value}, ok=(200, 201, 409))
 
     def create_pod(self, name, gpu_memory=None, gpu_count=None, whole_gpus=None,
-                   namespace=NAMESPACE, labels=None, priority_class=None, grace_seconds=0):
+                   namespace=NAMESPACE, labels=None, priority_class=None, grace_seconds=0,
+                   node_name=None):
         """A pod as users write it: limits aliyun.com/gpu-mem, the label
         aliyun.com/gpu-count for multi-card, limits nvidia.com/gpu for whole GPUs.
         With no kubelet, a pod with grace_seconds > 0 that is deleted stays
-        Terminating until delete_pod() (what its kubelet would confirm)."""
+        Terminating until delete_pod() (what its kubelet would confirm).
+        node_name binds it at creation, past every scheduler."""
         limits = {}
         if gpu_memory is not None:
             limits[GPU_MEM] = str(gpu_memory)
@@ -269,6 +271,8 @@ class Api:
         }
         if priority_class:
             pod["spec"]["priorityClassName"] = priority_class
+        if node_name:
+            pod["spec"]["nodeName"] = node_name
         return self.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
 
     def pod(self, name, namespace=NAMESPACE):

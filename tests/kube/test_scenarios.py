@@ -129,6 +129,26 @@ def test_fits_by_node_total_but_on_no_gpu_stays_pending(gpushare):
     assert_no_oversubscription(api)
 
 
+def test_a_gpu_pod_bound_past_the_scheduler_holds_its_node(gpushare):
+    """A pod created with spec.nodeName (as another scheduler would bind it)
+    carries no bind annotations, so gpushare cannot tell which GPU it uses:
+    8 units on one of two 14-unit GPUs. A 12-unit pod fits the node's total
+    (20 free) and, by gpushare's count without that pod, either GPU; placed
+    there, it could share a GPU with the 8 units. So the node takes no GPU
+    pod until that pod is gone, and the event says why."""
+    api = gpushare.api
+    api.create_node("t4x2", gpus=2, gpu_memory=T4)
+    api.create_pod("by-hand", gpu_memory=8, node_name="t4x2")
+    time.sleep(1)  # The scheduler's watch sees it (milliseconds, usually).
+    api.create_pod("twelve", gpu_memory=12)
+    messages = failed_scheduling_messages(api, "twelve")
+    assert any("did not place" in m and "by-hand" in m for m in messages), messages
+    assert_pending(api, "twelve", 3)
+    api.delete_pod("by-hand")
+    assert bound_node(api, "twelve", timeout=30) == "t4x2"
+    assert_no_oversubscription(api)
+
+
 def test_pods_without_gpus_are_scheduled_too(gpushare):
     """gpushare leaves pods that ask for no GPU to kube-scheduler's own
     plugins (the extender is not called for them, the plugin skips them at
