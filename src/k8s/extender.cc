@@ -2,6 +2,7 @@
 // Scheduler: filter, prioritize, bind, preempt, lifecycle calls and inspect.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -65,6 +66,9 @@ struct Extender::PodCache {
   };
   absl::flat_hash_map<std::string, std::map<std::string, Holder>> holders;  // Guarded by mu.
   absl::flat_hash_map<std::string, std::string> holder_node;                // Guarded by mu.
+  // holders.size(), for NodeHold() to answer "not held" without taking mu
+  // (it runs on every refusal of the fit calls). Written under mu.
+  std::atomic<size_t> held_nodes{0};
   // Each node's own schedulable flag as last seen (spec.unschedulable, or
   // false for a node gone but still holding placements). Guarded by mu.
   absl::flat_hash_map<std::string, bool> own_schedulable;
@@ -320,6 +324,7 @@ void Extender::Account(const Pod& pod, bool only_add, SyncReport* r) {
         touched.push_back(pod.node_name);
       }
     }
+    cache_->held_nodes.store(cache_->holders.size(), std::memory_order_release);
   }
   for (const std::string& node : touched) {
     if (ApplyHold(node)) ++r->nodes_updated;
@@ -345,6 +350,7 @@ void Extender::Unaccount(const std::string& id, const std::string& uid, SyncRepo
     }
     node = was->second;
     cache_->holder_node.erase(was);
+    cache_->held_nodes.store(cache_->holders.size(), std::memory_order_release);
   }
   if (ApplyHold(node)) ++r->nodes_updated;
 }
@@ -378,8 +384,8 @@ absl::Status Extender::AddNodeHeld(Node node) {
 }
 
 std::optional<std::string> Extender::NodeHold(std::string_view node) const {
+  if (cache_->held_nodes.load(std::memory_order_acquire) == 0) return std::nullopt;
   std::lock_guard lock(cache_->mu);
-  if (cache_->holders.empty()) return std::nullopt;
   auto held = cache_->holders.find(std::string(node));
   if (held == cache_->holders.end() || held->second.empty()) return std::nullopt;
   std::string pods;
