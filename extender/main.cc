@@ -439,7 +439,9 @@ int main(int argc, char** argv) {
           }
           LogReport("pod event", *r);
           warnings.Log(r->warnings);
-          if (r->released == 0) return;
+          // GPUs were freed: a placement released, or a hold lifted from a
+          // node (its last pod that gpushare did not place ended).
+          if (r->released + r->nodes_updated == 0) return;
           for (auto it = doomed.begin(); it != doomed.end();) {
             absl::StatusOr<gpushare::k8s::SyncReport> d = ext.ApplyNodeEvent("DELETED", it->second);
             if (d.ok() && (d->nodes_removed > 0 || d->warnings.empty())) {  // Gone.

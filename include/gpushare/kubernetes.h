@@ -258,7 +258,8 @@ std::string BindingJson(const BindTarget& target,
 // What Extender::Sync() changed.
 struct SyncReport {
   int nodes_added = 0;
-  int nodes_updated = 0;   // Replaced (labels, GPUs) or cordoned / uncordoned.
+  int nodes_updated = 0;   // Replaced (labels, GPUs), cordoned / uncordoned, or a hold
+                           // placed / lifted (GPU pods gpushare did not place).
   int nodes_removed = 0;   // Gone from the list and holding nothing.
   int confirmed = 0;       // Reservations whose pod is now bound to their node.
   int released = 0;        // Placements whose pod ended, went away or moved.
