@@ -20,9 +20,25 @@ CPU-only, shared fractions of one GPU, whole GPUs):
                   (scheduler-plugin/), the trace's pods
   extender-names  gpushare-extender, nodeCacheCapable: true
   extender-nodes  gpushare-extender, nodeCacheCapable: false
+  go-original     AliyunContainerService/gpushare-scheduler-extender, the Go
+                  original (--go-original: its binary, built from its
+                  source), configured as its docs configure it (filter and
+                  bind, nodeCacheCapable: true, aliyun.com/gpu-mem only). It
+                  knows no whole GPUs: a whole-GPU task asks one GPU's memory
+                  instead (the trace's few multi-GPU tasks too). It has no
+                  setting for its API client's rate: client-go's default
+                  (5/s, burst 10), with two writes per bind.
+
+  plugin-churn    plugin and extender-names as users run them, under churn:
+  extender-churn  kube-scheduler's default client rate (50/s, burst 100) and
+                  the extender's default; the burst fills the cluster to
+                  --fill of its GPU memory (the throughput phase), then
+                  --latency-pods pods arrive at --churn-rate, each after a
+                  bound GPU pod is deleted (the latency phase)
 
 kube-scheduler's client QPS, and the extender's (--kube-api-qps), are raised
-(--qps) so that an API client's rate limit is not what is measured. Each row has two phases. Throughput: the burst is created before
+(--qps) so that an API client's rate limit is not what is measured, except
+in the churn rows. Each row has two phases. Throughput: the burst is created before
 kube-scheduler starts, so that pod creation (8 client threads on the same
 machine) is not what is measured: pods/s from the first bind to the last.
 Latency: --latency-pods more pods created at half that rate (at most 100/s),
@@ -34,6 +50,7 @@ and GPUs given more units than they have (must be 0).
 
   python3 bench/kube_compare.py --kube-bin DIR --extender BIN
       [--plugin-scheduler BIN --plugin-config deploy/scheduler-plugin/...]
+      [--go-original BIN]
       [--nodes 1000,5000] [--pods 2000] [--rows ceiling,plugin,...] [--json OUT]
 
 `make bench-kube` runs it with the programs it builds.
@@ -56,7 +73,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
 
 import harness  # noqa: E402
 
-ROWS = ("ceiling", "ceiling-gpu", "plugin", "extender-names", "extender-nodes")
+ROWS = ("ceiling", "ceiling-gpu", "plugin", "extender-names", "extender-nodes", "go-original",
+        "plugin-churn", "extender-churn")
+DEFAULT_QPS, DEFAULT_BURST = 50, 100  # kube-scheduler's own defaults
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -95,12 +114,18 @@ def openb_mix(path, count, units, seed):
     return [rng.choice(tasks) for _ in range(count)]
 
 
-def pod_object(name, task, cpu_only):
+def pod_object(name, task, cpu_only, memory_only_units=None):
+    """The Pod of a task; CPU-only when `cpu_only`. With
+    `memory_only_units` (the units of a GPU), a whole-GPU task asks that
+    many aliyun.com/gpu-mem instead: one GPU's memory, for a scheduler that
+    knows only memory."""
     cpu, mem, kind, amount = task
     requests = {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}
     limits = {}
     if not cpu_only and kind == "shared":
         limits[harness.GPU_MEM] = str(amount)
+    elif not cpu_only and kind == "whole" and memory_only_units:
+        limits[harness.GPU_MEM] = str(memory_only_units)
     elif not cpu_only and kind == "whole":
         limits[harness.WHOLE_GPU] = str(amount)
     return {
@@ -144,14 +169,41 @@ class BindLog:
                 self.bound[m.group(6)] = whole + float(sec) % 1
 
 
-def wait_bound(what, check, names, watch, timeout):
-    """Waits until every pod of `names` shows bound in `watch` (a BindLog)."""
-    try:
-        harness.wait_until(f"{what} bound", check, timeout, 0.2)
-    except harness.HarnessError as e:
-        missing = sorted(n for n in names if n not in watch.bound)
-        raise harness.HarnessError(f"{e}: {len(missing)} of {len(names)} not bound, "
-                                   f"e.g. {missing[:5]}") from None
+def wait_settled(what, names, watch, timeout, idle):
+    """Waits until every pod of `names` shows bound in `watch` (a BindLog),
+    or no pod has been bound for `idle` seconds (the rest do not fit: a
+    burst larger than the cluster), or `timeout`. Returns the names not
+    bound, and says how many."""
+    deadline = time.monotonic() + timeout
+    seen, last_change = -1, time.monotonic()
+    while True:
+        watch.poll()
+        bound = sum(1 for n in names if n in watch.bound)
+        now = time.monotonic()
+        if bound != seen:
+            seen, last_change = bound, now
+        if bound == len(names) or now - last_change >= idle or now >= deadline:
+            break
+        time.sleep(0.2)
+    pending = sorted(n for n in names if n not in watch.bound)
+    if pending:
+        why = "timed out" if now >= deadline else f"no bind for {idle:g} s"
+        print(f"{what}: {len(pending)} of {len(names)} pods not bound ({why}), "
+              f"e.g. {pending[:5]}", file=sys.stderr)
+    return pending
+
+
+def fill_mix(trace, units, gpus_total, fill, seed):
+    """Tasks of the openb mix, sampled until their GPU memory reaches `fill`
+    of `gpus_total` GPUs of `units` (a whole GPU counts `units`)."""
+    pool = openb_mix(trace, 10_000, units, seed)
+    tasks, demand, i = [], 0, 0
+    while demand < fill * gpus_total * units:
+        task = pool[i % len(pool)]
+        i += 1
+        tasks.append(task)
+        demand += task[3] * (units if task[2] == "whole" else 1)
+    return tasks
 
 
 def percentile(values, q):
@@ -204,16 +256,26 @@ def run_row(args, row, node_count, tasks):
     p50/p99)."""
     workdir = tempfile.mkdtemp(prefix=f"gpushare-bench-{row}-{node_count}-")
     cp = harness.ControlPlane(args.kube_bin, args.extender, workdir)
-    result = {"row": row, "nodes": node_count, "pods": len(tasks)}
+    churn = row.endswith("-churn")
+    if churn:
+        # What users run: kube-scheduler's and the extender's own client rates.
+        tasks = fill_mix(args.trace, args.units, node_count * args.gpus, args.fill, args.seed)
+        qps, burst, extender_args = DEFAULT_QPS, DEFAULT_BURST, ()
+        row = row.removesuffix("-churn")
+    else:
+        qps, burst, extender_args = args.qps, 2 * args.qps, ("--kube-api-qps", str(args.qps))
+    result = {"row": row + ("-churn" if churn else ""), "nodes": node_count, "pods": len(tasks),
+              "qps": qps}
     cpu_only = row == "ceiling"
+    memory_only = args.units if row == "go-original" else None
     gpus_unchecked = row == "ceiling-gpu"  # No annotations to check.
     ok = False
     try:
         cp.start()
         api = cp.api
         if row.startswith("extender"):
-            # Its own API client (binds) gets the same raised limit.
-            cp.start_extender(extra_args=("--kube-api-qps", str(args.qps)))
+            # Its own API client (binds) gets the same limit.
+            cp.start_extender(extra_args=extender_args)
         t0 = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: api.create_node(
@@ -224,49 +286,57 @@ def run_row(args, row, node_count, tasks):
         def create(name, task, created):
             created[name] = time.time()
             api.request("POST", f"/api/v1/namespaces/{harness.NAMESPACE}/pods",
-                        pod_object(name, task, cpu_only))
+                        pod_object(name, task, cpu_only, memory_only))
         backlog = {}
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: create(f"p{i:05d}", tasks[i], backlog), range(len(tasks))))
-        if row.startswith("extender"):
+        if row == "go-original":
+            cp.start_go_original(args.go_original)
+            cp.start_scheduler(with_extender=True, qps=qps, burst=burst,
+                               extender_overrides={
+                                   "prioritizeVerb": None, "nodeCacheCapable": True,
+                                   "managedResources": [{"name": harness.GPU_MEM,
+                                                         "ignoredByScheduler": False}]})
+        elif row.startswith("extender"):
             cp.start_scheduler(with_extender=True, node_cache_capable=(row == "extender-names"),
-                               qps=args.qps, burst=2 * args.qps)
+                               qps=qps, burst=burst)
         elif row == "plugin":
             apply_cluster_rbac(api, args.plugin_rbac)
             cp.start_scheduler(with_extender=False, binary=args.plugin_scheduler,
                                plugin_config=as_default_scheduler(args.plugin_config, workdir),
-                               qps=args.qps, burst=2 * args.qps)
+                               qps=qps, burst=burst)
         else:
-            cp.start_scheduler(with_extender=False, qps=args.qps, burst=2 * args.qps)
+            cp.start_scheduler(with_extender=False, qps=qps, burst=burst)
         watch = BindLog(cp.procs["kube-scheduler"].log_path)
         scheduler = cp.procs["kube-scheduler"].proc.pid
-        extender = cp.procs.get("gpushare-extender")
+        extender = cp.procs.get("gpushare-extender") or cp.procs.get("gpushare-sche-extender")
         extender = extender.proc.pid if extender else None
         cpu0 = cpu_seconds(scheduler), (cpu_seconds(extender) if extender else 0.0)
 
-        def bound(names):
-            def check():
-                watch.poll()
-                return all(n in watch.bound for n in names)
-            return check
-        wait_bound(f"the burst ({row}, {node_count} nodes)", bound(backlog), backlog, watch,
-                   args.timeout)
+        pending = wait_settled(f"the burst ({result['row']}, {node_count} nodes)", backlog,
+                               watch, args.timeout, args.idle)
         cpu1 = cpu_seconds(scheduler), (cpu_seconds(extender) if extender else 0.0)
-        times = [watch.bound[n] for n in backlog]
-        throughput = (len(times) - 1) / max(1e-9, max(times) - min(times))
+        times = [watch.bound[n] for n in backlog if n in watch.bound]
+        throughput = (len(times) - 1) / max(1e-9, max(times) - min(times)) if times else 0.0
 
-        # Latency at half the throughput (at most 100 pods/s).
-        rate = max(1.0, min(100.0, throughput / 2))
+        # Latency: at half the throughput (at most 100 pods/s), or under churn
+        # at --churn-rate, each new pod after a bound GPU pod is deleted.
+        rate = args.churn_rate if churn else max(1.0, min(100.0, throughput / 2))
         paced = {}
         start = time.monotonic()
         rng = random.Random(args.seed + 1)
+        victims = [n for n in backlog if n in watch.bound and tasks[int(n[1:])][2] != "cpu"]
+        rng.shuffle(victims)
         for i in range(args.latency_pods):
             while time.monotonic() < start + i / rate:
                 time.sleep(0.002)
+            if churn and victims:
+                api.delete_pod(victims.pop())
             create(f"q{i:05d}", rng.choice(tasks), paced)
-        wait_bound("the paced pods", bound(paced), paced, watch, args.timeout)
-        latencies = [watch.bound[n] - paced[n] for n in paced]
+        pending += wait_settled("the paced pods", paced, watch, args.timeout, args.idle)
+        latencies = [watch.bound[n] - paced[n] for n in paced if n in watch.bound]
         result.update({
+            "pending": len(pending),
             "pods_per_s": round(throughput, 1),
             "paced_rate": round(rate, 1),
             "bound_p50_ms": round(1e3 * percentile(latencies, 0.5), 1),
@@ -301,22 +371,26 @@ def median_row(runs):
 
 
 def table(results):
-    head = ("| nodes | row | pods/s | ×ceiling | bound p50 ms | p99 ms | scheduler CPU s"
-            " | its CPU ms/pod | extender CPU s | scheduler RSS MiB | extender RSS MiB"
-            " | oversubscribed |")
+    head = ("| nodes | row | pods | client QPS | pods/s | ×ceiling | bound p50 ms | p99 ms"
+            " | scheduler CPU s | its CPU ms/pod | extender CPU s | scheduler RSS MiB"
+            " | extender RSS MiB | oversubscribed | pending |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ceilings = {r["nodes"]: r["pods_per_s"] for r in results if r["row"] == "ceiling"}
+    ceilings_qps = {r["nodes"]: r["qps"] for r in results if r["row"] == "ceiling"}
     for r in results:
         ceiling = ceilings.get(r["nodes"])
-        ratio = f"{r['pods_per_s'] / ceiling:.2f}" if ceiling else "—"
+        same_rate = r["qps"] == ceilings_qps.get(r["nodes"])
+        ratio = f"{r['pods_per_s'] / ceiling:.2f}" if ceiling and same_rate else "—"
         per_pod = 1e3 * r["scheduler_cpu_s"] / r["pods"]
         lines.append(
-            f"| {r['nodes']} | {r['row']} | {r['pods_per_s']} | {ratio} | {r['bound_p50_ms']}"
+            f"| {r['nodes']} | {r['row']} | {r['pods']} | {r['qps']} | {r['pods_per_s']}"
+            f" | {ratio} | {r['bound_p50_ms']}"
             f" | {r['bound_p99_ms']} | {r['scheduler_cpu_s']} | {per_pod:.2f}"
             f" | {r['extender_cpu_s'] if r['extender_cpu_s'] is not None else '—'}"
             f" | {r['scheduler_rss_mib']}"
             f" | {r['extender_rss_mib'] if r['extender_rss_mib'] is not None else '—'}"
-            f" | {r['oversubscribed_gpus'] if r['oversubscribed_gpus'] is not None else '—'} |")
+            f" | {r['oversubscribed_gpus'] if r['oversubscribed_gpus'] is not None else '—'}"
+            f" | {r['pending']} |")
     return "\n".join(lines)
 
 
@@ -328,6 +402,9 @@ def main():
     ap.add_argument("--plugin-config", help="its KubeSchedulerConfiguration (profiles)",
                     default=os.path.join(ROOT, "deploy", "scheduler-plugin",
                                          "scheduler-config.yaml"))
+    ap.add_argument("--go-original",
+                    help="the Go original's extender binary (gpushare-scheduler-extender, "
+                         "built from its source), for the go-original row")
     ap.add_argument("--plugin-rbac", help="the RBAC it needs",
                     default=os.path.join(ROOT, "deploy", "scheduler-plugin", "rbac.yaml"))
     ap.add_argument("--nodes", default="1000,5000", help="cluster sizes, comma-separated")
@@ -339,22 +416,34 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--latency-pods", type=int, default=200,
                     help="pods created at a steady rate after the burst, for latency")
-    ap.add_argument("--rows", default=",".join(ROWS),
-                    help=f"rows, comma-separated, of: {', '.join(ROWS)}")
+    ap.add_argument("--rows",
+                    help=f"rows, comma-separated, of: {', '.join(ROWS)} (default: all; "
+                         "go-original only with --go-original)")
     ap.add_argument("--qps", type=int, default=5000,
                     help="kube-scheduler's and the extender's client QPS")
+    ap.add_argument("--fill", type=float, default=0.7,
+                    help="churn rows: the share of GPU memory the burst asks")
+    ap.add_argument("--churn-rate", type=float, default=10.0,
+                    help="churn rows: pods deleted and created per second")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--idle", type=float, default=30.0,
+                    help="seconds without a bind after which the pods not bound are "
+                         "counted as pending")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of every row; the table gives medians")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the work folders (logs)")
     args = ap.parse_args()
+    if args.rows is None:
+        args.rows = ",".join(r for r in ROWS if r != "go-original" or args.go_original)
     rows = [r for r in args.rows.split(",") if r]
     for r in rows:
         if r not in ROWS:
             ap.error(f"unknown row '{r}' (known: {', '.join(ROWS)})")
     if "plugin" in rows and not args.plugin_scheduler:
         ap.error("the plugin row needs --plugin-scheduler (scheduler-plugin/build.sh)")
+    if "go-original" in rows and not args.go_original:
+        ap.error("the go-original row needs --go-original (the Go original's binary)")
     tasks = openb_mix(args.trace, args.pods, args.units, args.seed)
     runs = []
     for size in [int(n) for n in args.nodes.split(",")]:

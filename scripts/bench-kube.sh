@@ -7,6 +7,11 @@
 #
 #   scripts/bench-kube.sh                       # 1,000 and 5,000 nodes
 #   BENCH_KUBE_ARGS="--nodes 200 --pods 500" scripts/bench-kube.sh
+#   GO_ORIGINAL_SRC=~/src/gpushare-scheduler-extender scripts/bench-kube.sh
+#
+# GO_ORIGINAL_SRC, a checkout of github.com/AliyunContainerService/
+# gpushare-scheduler-extender (the Go module proxy does not serve it), adds the
+# go-original row: its extender is built from that source with `go build`.
 #
 # Builds in Release into build-bench/ (the extender and the C ABI library),
 # the Kubernetes programs (tests/kube/build-kube.sh, cached) and the plugin's
@@ -22,6 +27,12 @@ cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUSHARE_BUILD_TESTS=
 cmake --build "$out" -j "$(nproc 2>/dev/null || echo 2)" --target gpushare-extender gpushare_c
 kube_bin="$(tests/kube/build-kube.sh)"
 plugin="$(BUILD="$out" scheduler-plugin/build.sh)"
+original=()
+if [[ -n "${GO_ORIGINAL_SRC:-}" ]]; then
+  (cd "$GO_ORIGINAL_SRC" && go build -o "$OLDPWD/$out/go-original/gpushare-sche-extender" ./cmd)
+  original=(--go-original "$out/go-original/gpushare-sche-extender")
+fi
 # shellcheck disable=SC2086 # BENCH_KUBE_ARGS is a list of arguments.
 python3 bench/kube_compare.py --kube-bin "$kube_bin" --extender "$out/extender/gpushare-extender" \
-    --plugin-scheduler "$plugin" --json "$out/kube-compare.json" ${BENCH_KUBE_ARGS:-}
+    --plugin-scheduler "$plugin" "${original[@]}" --json "$out/kube-compare.json" \
+    ${BENCH_KUBE_ARGS:-}

@@ -634,6 +634,31 @@ class ControlPlane(Processes):
         self.extender_port = int(got)
         return self.extender_url()
 
+    def start_go_original(self, binary):
+        """AliyunContainerService/gpushare-scheduler-extender (built from its
+        source; bench/kube_compare.py compares against it) in place of
+        gpushare-extender: plain HTTP on a free port, configured as it is
+        (environment only), with the admin identity, as its RBAC is not what
+        is measured. start_scheduler(with_extender=True) then calls it."""
+        port = free_port()
+        env = dict(os.environ, KUBECONFIG=self.admin_kubeconfig, PORT=str(port),
+                   LOG_LEVEL="warn")
+        p = self._start("gpushare-sche-extender", [binary], env=env)
+        self.extender_port, self.extender_scheme = port, "http"
+
+        def serving():
+            p.check_alive()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                c.request("GET", "/version")
+                return c.getresponse().status == 200
+            except OSError:
+                return False
+            finally:
+                c.close()
+        wait_until("the Go original extender serving", serving, START_TIMEOUT, 0.1)
+        return self.extender_url()
+
     def start_replicas(self, names=("replica-a", "replica-b"), extra_args=()):
         """Extender replicas with leader election behind a TcpBalancer, which
         kube-scheduler's configuration names. Returns {name: port}."""
@@ -743,13 +768,15 @@ class ControlPlane(Processes):
     # -- kube-scheduler -------------------------------------------------------
 
     def start_scheduler(self, with_extender=True, node_cache_capable=False, binary=None,
-                        plugin_config=None, qps=200, burst=400):
+                        plugin_config=None, qps=200, burst=400, extender_overrides=None):
         """Starts kube-scheduler: the one of kube_bin, or `binary` (a
         kube-scheduler built with out-of-tree plugins), calling the extender
         when `with_extender`. `plugin_config`, when given, is a path to a
         KubeSchedulerConfiguration whose "profiles" (and "extenders", if
         any) are used as they are; this harness sets the connection, the
-        client's `qps` and `burst`, and leader election."""
+        client's `qps` and `burst`, and leader election.
+        `extender_overrides` replaces fields of the extender's entry (a value
+        of None removes the field)."""
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
@@ -791,6 +818,11 @@ class ControlPlane(Processes):
                 ext["tlsConfig"] = {"caFile": self.pki.ca_crt,
                                     "certFile": self.scheduler_client[0],
                                     "keyFile": self.scheduler_client[1]}
+            for key, value in (extender_overrides or {}).items():
+                if value is None:
+                    ext.pop(key, None)
+                else:
+                    ext[key] = value
             config["extenders"] = [ext]
         path = os.path.join(self.workdir, "scheduler-config.json")
         with open(path, "w") as f:
