@@ -34,7 +34,8 @@ CPU-only, shared fractions of one GPU, whole GPUs):
                   the extender's default; the burst fills the cluster to
                   --fill of its GPU memory (the throughput phase), then
                   --latency-pods pods arrive at --churn-rate, each after a
-                  bound GPU pod is deleted (the latency phase)
+                  bound GPU pod is deleted (the latency phase); at
+                  --churn-nodes nodes only
 
 kube-scheduler's client QPS, and the extender's (--kube-api-qps), are raised
 (--qps) so that an API client's rate limit is not what is measured, except
@@ -261,11 +262,11 @@ def run_row(args, row, node_count, tasks):
         # What users run: kube-scheduler's and the extender's own client rates.
         tasks = fill_mix(args.trace, args.units, node_count * args.gpus, args.fill, args.seed)
         qps, burst, extender_args = DEFAULT_QPS, DEFAULT_BURST, ()
-        row = row.removesuffix("-churn")
+        row = {"plugin-churn": "plugin", "extender-churn": "extender-names"}[row]
     else:
         qps, burst, extender_args = args.qps, 2 * args.qps, ("--kube-api-qps", str(args.qps))
-    result = {"row": row + ("-churn" if churn else ""), "nodes": node_count, "pods": len(tasks),
-              "qps": qps}
+    result = {"row": row.removesuffix("-names") + "-churn" if churn else row,
+              "nodes": node_count, "pods": len(tasks), "qps": qps}
     cpu_only = row == "ceiling"
     memory_only = args.units if row == "go-original" else None
     gpus_unchecked = row == "ceiling-gpu"  # No annotations to check.
@@ -421,6 +422,8 @@ def main():
                          "go-original only with --go-original)")
     ap.add_argument("--qps", type=int, default=5000,
                     help="kube-scheduler's and the extender's client QPS")
+    ap.add_argument("--churn-nodes", type=int, default=1000,
+                    help="churn rows: the cluster size (they run at this size only)")
     ap.add_argument("--fill", type=float, default=0.7,
                     help="churn rows: the share of GPU memory the burst asks")
     ap.add_argument("--churn-rate", type=float, default=10.0,
@@ -446,11 +449,15 @@ def main():
         ap.error("the go-original row needs --go-original (the Go original's binary)")
     tasks = openb_mix(args.trace, args.pods, args.units, args.seed)
     runs = []
-    for size in [int(n) for n in args.nodes.split(",")]:
+    plain = [r for r in rows if not r.endswith("-churn")]
+    churned = [r for r in rows if r.endswith("-churn")]
+    # The churn rows fill a cluster to --fill at 50 binds/s: one size only.
+    plan = [(int(n), plain) for n in args.nodes.split(",")] + [(args.churn_nodes, churned)]
+    for size, these in plan:
         # Rounds of every row in turn, so that a noisy spell of the machine
         # touches every row alike; the table gives each row's median.
-        for _ in range(args.repeat):
-            for row in rows:
+        for _ in range(args.repeat if these else 0):
+            for row in these:
                 r = run_row(args, row, size, tasks)
                 print(json.dumps(r), flush=True)
                 runs.append(r)

@@ -735,18 +735,20 @@ class ControlPlane(Processes):
         (deploy/scheduler-plugin/rbac.yaml)."""
         self.plugin = (binary, config)
 
-    def start_gpushare(self):
+    def start_gpushare(self, qps=200, burst=400):
         """gpushare-extender and kube-scheduler calling it, or (use_plugin)
-        kube-scheduler with the GpuShare plugin."""
+        kube-scheduler with the GpuShare plugin; kube-scheduler's client
+        rate limit is `qps`, `burst` (its own defaults: 50, 100)."""
         if self.plugin:
-            self.start_plugin_scheduler()
+            self.start_plugin_scheduler(qps=qps, burst=burst)
         else:
             self.start_extender()
-            self.start_scheduler(with_extender=True)
+            self.start_scheduler(with_extender=True, qps=qps, burst=burst)
 
-    def start_plugin_scheduler(self):
+    def start_plugin_scheduler(self, qps=200, burst=400):
         binary, config = self.plugin
-        self.start_scheduler(with_extender=False, binary=binary, plugin_config=config)
+        self.start_scheduler(with_extender=False, binary=binary, plugin_config=config, qps=qps,
+                             burst=burst)
 
     def kill_gpushare(self):
         """SIGKILL of what holds gpushare's state: the extender, or

@@ -382,6 +382,66 @@ def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     assert_no_oversubscription(api)
 
 
+def test_churn_at_the_default_client_rate_promises_no_gpu_twice(cluster):
+    """kube-scheduler at its own client rate (50/s, burst 100), which the
+    shipped configurations keep, so binds queue behind the rate limit: a
+    burst of 150 GPU pods asks more than eight nodes of two 14-unit GPUs
+    have, then bound GPU pods are deleted and new ones created, 20 a second,
+    while binds are still in flight. No GPU is promised more than it has at
+    any step, and every pod left pending fits nowhere."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+    api = cluster.api
+    for i in range(8):
+        api.create_node(f"churn-{i}", gpus=2, gpu_memory=T4)    # 224 units
+    cluster.start_gpushare(qps=50, burst=100)
+    rng = random.Random(20261202)
+    pods = {}
+
+    def new_pod(name):
+        pods[name] = (4, 2) if rng.random() < 0.1 else (rng.choice([1, 2, 2, 3, 4, 6]), None)
+        return name
+    burst = [new_pod(f"burst-{i:03d}") for i in range(150)]
+    assert sum(pods[n][0] for n in burst) > 224  # some must stay pending
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: api.create_pod(n, gpu_memory=pods[n][0], gpu_count=pods[n][1]),
+                      burst))
+
+    def bound_names():
+        return [p["metadata"]["name"] for p in api.pods() if p["spec"].get("nodeName")]
+    wait_until("40 pods bound", lambda: len(bound_names()) >= 40, 60, 0.1)
+    victims = bound_names()
+    rng.shuffle(victims)
+    for i in range(60):
+        if not victims:
+            victims = bound_names()
+            rng.shuffle(victims)
+        api.delete_pod(victims.pop())
+        name = new_pod(f"churn-{i:03d}")
+        api.create_pod(name, gpu_memory=pods[name][0], gpu_count=pods[name][1])
+        if i % 10 == 0:
+            assert_no_oversubscription(api)
+        time.sleep(0.05)
+    nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
+
+    def settled():
+        assert_no_oversubscription(api)
+        used = used_per_gpu(api)
+        return not [p["metadata"]["name"] for p in api.pods() if not p["spec"].get("nodeName")
+                    and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
+    wait_until("every pending pod to fit nowhere", settled, 120, 1)
+    final = api.pods()
+    bound = [p for p in final if p["spec"].get("nodeName")]
+    assert len(final) == 150
+    for p in bound:
+        units, count = pods[p["metadata"]["name"]]
+        alloc = gpu_allocation(p)
+        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
+        assert sum(alloc.values()) == units and len(alloc) == (count or 1)
+    print(f"churn: {len(bound)} bound, {len(final) - len(bound)} pending that fit nowhere")
+    assert_no_oversubscription(api)
+
+
 # ---- The same scenarios with kube-scheduler alone -------------------------------
 
 COMPARISON = {}
