@@ -1039,6 +1039,17 @@ TEST(NodeHoldTest, AGpuPodBoundWithoutAnnotationsHoldsItsNodeUntilItEnds) {
   EXPECT_THAT(failed["n1"].get<std::string>(),
               AllOf(HasSubstr("node 'n1' runs GPU pods that gpushare did not place"),
                     HasSubstr("default/train: no bind annotations")));
+  // The inspect view says so, for the held node only.
+  ASSERT_OK_AND_ASSIGN(std::string inspect, ext.Inspect());
+  const json view = json::parse(inspect);
+  ASSERT_EQ(view["nodes"].size(), 2u);
+  for (const json& node : view["nodes"]) {
+    if (node["name"] == "n1") {
+      EXPECT_THAT(node.value("held", ""), HasSubstr("default/train: no bind annotations"));
+    } else {
+      EXPECT_FALSE(node.contains("held")) << node.dump();
+    }
+  }
   // What gpushare placed on n1 stays; n1's own cordon is followed beneath the
   // hold, and does not lift it.
   json cordoned = GpuNode("n1", "10.0.0.1", 1, 14);
@@ -1052,6 +1063,8 @@ TEST(NodeHoldTest, AGpuPodBoundWithoutAnnotationsHoldsItsNodeUntilItEnds) {
   ASSERT_OK_AND_ASSIGN(r, ext.ApplyPodEvent("MODIFIED", done.dump()));
   EXPECT_EQ(r.nodes_updated, 1);
   EXPECT_EQ(ext.NodeHold("n1"), std::nullopt);
+  ASSERT_OK_AND_ASSIGN(inspect, ext.Inspect("n1"));
+  EXPECT_FALSE(json::parse(inspect)["nodes"][0].contains("held")) << inspect;
   EXPECT_THAT(Fitting(ext, GpuPod("a", 14), {"n1"}), ElementsAre("n1"));
   // Held again, then the pod is deleted; a cordon set meanwhile stays.
   ASSERT_OK(ext.ApplyPodEvent("ADDED", WholeGpuPodBoundBySomeoneElse("t2", "n1").dump()).status());

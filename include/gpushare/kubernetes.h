@@ -369,7 +369,9 @@ class Extender {
 
   // The inspect view of the old extender: {"nodes":[{"name","totalGPU",
   // "usedGPU","devs":[{"id","totalGPU","usedGPU","pods":[{"namespace","name",
-  // "usedGPU","reserved"}]}]}]}; one node when `node` is set.
+  // "usedGPU","reserved"}]}]}]}; one node when `node` is set. A node that
+  // GPU pods gpushare did not place hold (NodeHold()) also has "held": the
+  // reason.
   // Errors: NotFound for an unknown node.
   absl::StatusOr<std::string> Inspect(std::string_view node = "") const;
 

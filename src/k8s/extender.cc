@@ -1196,6 +1196,13 @@ absl::StatusOr<std::string> Extender::Inspect(std::string_view node_name) const 
     return absl::NotFoundError(
         absl::StrCat("unknown node '", ::gpushare::internal::Sv(node_name), "'"));
   }
+  // After the read: NodeHold() takes the pod cache's lock, never under the
+  // scheduler's.
+  for (json& node : nodes) {
+    if (std::optional<std::string> why = NodeHold(node["name"].get<std::string>())) {
+      node["held"] = *why;
+    }
+  }
   return ::gpushare::internal::DumpJson(json{{"nodes", nodes}});
 }
 
