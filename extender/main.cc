@@ -439,8 +439,9 @@ int main(int argc, char** argv) {
           }
           LogReport("pod event", *r);
           warnings.Log(r->warnings);
-          // GPUs were freed: a placement released, or a hold lifted from a
-          // node (its last pod that gpushare did not place ended).
+          // GPUs may have been freed: a placement released, or a node's hold
+          // changed (lifted when its last pod that gpushare did not place
+          // ends; a round after a hold is placed only finds nothing to do).
           if (r->released + r->nodes_updated == 0) return;
           for (auto it = doomed.begin(); it != doomed.end();) {
             absl::StatusOr<gpushare::k8s::SyncReport> d = ext.ApplyNodeEvent("DELETED", it->second);

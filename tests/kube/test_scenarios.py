@@ -225,6 +225,32 @@ def fits_somewhere(request_units, gpu_count, nodes, used):
     return False
 
 
+def assert_settles(api, pods, timeout):
+    """Waits until every pending pod of `pods` ({name: (units, gpu_count)})
+    fits nowhere, checking capacity at every step; then every bound pod has
+    bind annotations giving exactly its units over its GPU count. Returns the
+    final pods."""
+    nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
+
+    def settled():
+        assert_no_oversubscription(api)   # at every step, not only at the end
+        used = used_per_gpu(api)
+        return not [p["metadata"]["name"] for p in api.pods() if not p["spec"].get("nodeName")
+                    and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
+    wait_until("every pending pod to fit nowhere", settled, timeout, 1)
+    final = api.pods()
+    for p in final:
+        if not p["spec"].get("nodeName"):
+            continue
+        units, count = pods[p["metadata"]["name"]]
+        alloc = gpu_allocation(p)
+        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
+        assert sum(alloc.values()) == units
+        assert len(alloc) == (count or 1)
+    assert_no_oversubscription(api)
+    return final
+
+
 def test_a_bind_slower_than_a_reservation_ttl_promises_no_gpu_twice(cluster):
     """Binds take 6 s (a slow admission webhook on pods/binding) and the
     configuration still says reservationTTLSeconds: 2, which GpuShare used
@@ -356,16 +382,7 @@ def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     time.sleep(2)
     gpushare.restart_gpushare()     # the extender on the same port (kube-scheduler's
                                     # config still holds), or kube-scheduler
-    nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
-
-    def settled():
-        assert_no_oversubscription(api)   # at every step, not only at the end
-        used = used_per_gpu(api)
-        wrong = [p["metadata"]["name"] for p in api.pods() if not p["spec"].get("nodeName")
-                 and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
-        return not wrong
-    wait_until("every pending pod to fit nowhere", settled, 180, 1)
-    final = api.pods()
+    final = assert_settles(api, pods, 180)
     bound = [p for p in final if p["spec"].get("nodeName")]
     assert len(final) == 200
     print(f"burst: {killed_at} bound at the kill, {len(bound)} bound in the end, "
@@ -373,13 +390,6 @@ def test_extender_killed_and_restarted_during_a_burst_of_200_pods(gpushare):
     # The restarted extender (or scheduler) went on binding (the second half
     # came after the kill).
     assert len(bound) > killed_at, (killed_at, len(bound))
-    for p in bound:
-        units, count = pods[p["metadata"]["name"]]
-        alloc = gpu_allocation(p)
-        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
-        assert sum(alloc.values()) == units
-        assert len(alloc) == (count or 1)
-    assert_no_oversubscription(api)
 
 
 def test_churn_at_the_default_client_rate_promises_no_gpu_twice(cluster):
@@ -422,24 +432,10 @@ def test_churn_at_the_default_client_rate_promises_no_gpu_twice(cluster):
         if i % 10 == 0:
             assert_no_oversubscription(api)
         time.sleep(0.05)
-    nodes = {n["metadata"]["name"]: node_gpus(n) for n in api.nodes()}
-
-    def settled():
-        assert_no_oversubscription(api)
-        used = used_per_gpu(api)
-        return not [p["metadata"]["name"] for p in api.pods() if not p["spec"].get("nodeName")
-                    and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
-    wait_until("every pending pod to fit nowhere", settled, 120, 1)
-    final = api.pods()
+    final = assert_settles(api, pods, 120)
     bound = [p for p in final if p["spec"].get("nodeName")]
     assert len(final) == 150
-    for p in bound:
-        units, count = pods[p["metadata"]["name"]]
-        alloc = gpu_allocation(p)
-        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
-        assert sum(alloc.values()) == units and len(alloc) == (count or 1)
     print(f"churn: {len(bound)} bound, {len(final) - len(bound)} pending that fit nowhere")
-    assert_no_oversubscription(api)
 
 
 # ---- The same scenarios with kube-scheduler alone -------------------------------
