@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,7 +85,13 @@ func offersGPUs(node *v1.Node) bool {
 type eventGate struct {
 	mu   sync.Mutex
 	last map[string]gateEntry // "node/<name>" or "pod/<ns>/<name>"
+	// applied counts the events applied, so that a reader can tell whether
+	// any was applied between two moments (Filter).
+	applied atomic.Uint64
 }
+
+// appliedCount returns how many events the gate has applied.
+func (g *eventGate) appliedCount() uint64 { return g.applied.Load() }
 
 type gateEntry struct {
 	rv      uint64
@@ -100,12 +107,14 @@ func (g *eventGate) apply(key, resourceVersion string, deleted, final bool, do f
 	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
 	if err != nil {
 		do()
+		g.applied.Add(1)
 		return true
 	}
 	e, seen := g.last[key]
 	run := !seen || rv > e.rv || (rv == e.rv && deleted && !e.deleted)
 	if run {
 		do()
+		g.applied.Add(1)
 		g.last[key] = gateEntry{rv: rv, deleted: deleted}
 	}
 	if final {
@@ -350,6 +359,8 @@ func finished(pod *v1.Pod) bool {
 
 // catchUp applies what kube-scheduler's snapshot of a node shows and gpushare
 // has not applied yet (see above); it reports whether it applied anything.
+// When it returns, gpushare has applied at least what the snapshot shows
+// of the node, whoever applied it (the gate serializes the appliers).
 func (p *sharedState) catchUp(nodeInfo fwk.NodeInfo) bool {
 	node := nodeInfo.Node()
 	gen := nodeInfo.GetGeneration()

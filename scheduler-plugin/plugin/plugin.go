@@ -450,11 +450,20 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
+	applied := p.gate.appliedCount()
 	fit, err := p.judge(c, node)
-	if err == nil && !fit.Fits && p.catchUp(nodeInfo) {
-		// gpushare was behind kube-scheduler's snapshot of the node (see
-		// catchUp): judge it again as the snapshot has it.
-		fit, err = p.judge(c, node)
+	if err == nil && !fit.Fits {
+		if testHookAfterJudge != nil {
+			testHookAfterJudge()
+		}
+		// gpushare may be behind kube-scheduler's snapshot of the node
+		// (see catchUp). Judge it again if catchUp, or an informer handler
+		// meanwhile, applied any event: the handler may have applied the
+		// very event catchUp came for, leaving it nothing to do.
+		p.catchUp(nodeInfo)
+		if p.gate.appliedCount() != applied {
+			fit, err = p.judge(c, node)
+		}
 	}
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -470,6 +479,10 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	}
 	return fwk.NewStatus(fwk.Unschedulable, fit.Reason)
 }
+
+// testHookAfterJudge, when set (by tests), runs in Filter between a refusal
+// and the catch-up that follows it.
+var testHookAfterJudge func()
 
 // judge fits the cycle's pod on a node, as the cycle's edits leave it.
 func (p *Plugin) judge(c *cycleState, node *v1.Node) (gpushare.NodeFit, error) {

@@ -803,6 +803,36 @@ func TestFilterCatchesUpWithTheSnapshot(t *testing.T) {
 	}
 }
 
+// The informer's handler may apply an event between Filter's first judgement
+// and its catch-up: the catch-up then finds nothing left to apply, yet the
+// first refusal is stale. Filter judges again whenever any event was applied
+// meanwhile.
+func TestFilterJudgesAgainWhenTheHandlerAppliesDuringItsCatchUp(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	hold := f.bindOn(t, gpuPod("hold", 8), "small")
+	waiting := gpuPod("waiting", 8)
+	small := f.nodes["small"]
+	if err := f.indexer.Delete(hold); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	testHookAfterJudge = func() {
+		calls++
+		f.p.podHandler().OnDelete(hold) // The handler's DELETED, just now.
+	}
+	t.Cleanup(func() { testHookAfterJudge = nil })
+	if st := f.p.Filter(ctx, f.cycle(t, waiting), waiting, snapshot(t, small)); !st.IsSuccess() {
+		t.Fatalf("small, its pod deleted while Filter judged it: %v", st)
+	}
+	if calls != 1 {
+		t.Fatalf("the hook ran %d times, want 1", calls)
+	}
+	if err := f.s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ---- Preemption -------------------------------------------------------------------
 
 // podInfo is what kube-scheduler passes AddPod and RemovePod.
