@@ -101,6 +101,7 @@
 #include "absl/strings/str_cat.h"
 #include "kubeclient/api_client.h"
 #include "extender/config.h"
+#include "extender/follow.h"
 #include "extender/forward.h"
 #include "kubeclient/kubeconfig.h"
 #include "kubeclient/leader.h"
@@ -135,34 +136,6 @@ bool ReadFile(const std::string& path, std::string* out) {
 int Usage(const std::string& why) {
   std::cerr << "gpushare-extender: " << why << "\n" << gpushare::extender::ExtenderHelp();
   return 2;
-}
-
-// Logs each distinct warning once (bounded memory).
-class WarningLog {
- public:
-  void Log(const std::vector<std::string>& warnings) {
-    std::lock_guard lock(mu_);
-    for (const std::string& w : warnings) {
-      if (logged_.size() > 10'000) logged_.clear();
-      if (logged_.insert(w).second) std::cerr << "warning: " << w << "\n";
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::set<std::string> logged_;
-};
-
-void LogReport(const char* what, const gpushare::k8s::SyncReport& r) {
-  if (r.nodes_added + r.nodes_updated + r.nodes_removed + r.confirmed + r.released +
-          r.restored ==
-      0) {
-    return;
-  }
-  std::cout << "gpushare-extender: " << what << ": " << r.nodes_added << " nodes added, "
-            << r.nodes_updated << " updated, " << r.nodes_removed << " removed; "
-            << r.confirmed << " confirmed, " << r.released << " released, " << r.restored
-            << " restored" << std::endl;
 }
 
 void DeclareMetrics(gpushare::extender::Metrics& m) {
@@ -414,72 +387,26 @@ int main(int argc, char** argv) {
   gpushare::k8s::Extender ext(scheduler->get(), ext_options);
   ext.RememberPods(*pods);
 
-  // Watches: one thread per kind. Pod events and the replay of a node's pods
-  // are applied under one mutex, so a replay never applies an older state of
-  // a pod after a newer one. A deleted node that still held placements stays
-  // (cordoned) in `doomed`; no further event names it, so each release
-  // tries to remove it again.
+  // Watches: one thread per kind, their events applied by the follower
+  // (extender/follow.h).
   std::atomic<bool> stop{false};
-  WarningLog warnings;
-  std::mutex pod_apply_mu;
-  std::map<std::string, std::string> doomed;  // Guarded by pod_apply_mu.
   std::unique_ptr<Reflector> node_reflector, pod_reflector;
   std::unique_ptr<gpushare::extender::Requeuer> requeuer;
+  gpushare::extender::FollowerOptions follow;
+  follow.pods_on_node = [&](const std::string& node) { return pod_reflector->SnapshotOnNode(node); };
+  follow.kick = [&] {
+    if (requeuer) requeuer->Kick();
+  };
+  gpushare::extender::Follower follower(&ext, std::move(follow));
   std::vector<std::thread> threads;
   gpushare::extender::ReadinessCheck ready;
   if (api) {
     pod_reflector = std::make_unique<Reflector>(
-        "/api/v1/pods", [&](const std::string& type, const std::string& pod) {
-          std::lock_guard lock(pod_apply_mu);
-          absl::StatusOr<gpushare::k8s::SyncReport> r = ext.ApplyPodEvent(type, pod);
-          if (!r.ok()) {
-            warnings.Log(
-                {"pod event " + type + " not applied: " + std::string(r.status().message())});
-            return;
-          }
-          LogReport("pod event", *r);
-          warnings.Log(r->warnings);
-          // GPUs may have been freed: a placement released, or a node's hold
-          // changed (lifted when its last pod that gpushare did not place
-          // ends; a round after a hold is placed only finds nothing to do).
-          if (r->released + r->nodes_updated == 0) return;
-          for (auto it = doomed.begin(); it != doomed.end();) {
-            absl::StatusOr<gpushare::k8s::SyncReport> d = ext.ApplyNodeEvent("DELETED", it->second);
-            if (d.ok() && (d->nodes_removed > 0 || d->warnings.empty())) {  // Gone.
-              LogReport("node removed", *d);
-              it = doomed.erase(it);
-            } else {
-              ++it;
-            }
-          }
-          if (requeuer) requeuer->Kick();
-        });
+        "/api/v1/pods",
+        [&](const std::string& type, const std::string& pod) { follower.OnPodEvent(type, pod); });
     node_reflector = std::make_unique<Reflector>(
-        "/api/v1/nodes", [&](const std::string& type, const std::string& node) {
-          absl::StatusOr<gpushare::k8s::SyncReport> r = ext.ApplyNodeEvent(type, node);
-          if (!r.ok()) {
-            warnings.Log(
-                {"node event " + type + " not applied: " + std::string(r.status().message())});
-            return;
-          }
-          LogReport("node event", *r);
-          warnings.Log(r->warnings);
-          const std::string name =
-              nlohmann::json::parse(node, nullptr, false)["metadata"].value("name", "");
-          std::lock_guard lock(pod_apply_mu);
-          if (type == "DELETED") {
-            if (r->nodes_removed == 0 && !r->warnings.empty()) doomed[name] = node;
-            return;
-          }
-          doomed.erase(name);
-          if (r->nodes_added + r->nodes_updated == 0) return;
-          // A node (re)appeared: restore the placements of the pods bound to it.
-          for (const std::string& pod : pod_reflector->SnapshotOnNode(name)) {
-            absl::StatusOr<gpushare::k8s::SyncReport> p = ext.ApplyPodEvent("MODIFIED", pod);
-            if (p.ok()) warnings.Log(p->warnings);
-          }
-          if (requeuer) requeuer->Kick();
-        });
+        "/api/v1/nodes",
+        [&](const std::string& type, const std::string& node) { follower.OnNodeEvent(type, node); });
     // The state was built from these lists; the watches start where they end.
     if (absl::Status s = node_reflector->ApplyList(nodes_json, /*notify=*/false); !s.ok()) {
       std::cerr << "gpushare-extender: " << s << "\n";
@@ -687,19 +614,13 @@ int main(int argc, char** argv) {
               std::cerr << "gpushare-extender: leader resync failed: " << pods.status() << "\n";
               return pods.status();
             }
-            absl::StatusOr<gpushare::k8s::SyncReport> r = [&] {
-              std::lock_guard lock(pod_apply_mu);
-              return ext.Sync(*nodes, *pods, mark);
-            }();
+            absl::StatusOr<gpushare::k8s::SyncReport> r = follower.Resync(*nodes, *pods, mark);
             if (!r.ok()) {
               std::cerr << "gpushare-extender: leader resync failed: " << r.status() << "\n";
               return r.status();
             }
-            warnings.Log(r->warnings);
-            LogReport("leader resync", *r);
             std::cout << "gpushare-extender: leading as " << flags.lease.identity
                       << " (lease transitions " << elector->transitions() << ")" << std::endl;
-            if (requeuer) requeuer->Kick();
             return absl::OkStatus();
           },
           [&] {

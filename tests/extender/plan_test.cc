@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "gpushare/gpushare.h"
 #include "nlohmann/json.hpp"
+#include "tests/extender/k8s_objects.h"
 
 namespace gpushare::extender {
 namespace {
@@ -18,61 +19,17 @@ namespace {
 namespace http = boost::beast::http;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using testing::BoundPod;
+using testing::GpuNode;
+using testing::GpuPod;
 
 constexpr char kPlan[] = "/gpushare-scheduler/plan";
 
-json GpuNode(const std::string& name, int gpus, int per_gpu) {
-  return json{{"kind", "Node"},
-              {"metadata", {{"name", name}, {"labels", {{"gpushare", "true"}}}}},
-              {"spec", json::object()},
-              {"status",
-               {{"capacity",
-                 {{"aliyun.com/gpu-mem", std::to_string(gpus * per_gpu)},
-                  {"aliyun.com/gpu-count", std::to_string(gpus)},
-                  {"cpu", "32"},
-                  {"memory", "128Gi"}}}}}};
-}
-
-json GpuPod(const std::string& name, int units) {
-  return json{{"kind", "Pod"},
-              {"metadata", {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name}}},
-              {"spec",
-               {{"containers",
-                 json::array({{{"name", "main"},
-                               {"resources",
-                                {{"limits", {{"aliyun.com/gpu-mem", std::to_string(units)}}}}}}})}}},
-              {"status", {{"phase", "Pending"}}}};
-}
-
-json BoundPod(const std::string& name, int units, const std::string& node, int gpu) {
-  json pod = GpuPod(name, units);
-  pod["spec"]["nodeName"] = node;
-  pod["status"]["phase"] = "Running";
-  pod["metadata"]["annotations"] = {{"ALIYUN_COM_GPU_MEM_IDX", std::to_string(gpu)},
-                                    {"ALIYUN_COM_GPU_MEM_POD", std::to_string(units)},
-                                    {"ALIYUN_COM_GPU_MEM_ASSIGNED", "true"}};
-  return pod;
-}
-
-// A cluster, its scheduler and extender, built the way the extender builds
-// them from the API server's lists.
-struct World {
-  World(const std::vector<json>& nodes, const std::vector<json>& pods) {
-    nodes_json = json{{"kind", "NodeList"}, {"items", nodes}}.dump();
-    pods_json = json{{"kind", "PodList"}, {"items", pods}}.dump();
-    auto cluster = k8s::RebuildCluster(nodes_json, pods_json);
-    EXPECT_TRUE(cluster.ok()) << cluster.status();
-    auto s = Scheduler::Create(*std::move(cluster));
-    EXPECT_TRUE(s.ok()) << s.status();
-    scheduler = *std::move(s);
-    ext = std::make_unique<k8s::Extender>(scheduler.get());
-  }
+// The extender's world, with its plan route and its Inspect view.
+struct World : testing::World {
+  using testing::World::World;
   Reply Post(const json& body) { return Route(*ext, http::verb::post, kPlan, body.dump()); }
   std::string Inspect() { return *ext->Inspect(); }
-
-  std::string nodes_json, pods_json;
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<k8s::Extender> ext;
 };
 
 // n1 holds a (6 of 16), n2 holds b (8 of 16): a pod of 12 fits nowhere

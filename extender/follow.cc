@@ -1,0 +1,115 @@
+#include "extender/follow.h"
+
+#include <utility>
+
+#include "nlohmann/json.hpp"
+
+namespace gpushare::extender {
+
+void WarningLog::Log(const std::vector<std::string>& warnings) {
+  std::lock_guard lock(mu_);
+  for (const std::string& w : warnings) {
+    if (logged_.size() > 10'000) logged_.clear();
+    if (logged_.insert(w).second) *out_ << "warning: " << w << "\n";
+  }
+}
+
+void LogReport(std::ostream& out, const char* what, const k8s::SyncReport& r) {
+  if (r.nodes_added + r.nodes_updated + r.nodes_removed + r.confirmed + r.released +
+          r.restored ==
+      0) {
+    return;
+  }
+  out << "gpushare-extender: " << what << ": " << r.nodes_added << " nodes added, "
+      << r.nodes_updated << " updated, " << r.nodes_removed << " removed; " << r.confirmed
+      << " confirmed, " << r.released << " released, " << r.restored << " restored"
+      << std::endl;
+}
+
+Follower::Follower(k8s::Extender* extender, FollowerOptions options)
+    : ext_(extender), options_(std::move(options)), warnings_(options_.err) {}
+
+void Follower::Kick() const {
+  if (options_.kick) options_.kick();
+}
+
+void Follower::OnPodEvent(const std::string& type, const std::string& pod_json) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<k8s::SyncReport> r = ext_->ApplyPodEvent(type, pod_json);
+  if (!r.ok()) {
+    warnings_.Log({"pod event " + type + " not applied: " + std::string(r.status().message())});
+    return;
+  }
+  LogReport(*options_.out, "pod event", *r);
+  warnings_.Log(r->warnings);
+  // GPUs may have been freed: a placement released, or a node's hold
+  // changed (lifted when its last pod that gpushare did not place ends; a
+  // round after a hold is placed only finds nothing to do).
+  if (r->released + r->nodes_updated == 0) return;
+  RetryDoomedLocked();
+  Kick();
+}
+
+void Follower::RetryDoomedLocked() {
+  for (auto it = doomed_.begin(); it != doomed_.end();) {
+    absl::StatusOr<k8s::SyncReport> d = ext_->ApplyNodeEvent("DELETED", it->second);
+    if (d.ok() && (d->nodes_removed > 0 || d->warnings.empty())) {  // Gone.
+      LogReport(*options_.out, "node removed", *d);
+      it = doomed_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Follower::OnNodeEvent(const std::string& type, const std::string& node_json) {
+  absl::StatusOr<k8s::SyncReport> r = ext_->ApplyNodeEvent(type, node_json);
+  if (!r.ok()) {
+    warnings_.Log({"node event " + type + " not applied: " + std::string(r.status().message())});
+    return;
+  }
+  LogReport(*options_.out, "node event", *r);
+  warnings_.Log(r->warnings);
+  // The extender read the node, so its name is there.
+  const nlohmann::json node = nlohmann::json::parse(node_json, nullptr, false);
+  const std::string name = node.is_object() && node.contains("metadata")
+                               ? node["metadata"].value("name", "")
+                               : std::string();
+  std::lock_guard lock(mu_);
+  if (type == "DELETED") {
+    if (r->nodes_removed == 0 && !r->warnings.empty()) doomed_[name] = node_json;
+    return;
+  }
+  doomed_.erase(name);
+  if (r->nodes_added + r->nodes_updated == 0) return;
+  // A node (re)appeared or changed: restore the placements of its pods.
+  if (options_.pods_on_node) {
+    for (const std::string& pod : options_.pods_on_node(name)) {
+      absl::StatusOr<k8s::SyncReport> p = ext_->ApplyPodEvent("MODIFIED", pod);
+      if (p.ok()) warnings_.Log(p->warnings);
+    }
+  }
+  Kick();
+}
+
+absl::StatusOr<k8s::SyncReport> Follower::Resync(const std::string& nodes_json,
+                                                 const std::string& pods_json, uint64_t mark) {
+  absl::StatusOr<k8s::SyncReport> r = [&] {
+    std::lock_guard lock(mu_);
+    return ext_->Sync(nodes_json, pods_json, mark);
+  }();
+  if (!r.ok()) return r;
+  warnings_.Log(r->warnings);
+  LogReport(*options_.out, "leader resync", *r);
+  Kick();
+  return r;
+}
+
+std::vector<std::string> Follower::doomed() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, json] : doomed_) names.push_back(name);
+  return names;
+}
+
+}  // namespace gpushare::extender
