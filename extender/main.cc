@@ -138,30 +138,6 @@ int Usage(const std::string& why) {
   return 2;
 }
 
-void DeclareMetrics(gpushare::extender::Metrics& m) {
-  using T = gpushare::extender::Metrics::Type;
-  m.Declare("gpushare_extender_requests_total", T::kCounter,
-            "HTTP requests served, by route (filter, prioritize, bind, ...) and status code.");
-  m.Declare("gpushare_extender_request_duration_seconds", T::kHistogram,
-            "Time to handle a request (from its parsed body to its reply), by route.",
-            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
-  m.Declare("gpushare_extender_binds_total", T::kCounter,
-            "Bind requests by result: bound, refused (no fit, a concurrent bind, an API "
-            "error), forwarded (a follower passed it to the leader), not_leader (a follower "
-            "refused it: no leader known or reachable), bad_request, error.");
-  m.Declare("gpushare_extender_bind_api_results_total", T::kCounter,
-            "Binds written to the API server (one Binding carrying the annotations), by outcome "
-            "(a canonical status code: OK, ALREADY_EXISTS, UNAVAILABLE, ...).");
-  m.Declare("gpushare_extender_api_requests_total", T::kCounter,
-            "Requests to the Kubernetes API server (each retry counted), by method and HTTP "
-            "status (none: no reply).");
-  m.Declare("gpushare_extender_api_errors_total", T::kCounter,
-            "Requests to the API server that failed (no reply, or status 400 and above).");
-  m.Declare("gpushare_extender_objects_skipped_total", T::kCounter,
-            "Nodes and pods of the start-up lists that could not be read and were left out "
-            "(each named in a warning), by kind.");
-}
-
 // --target-workload, read and checked; null without it.
 absl::StatusOr<std::shared_ptr<const gpushare::TargetWorkload>> LoadTargetWorkload(
     const std::string& path) {
@@ -286,7 +262,7 @@ int main(int argc, char** argv) {
 
   using gpushare::extender::Metrics;
   Metrics metrics;
-  DeclareMetrics(metrics);
+  gpushare::extender::DeclareExtenderMetrics(metrics);
 
   std::unique_ptr<ApiClient> api;
   std::unique_ptr<ApiClient> lease_api;  // Its own connections and rate limit.
@@ -484,22 +460,8 @@ int main(int argc, char** argv) {
   flags.serving.on_request = [&metrics](const std::string& route,
                                         const gpushare::extender::Reply& reply,
                                         double seconds) {
-    const unsigned code = static_cast<unsigned>(reply.status);
-    metrics.Add("gpushare_extender_requests_total",
-                {{"route", route}, {"code", std::to_string(code)}});
-    metrics.Observe("gpushare_extender_request_duration_seconds", {{"route", route}}, seconds);
-    if (route != "bind" || reply.forwarded ||
-        reply.status == http::status::service_unavailable) {
-      return;  // Forwarded and refused binds are counted by before_bind.
-    }
-    std::string result = "error";
-    if (code == 200) {
-      const nlohmann::json j = nlohmann::json::parse(reply.body, nullptr, false);
-      result = j.is_object() && j.value("Error", "").empty() ? "bound" : "refused";
-    } else if (code == 400) {
-      result = "bad_request";
-    }
-    metrics.Add("gpushare_extender_binds_total", {{"result", result}});
+    gpushare::extender::CountRequest(metrics, route, static_cast<int>(reply.status), reply.body,
+                                     reply.forwarded, seconds);
   };
   // The cluster's gauges: only the sample is taken under the scheduler's
   // lock (binds wait for that, not for the text), and overlapping scrapes
@@ -511,36 +473,22 @@ int main(int argc, char** argv) {
     return gpushare::extender::RenderClusterSample(sample);
   });
   flags.serving.metrics = [&]() {
-    std::string text = metrics.Render();
-    std::vector<std::pair<gpushare::extender::Labels, double>> restarts;
+    std::vector<gpushare::extender::WatchEnds> watches;
     for (const Reflector* r : {node_reflector.get(), pod_reflector.get()}) {
       if (r == nullptr) continue;
-      const std::string resource = r->path().substr(r->path().rfind('/') + 1);
-      restarts.push_back({{{"resource", resource}, {"reason", "closed"}},
-                          double(r->watch_ends(Reflector::Verdict::kContinue))});
-      restarts.push_back({{{"resource", resource}, {"reason", "expired"}},
-                          double(r->watch_ends(Reflector::Verdict::kRelist))});
-      restarts.push_back({{{"resource", resource}, {"reason", "error"}},
-                          double(r->watch_ends(Reflector::Verdict::kRewatch))});
+      watches.push_back({r->path().substr(r->path().rfind('/') + 1),
+                         r->watch_ends(Reflector::Verdict::kContinue),
+                         r->watch_ends(Reflector::Verdict::kRelist),
+                         r->watch_ends(Reflector::Verdict::kRewatch)});
     }
-    text += gpushare::extender::GaugeFamily(
-        "gpushare_extender_watch_restarts_total",
-        "Watches of the API server that ended and were started again, by why they ended "
-        "(closed by the server, expired: 410 Gone then a new list, error).",
-        restarts, Metrics::Type::kCounter);
-    const bool leading = elector ? elector->may_bind() : api != nullptr;
-    text += gpushare::extender::GaugeFamily(
-        "gpushare_extender_leader",
-        "1 when this replica binds (it holds the Lease and has synced), else 0.",
-        {{{{"identity", elector ? flags.lease.identity : std::string()}}, leading ? 1.0 : 0.0}});
+    gpushare::extender::LeaderSample leader;
+    leader.leading = elector ? elector->may_bind() : api != nullptr;
     if (elector) {
-      text += gpushare::extender::GaugeFamily(
-          "gpushare_extender_leader_transitions",
-          "Leader changes recorded in the Lease (leaseTransitions) when last read.",
-          {{{}, double(elector->transitions())}});
+      leader.identity = flags.lease.identity;
+      leader.transitions = elector->transitions();
     }
-    text += cluster_metrics.Get();
-    return text;
+    return metrics.Render() + gpushare::extender::RenderProcessGauges(watches, leader) +
+           cluster_metrics.Get();
   };
   absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =
       gpushare::extender::Server::Create(&ext, flags.serving);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gpushare/fragmentation.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::extender {
 
@@ -275,6 +276,68 @@ uint64_t SharedRender::renders() const {
 
 std::string ClusterMetrics(const Cluster& cluster) {
   return RenderClusterSample(SampleCluster(cluster));
+}
+
+void DeclareExtenderMetrics(Metrics& m) {
+  using T = Metrics::Type;
+  m.Declare("gpushare_extender_requests_total", T::kCounter,
+            "HTTP requests served, by route (filter, prioritize, bind, ...) and status code.");
+  m.Declare("gpushare_extender_request_duration_seconds", T::kHistogram,
+            "Time to handle a request (from its parsed body to its reply), by route.",
+            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  m.Declare("gpushare_extender_binds_total", T::kCounter,
+            "Bind requests by result: bound, refused (no fit, a concurrent bind, an API "
+            "error), forwarded (a follower passed it to the leader), not_leader (a follower "
+            "refused it: no leader known or reachable), bad_request, error.");
+  m.Declare("gpushare_extender_bind_api_results_total", T::kCounter,
+            "Binds written to the API server (one Binding carrying the annotations), by outcome "
+            "(a canonical status code: OK, ALREADY_EXISTS, UNAVAILABLE, ...).");
+  m.Declare("gpushare_extender_api_requests_total", T::kCounter,
+            "Requests to the Kubernetes API server (each retry counted), by method and HTTP "
+            "status (none: no reply).");
+  m.Declare("gpushare_extender_api_errors_total", T::kCounter,
+            "Requests to the API server that failed (no reply, or status 400 and above).");
+  m.Declare("gpushare_extender_objects_skipped_total", T::kCounter,
+            "Nodes and pods of the start-up lists that could not be read and were left out "
+            "(each named in a warning), by kind.");
+}
+
+void CountRequest(Metrics& m, const std::string& route, int status, std::string_view body,
+                  bool forwarded, double seconds) {
+  m.Add("gpushare_extender_requests_total", {{"route", route}, {"code", std::to_string(status)}});
+  m.Observe("gpushare_extender_request_duration_seconds", {{"route", route}}, seconds);
+  if (route != "bind" || forwarded || status == 503) return;
+  std::string result = "error";
+  if (status == 200) {
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    result = j.is_object() && j.value("Error", "").empty() ? "bound" : "refused";
+  } else if (status == 400) {
+    result = "bad_request";
+  }
+  m.Add("gpushare_extender_binds_total", {{"result", result}});
+}
+
+std::string RenderProcessGauges(const std::vector<WatchEnds>& watches, const LeaderSample& leader) {
+  std::vector<std::pair<Labels, double>> restarts;
+  for (const WatchEnds& w : watches) {
+    restarts.push_back({{{"resource", w.resource}, {"reason", "closed"}}, double(w.closed)});
+    restarts.push_back({{{"resource", w.resource}, {"reason", "expired"}}, double(w.expired)});
+    restarts.push_back({{{"resource", w.resource}, {"reason", "error"}}, double(w.error)});
+  }
+  std::string text = GaugeFamily(
+      "gpushare_extender_watch_restarts_total",
+      "Watches of the API server that ended and were started again, by why they ended "
+      "(closed by the server, expired: 410 Gone then a new list, error).",
+      restarts, Metrics::Type::kCounter);
+  text += GaugeFamily("gpushare_extender_leader",
+                      "1 when this replica binds (it holds the Lease and has synced), else 0.",
+                      {{{{"identity", leader.identity}}, leader.leading ? 1.0 : 0.0}});
+  if (leader.transitions.has_value()) {
+    text += GaugeFamily("gpushare_extender_leader_transitions",
+                        "Leader changes recorded in the Lease (leaseTransitions) when last read.",
+                        {{{}, double(*leader.transitions)}});
+  }
+  return text;
 }
 
 }  // namespace gpushare::extender

@@ -26,7 +26,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -144,6 +146,41 @@ class SharedRender {
 
 // A series' label set as written between braces: a="x",b="y".
 std::string RenderLabels(const Labels& labels);
+
+// ---- gpushare-extender's own families ---------------------------------------------
+
+// Declares the families gpushare-extender counts: requests served and their
+// durations, binds by result, binds written to the API server, requests to
+// the API server and their errors, objects skipped from the start-up lists.
+void DeclareExtenderMetrics(Metrics& m);
+
+// Counts one request served (gpushare_extender_requests_total, its
+// duration). A bind also counts in gpushare_extender_binds_total by result
+// (bound: 200 without an Error; refused: 200 with one; bad_request: 400;
+// error: any other status), except one forwarded to the leader or refused
+// by a follower (503): those are counted where they are decided.
+void CountRequest(Metrics& m, const std::string& route, int status, std::string_view body,
+                  bool forwarded, double seconds);
+
+// How often one watch of the API server ended, by why (kubeclient's
+// Reflector::watch_ends).
+struct WatchEnds {
+  std::string resource;  // "nodes", "pods".
+  int64_t closed = 0, expired = 0, error = 0;
+};
+
+// Whether this replica binds, for the leader gauges.
+struct LeaderSample {
+  bool leading = false;
+  std::string identity;                  // Empty without leader election.
+  std::optional<int64_t> transitions;  // The Lease's, with leader election.
+};
+
+// The families read at scrape time from the watches and the elector:
+//   gpushare_extender_watch_restarts_total{resource,reason}  (counter)
+//   gpushare_extender_leader{identity}                       1 or 0
+//   gpushare_extender_leader_transitions                     with leader election
+std::string RenderProcessGauges(const std::vector<WatchEnds>& watches, const LeaderSample& leader);
 
 }  // namespace gpushare::extender
 

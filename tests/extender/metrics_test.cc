@@ -40,6 +40,59 @@ TEST(MetricsTest, CountersAreDescribedAndSummedPerLabelSet) {
             "x_total{verb=\"filter\"} 1\n");
 }
 
+// Binds are counted by result; binds forwarded to the leader or refused by
+// a follower are counted where that is decided, not here.
+TEST(MetricsTest, RequestsAndBindResultsAreCounted) {
+  Metrics m;
+  DeclareExtenderMetrics(m);
+  CountRequest(m, "filter", 200, R"({"Nodes":null})", false, 0.001);
+  CountRequest(m, "bind", 200, R"({"Error":""})", false, 0.002);
+  CountRequest(m, "bind", 200, R"({"Error":"no GPU has 7 free"})", false, 0.002);
+  CountRequest(m, "bind", 200, "not json", false, 0.002);
+  CountRequest(m, "bind", 400, "bad", false, 0.002);
+  CountRequest(m, "bind", 500, "", false, 0.002);
+  CountRequest(m, "bind", 200, R"({"Error":""})", true, 0.002);   // Forwarded.
+  CountRequest(m, "bind", 503, "not the leader", false, 0.002);    // A follower's refusal.
+  EXPECT_EQ(m.Value("gpushare_extender_requests_total", {{"route", "filter"}, {"code", "200"}}), 1);
+  EXPECT_EQ(m.Value("gpushare_extender_requests_total", {{"route", "bind"}, {"code", "200"}}), 4);
+  EXPECT_EQ(m.Value("gpushare_extender_requests_total", {{"route", "bind"}, {"code", "503"}}), 1);
+  EXPECT_EQ(m.Value("gpushare_extender_binds_total", {{"result", "bound"}}), 1);
+  EXPECT_EQ(m.Value("gpushare_extender_binds_total", {{"result", "refused"}}), 2);
+  EXPECT_EQ(m.Value("gpushare_extender_binds_total", {{"result", "bad_request"}}), 1);
+  EXPECT_EQ(m.Value("gpushare_extender_binds_total", {{"result", "error"}}), 1);
+  EXPECT_THAT(m.Render(), HasSubstr("gpushare_extender_request_duration_seconds_count{route=\"bind\"} 7\n"));
+  // Every family is described, even before its first series.
+  for (const char* family : {"gpushare_extender_bind_api_results_total",
+                             "gpushare_extender_api_requests_total",
+                             "gpushare_extender_api_errors_total",
+                             "gpushare_extender_objects_skipped_total"}) {
+    EXPECT_THAT(m.Render(), HasSubstr(std::string("# TYPE ") + family + " counter\n"));
+  }
+}
+
+TEST(MetricsTest, WatchRestartsAndTheLeaderAreReadAtScrapeTime) {
+  LeaderSample alone_leader;
+  alone_leader.leading = true;
+  const std::string alone = RenderProcessGauges({}, alone_leader);
+  EXPECT_THAT(alone, HasSubstr("gpushare_extender_leader{identity=\"\"} 1\n"));
+  EXPECT_THAT(alone, Not(HasSubstr("gpushare_extender_leader_transitions")));
+
+  LeaderSample follower;
+  follower.identity = "replica-b";
+  follower.transitions = 5;
+  const std::string elected =
+      RenderProcessGauges({{"nodes", 1, 2, 3}, {"pods", 0, 0, 4}}, follower);
+  EXPECT_THAT(elected, HasSubstr("# TYPE gpushare_extender_watch_restarts_total counter\n"));
+  EXPECT_THAT(elected, HasSubstr(
+      "gpushare_extender_watch_restarts_total{resource=\"nodes\",reason=\"closed\"} 1\n"
+      "gpushare_extender_watch_restarts_total{resource=\"nodes\",reason=\"expired\"} 2\n"
+      "gpushare_extender_watch_restarts_total{resource=\"nodes\",reason=\"error\"} 3\n"));
+  EXPECT_THAT(elected, HasSubstr(
+      "gpushare_extender_watch_restarts_total{resource=\"pods\",reason=\"error\"} 4\n"));
+  EXPECT_THAT(elected, HasSubstr("gpushare_extender_leader{identity=\"replica-b\"} 0\n"));
+  EXPECT_THAT(elected, HasSubstr("gpushare_extender_leader_transitions 5\n"));
+}
+
 TEST(MetricsTest, LabelValuesAreEscaped) {
   EXPECT_EQ(RenderLabels({{"a", "q\"b\\s\nn"}, {"b", ""}}), "a=\"q\\\"b\\\\s\\nn\",b=\"\"");
 }
