@@ -26,6 +26,44 @@ void LogReport(std::ostream& out, const char* what, const k8s::SyncReport& r) {
       << std::endl;
 }
 
+absl::StatusOr<StartState> StartFromLists(std::string_view nodes_json,
+                                          std::string_view pods_json,
+                                          const SchedulerOptions& options, Metrics* metrics,
+                                          std::ostream& err) {
+  std::vector<k8s::SkippedItem> skipped_nodes, skipped_pods;
+  absl::StatusOr<std::vector<Node>> nodes = k8s::ParseNodeList(nodes_json, &skipped_nodes);
+  if (!nodes.ok()) {
+    return absl::InvalidArgumentError("cannot read the nodes: " +
+                                      std::string(nodes.status().message()));
+  }
+  absl::StatusOr<std::vector<k8s::Pod>> pods = k8s::ParsePodList(pods_json, &skipped_pods);
+  if (!pods.ok()) {
+    return absl::InvalidArgumentError("cannot read the pods: " +
+                                      std::string(pods.status().message()));
+  }
+  using Skipped = std::pair<const char*, const std::vector<k8s::SkippedItem>*>;
+  for (const auto& [kind, skipped] : {Skipped{"node", &skipped_nodes}, Skipped{"pod", &skipped_pods}}) {
+    for (const k8s::SkippedItem& s : *skipped) {
+      err << "warning: " << kind << " " << (s.name.empty() ? "(unnamed)" : s.name)
+          << " skipped: " << s.message << "\n";
+      if (metrics != nullptr) metrics->Add("gpushare_extender_objects_skipped_total", {{"kind", kind}});
+    }
+  }
+  StartState state;
+  absl::StatusOr<Cluster> cluster = k8s::RebuildCluster(*nodes, *pods, {}, &state.report);
+  if (!cluster.ok()) {
+    return absl::InvalidArgumentError("cannot rebuild the state: " +
+                                      std::string(cluster.status().message()));
+  }
+  for (const std::string& w : state.report.warnings) err << "warning: " << w << "\n";
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(*std::move(cluster), options);
+  if (!scheduler.ok()) return scheduler.status();
+  state.scheduler = *std::move(scheduler);
+  state.pods = *std::move(pods);
+  return state;
+}
+
 Follower::Follower(k8s::Extender* extender, FollowerOptions options)
     : ext_(extender), options_(std::move(options)), warnings_(options_.err) {}
 

@@ -1,5 +1,6 @@
-// gpushare-extender's side of the API server's watches: each node and pod
-// event applied to the extender, the replay of a node's pods when the node
+// gpushare-extender's side of the API server's lists and watches: the state
+// built from the first lists (StartFromLists), each node and pod event
+// applied to the extender, the replay of a node's pods when the node
 // (re)appears, the nodes deleted while they still hold placements, the
 // leader's resync, and the requeuer's kick whenever GPUs may have been freed.
 //
@@ -18,13 +19,17 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "extender/metrics.h"
 #include "gpushare/kubernetes.h"
+#include "gpushare/scheduler.h"
 
 namespace gpushare::extender {
 
@@ -44,6 +49,27 @@ class WarningLog {
 // Writes "gpushare-extender: <what>: N nodes added, ..." for a report that
 // changed anything; nothing for one that changed nothing.
 void LogReport(std::ostream& out, const char* what, const k8s::SyncReport& report);
+
+// The extender's state at start-up, from the API server's first lists (or
+// the --nodes/--pods files).
+struct StartState {
+  std::unique_ptr<Scheduler> scheduler;
+  std::vector<k8s::Pod> pods;  // For Extender::RememberPods().
+  k8s::RebuildReport report;   // Its warnings are written already.
+};
+
+// Reads the lists, restores the placements their pods' bind annotations
+// name (k8s::RebuildCluster) and creates the scheduler. One object that
+// cannot be read (the API server accepts a Node with 65 GPUs) is left out
+// with a warning naming it, counted in
+// gpushare_extender_objects_skipped_total{kind} when `metrics` is given, as
+// the watch does: it must not stop every replica from starting. Errors:
+// InvalidArgument for a text that is not a list, or options the scheduler
+// refuses.
+absl::StatusOr<StartState> StartFromLists(std::string_view nodes_json,
+                                          std::string_view pods_json,
+                                          const SchedulerOptions& options, Metrics* metrics,
+                                          std::ostream& err = std::cerr);
 
 struct FollowerOptions {
   // The pods bound to a node as the pod watch has them now, as v1.Pod JSON

@@ -287,45 +287,18 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Each list is parsed once: the pods serve the rebuild and the extender.
-  // One object that cannot be read (the API server accepts a Node with 65
-  // GPUs) is left out with a warning, as the watch does: it must not stop
-  // every replica from starting.
-  gpushare::k8s::RebuildReport report;
-  std::vector<gpushare::k8s::SkippedItem> skipped_nodes, skipped_pods;
-  absl::StatusOr<std::vector<gpushare::Node>> nodes =
-      gpushare::k8s::ParseNodeList(nodes_json, &skipped_nodes);
-  absl::StatusOr<std::vector<gpushare::k8s::Pod>> pods =
-      nodes.ok() ? gpushare::k8s::ParsePodList(pods_json, &skipped_pods)
-                 : absl::StatusOr<std::vector<gpushare::k8s::Pod>>(nodes.status());
-  using Skipped = std::pair<const char*, const std::vector<gpushare::k8s::SkippedItem>*>;
-  for (const auto& [kind, skipped] : {Skipped{"node", &skipped_nodes}, Skipped{"pod", &skipped_pods}}) {
-    for (const gpushare::k8s::SkippedItem& s : *skipped) {
-      std::cerr << "warning: " << kind << " " << (s.name.empty() ? "(unnamed)" : s.name)
-                << " skipped: " << s.message << "\n";
-      metrics.Add("gpushare_extender_objects_skipped_total", {{"kind", kind}});
-    }
-  }
-  if (!pods.ok()) {
-    std::cerr << "gpushare-extender: cannot read the lists: " << pods.status() << "\n";
-    return 1;
-  }
-  absl::StatusOr<gpushare::Cluster> cluster =
-      gpushare::k8s::RebuildCluster(*nodes, *pods, {}, &report);
-  if (!cluster.ok()) {
-    std::cerr << "gpushare-extender: cannot rebuild the state: " << cluster.status() << "\n";
-    return 1;
-  }
-  for (const std::string& w : report.warnings) std::cerr << "warning: " << w << "\n";
   gpushare::SchedulerOptions options;
   options.policy = flags.policy;
   options.policy_options.fgd_target = target;
   options.reservation_ttl_ms = flags.ttl_ms;
-  auto scheduler = gpushare::Scheduler::Create(*std::move(cluster), options);
-  if (!scheduler.ok()) {
-    std::cerr << "gpushare-extender: " << scheduler.status() << "\n";
+  absl::StatusOr<gpushare::extender::StartState> start =
+      gpushare::extender::StartFromLists(nodes_json, pods_json, options, &metrics);
+  if (!start.ok()) {
+    std::cerr << "gpushare-extender: " << start.status().message() << "\n";
     return 1;
   }
+  const gpushare::k8s::RebuildReport& report = start->report;
+  std::unique_ptr<gpushare::Scheduler>& scheduler = start->scheduler;
   gpushare::k8s::ExtenderOptions ext_options;
   ext_options.version = std::string("gpushare-extender ") + gpushare::Version();
   ext_options.plan_deadline_ms = flags.plan_deadline_ms;
@@ -360,8 +333,9 @@ int main(int argc, char** argv) {
       return api->GetPod(t);
     };
   }
-  gpushare::k8s::Extender ext(scheduler->get(), ext_options);
-  ext.RememberPods(*pods);
+  gpushare::k8s::Extender ext(scheduler.get(), ext_options);
+  ext.RememberPods(start->pods);
+  start->pods = {};  // Remembered: the copy is not needed.
 
   // Watches: one thread per kind, their events applied by the follower
   // (extender/follow.h).
@@ -410,7 +384,7 @@ int main(int argc, char** argv) {
       };
       ro.node_names = [&] {
         std::vector<std::string> names;
-        (*scheduler)->Read([&](const gpushare::Cluster& c) { names = c.node_names(); });
+        scheduler->Read([&](const gpushare::Cluster& c) { names = c.node_names(); });
         return names;
       };
       ro.patch = [&](const std::string& ns, const std::string& name, const std::string& patch) {
@@ -468,7 +442,7 @@ int main(int argc, char** argv) {
   // share one render.
   gpushare::extender::SharedRender cluster_metrics([&] {
     gpushare::extender::ClusterSample sample;
-    (*scheduler)->Read(
+    scheduler->Read(
         [&](const gpushare::Cluster& c) { sample = gpushare::extender::SampleCluster(c); });
     return gpushare::extender::RenderClusterSample(sample);
   });
@@ -522,7 +496,7 @@ int main(int argc, char** argv) {
   threads.emplace_back([&] {
     while (!stop.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if ((*scheduler)->ExpireReservations() > 0 && requeuer) requeuer->Kick();
+      if (scheduler->ExpireReservations() > 0 && requeuer) requeuer->Kick();
     }
   });
   std::unique_ptr<gpushare::kubeclient::ApiWatchTransport> transport;

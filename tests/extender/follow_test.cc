@@ -189,5 +189,51 @@ TEST_F(FollowTest, ALeadersResyncAppliesTheListsAndKicks) {
   EXPECT_THAT(Nodes(), ElementsAre("n1", "n2"));
 }
 
+// ---- The first lists -----------------------------------------------------------------
+
+// One node or pod that cannot be read is left out, named in a warning and
+// counted; the others start as usual, their placements restored.
+TEST(StartFromListsTest, AnUnreadableObjectIsSkippedAndTheRestStarts) {
+  json bad_node = GpuNode("n9", 1, 16);
+  bad_node["status"]["capacity"]["aliyun.com/gpu-count"] = "65";
+  json bad_pod = BoundPod("huge", 6, "n1", 0);
+  bad_pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "5G";
+  const json nodes{{"kind", "NodeList"}, {"items", {GpuNode("n1", 1, 16), bad_node}}};
+  const json pods{{"kind", "PodList"}, {"items", {BoundPod("a", 6, "n1", 0), bad_pod}}};
+  Metrics metrics;
+  DeclareExtenderMetrics(metrics);
+  std::ostringstream err;
+  SchedulerOptions options;
+  options.policy = "spread";
+  absl::StatusOr<StartState> s =
+      StartFromLists(nodes.dump(), pods.dump(), options, &metrics, err);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->report.nodes, 1);
+  EXPECT_EQ(s->report.placed, 1);
+  ASSERT_EQ(s->pods.size(), 1u);
+  EXPECT_EQ(s->pods[0].name, "a");
+  EXPECT_EQ(s->scheduler->options().policy, "spread");
+  EXPECT_THAT(err.str(), HasSubstr("warning: node n9 skipped: "));
+  EXPECT_THAT(err.str(), HasSubstr("warning: pod default/huge skipped: "));
+  EXPECT_EQ(metrics.Value("gpushare_extender_objects_skipped_total", {{"kind", "node"}}), 1);
+  EXPECT_EQ(metrics.Value("gpushare_extender_objects_skipped_total", {{"kind", "pod"}}), 1);
+}
+
+TEST(StartFromListsTest, ATextThatIsNotAListOrABadPolicyIsAnError) {
+  const std::string nodes = json{{"kind", "NodeList"}, {"items", {GpuNode("n1", 1, 16)}}}.dump();
+  const std::string pods = json{{"kind", "PodList"}, {"items", json::array()}}.dump();
+  std::ostringstream err;
+  absl::StatusOr<StartState> s = StartFromLists("{not json", pods, {}, nullptr, err);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("cannot read the nodes"));
+  s = StartFromLists(nodes, "[1, 2", {}, nullptr, err);
+  EXPECT_THAT(s.status().message(), HasSubstr("cannot read the pods"));
+  SchedulerOptions options;
+  options.policy = "no-such-policy";
+  s = StartFromLists(nodes, pods, options, nullptr, err);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("no-such-policy"));
+}
+
 }  // namespace
 }  // namespace gpushare::extender
