@@ -2,6 +2,11 @@
 
 #include "device-plugin/health.h"
 
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpushare::deviceplugin {
@@ -52,6 +57,101 @@ std::map<int, std::string> HealthTracker::Unhealthy() const {
     }
   }
   return out;
+}
+
+HealthMonitor::HealthMonitor(Nvml* nvml, const Inventory* inventory, Options options)
+    : nvml_(nvml),
+      inventory_(inventory),
+      options_(std::move(options)),
+      tracker_(inventory->gpu_count()) {}
+
+void HealthMonitor::Sleep(std::chrono::milliseconds d) const {
+  if (options_.sleep) {
+    options_.sleep(d);
+  } else {
+    std::this_thread::sleep_for(d);
+  }
+}
+
+void HealthMonitor::Start() {
+  std::ostream& err = *options_.err;
+  if (!options_.checks) {
+    err << "gpushare-device-plugin: health checks are off: every GPU stays healthy" << std::endl;
+    return;
+  }
+  absl::StatusOr<std::map<int, std::string>> unwatched = nvml_->WatchEvents();
+  watching_ = unwatched.ok();
+  if (!unwatched.ok()) {
+    err << "gpushare-device-plugin: no NVML events (" << unwatched.status().message()
+        << "); health from probes only" << std::endl;
+    return;
+  }
+  for (const auto& [index, why] : *unwatched) {
+    err << "gpushare-device-plugin: GPU " << index << " reports no NVML events (" << why
+        << "); its health from probes only" << std::endl;
+  }
+}
+
+HealthMonitor::Result HealthMonitor::Step() {
+  using std::chrono::milliseconds;
+  if (watching_) {
+    absl::StatusOr<std::vector<GpuEvent>> got = nvml_->WaitEvents(100);
+    tracker_.OnWait(got.status());
+    if (got.ok()) {
+      backoff_ = milliseconds(100);
+      for (GpuEvent e : *got) {
+        if (e.gpu >= 0) {
+          std::optional<int> g = inventory_->GpuOfNvmlIndex(e.gpu);
+          if (!g.has_value()) continue;  // A GPU left out.
+          e.gpu = *g;
+        }
+        tracker_.OnEvent(e);
+      }
+    } else {
+      // The driver in trouble (reloaded, say): every GPU unhealthy
+      // meanwhile, NVML initialised again, tries spaced out instead of
+      // spinning.
+      if (backoff_ == milliseconds(100)) {
+        *options_.err << "gpushare-device-plugin: " << got.status().message()
+                      << "; initialising NVML again" << std::endl;
+      }
+      Sleep(backoff_);
+      backoff_ = std::min(backoff_ * 2, milliseconds(5'000));
+      if (nvml_->Reinit().ok()) {
+        absl::StatusOr<std::vector<GpuInfo>> now_gpus = nvml_->Devices();
+        if (now_gpus.ok() && !SameGpus(*inventory_, *now_gpus)) {
+          *options_.err << "gpushare-device-plugin: the GPUs changed while NVML was away; "
+                           "starting again to advertise them"
+                        << std::endl;
+          return Result::kGpusChanged;
+        }
+        if (now_gpus.ok()) {
+          *options_.err << "gpushare-device-plugin: NVML initialised again" << std::endl;
+        }
+      }
+    }
+  } else {
+    Sleep(milliseconds(100));
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.checks && now >= next_probe_) {
+    next_probe_ = now + options_.probe_interval;
+    for (int g = 0; g < inventory_->gpu_count(); ++g) {
+      tracker_.OnProbe(g, nvml_->Probe(inventory_->gpus()[g].index));
+    }
+  }
+  std::map<int, std::string> now_unhealthy = tracker_.Unhealthy();
+  if (now_unhealthy == unhealthy_) return Result::kSame;
+  for (int g = 0; g < inventory_->gpu_count(); ++g) {
+    auto it = now_unhealthy.find(g);
+    const bool healthy = it == now_unhealthy.end();
+    if (healthy != (unhealthy_.count(g) == 0)) {
+      *options_.out << "gpushare-device-plugin: GPU " << g << " "
+                    << (healthy ? "healthy again" : "unhealthy: " + it->second) << std::endl;
+    }
+  }
+  unhealthy_ = std::move(now_unhealthy);
+  return Result::kChanged;
 }
 
 }  // namespace gpushare::deviceplugin

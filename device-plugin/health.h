@@ -21,16 +21,21 @@
 // cleanup, 68 video processor exception, 109 context switch timeout) are
 // not critical: a faulty program must not take its GPU away from others.
 //
-// Not thread-safe: one thread (the program's health loop) owns it.
+// Not thread-safe: one thread (the program's health loop, HealthMonitor)
+// owns it.
 
 #ifndef GPUSHARE_DEVICE_PLUGIN_HEALTH_H_
 #define GPUSHARE_DEVICE_PLUGIN_HEALTH_H_
 
+#include <chrono>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "device-plugin/inventory.h"
 #include "device-plugin/nvml.h"
 
 namespace gpushare::deviceplugin {
@@ -56,6 +61,67 @@ class HealthTracker {
   std::vector<std::string> sticky_;  // Reason of a critical event, "" = none.
   std::vector<std::string> lost_;    // Reason of a failed probe, "" = answers.
   std::string wait_error_;           // The last event wait's error, "" = none.
+};
+
+// The plugin's health loop, a step at a time (one thread owns it): it waits
+// up to 100 ms for NVML events (NVML's indices mapped to the advertised
+// GPUs'; a GPU left out is ignored), probes every GPU each
+// `probe_interval`, and on a failing wait (the driver reloaded, say) marks
+// every GPU unhealthy, sleeps (100 ms, doubling up to 5 s) and initialises
+// NVML again. Changes of health are written to `out`, trouble to `err`.
+//
+//   HealthMonitor health(nvml.get(), &inventory, {});
+//   health.Start();
+//   while (running) {
+//     switch (health.Step()) {
+//       case HealthMonitor::Result::kChanged: publish(health.unhealthy()); break;
+//       case HealthMonitor::Result::kGpusChanged: restart();  // Other GPUs than advertised.
+//       case HealthMonitor::Result::kSame: break;
+//     }
+//   }
+class HealthMonitor {
+ public:
+  struct Options {
+    // Off: no events, no probes; every GPU stays healthy.
+    bool checks = true;
+    std::chrono::milliseconds probe_interval{5'000};
+    // How the monitor waits (the loop's pace without events, its backoff);
+    // empty: this thread sleeps.
+    std::function<void(std::chrono::milliseconds)> sleep;
+    std::ostream* out = &std::cout;
+    std::ostream* err = &std::cerr;
+  };
+  enum class Result { kSame, kChanged, kGpusChanged };
+
+  // `nvml` and `inventory` must outlive the monitor.
+  HealthMonitor(Nvml* nvml, const Inventory* inventory, Options options);
+
+  // Watches NVML events when checks are on; the GPUs that report none (and
+  // a driver that reports none at all) are named on `err`: their health
+  // rests on the probes.
+  void Start();
+
+  // One step (see above). kGpusChanged: NVML came back with other GPUs than
+  // the inventory's; the plugin must start again to advertise them.
+  Result Step();
+
+  // Unhealthy GPUs (indices of the inventory's GPUs) and why, as of the last
+  // Step().
+  const std::map<int, std::string>& unhealthy() const { return unhealthy_; }
+  // Whether NVML events are watched.
+  bool watching() const { return watching_; }
+
+ private:
+  void Sleep(std::chrono::milliseconds d) const;
+
+  Nvml* const nvml_;
+  const Inventory* const inventory_;
+  const Options options_;
+  HealthTracker tracker_;
+  bool watching_ = false;
+  std::chrono::milliseconds backoff_{100};
+  std::chrono::steady_clock::time_point next_probe_{};
+  std::map<int, std::string> unhealthy_;
 };
 
 }  // namespace gpushare::deviceplugin

@@ -266,27 +266,11 @@ int main(int argc, char** argv) {
   reconcile(/*at_start=*/true);
 
   // Health: NVML events of each GPU that reports them, and probes.
-  gpushare::deviceplugin::HealthTracker health(inventory->gpu_count());
-  bool watching = false;
-  if (c.health_checks) {
-    auto unwatched = (*nvml)->WatchEvents();
-    watching = unwatched.ok();
-    if (!unwatched.ok()) {
-      std::cerr << "gpushare-device-plugin: no NVML events (" << unwatched.status().message()
-                << "); health from probes only" << std::endl;
-    } else {
-      for (const auto& [index, why] : *unwatched) {
-        std::cerr << "gpushare-device-plugin: GPU " << index << " reports no NVML events (" << why
-                  << "); its health from probes only" << std::endl;
-      }
-    }
-  } else {
-    std::cerr << "gpushare-device-plugin: health checks are off: every GPU stays healthy"
-              << std::endl;
-  }
-  auto wait_backoff = std::chrono::milliseconds(100);
-  std::map<int, std::string> unhealthy;
-  auto next_probe = std::chrono::steady_clock::now();
+  gpushare::deviceplugin::HealthMonitor::Options health_options;
+  health_options.checks = c.health_checks;
+  health_options.probe_interval = std::chrono::milliseconds(c.health_interval_ms);
+  gpushare::deviceplugin::HealthMonitor health(nvml->get(), &*inventory, health_options);
+  health.Start();
   auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(6);
   int64_t unsettled_seen = 0;
   int exit_code = 0;
@@ -298,47 +282,18 @@ int main(int argc, char** argv) {
       std::cerr << "gpushare-device-plugin: watching this node's pods: "
                 << (st.empty() ? "ok" : st) << std::endl;
     }
-    if (watching) {
-      auto got = (*nvml)->WaitEvents(100);
-      health.OnWait(got.status());
-      if (got.ok()) {
-        wait_backoff = std::chrono::milliseconds(100);
-        for (gpushare::deviceplugin::GpuEvent e : *got) {
-          // NVML's index to the advertised GPU's (a GPU left out: ignored).
-          if (e.gpu >= 0) {
-            std::optional<int> g = inventory->GpuOfNvmlIndex(e.gpu);
-            if (!g.has_value()) continue;
-            e.gpu = *g;
-          }
-          health.OnEvent(e);
-        }
-      } else {
-        // The driver in trouble (reloaded, say): every GPU unhealthy
-        // meanwhile, NVML initialised again, tries spaced out (up to 5 s)
-        // instead of spinning.
-        if (wait_backoff == std::chrono::milliseconds(100)) {
-          std::cerr << "gpushare-device-plugin: " << got.status().message()
-                    << "; initialising NVML again" << std::endl;
-        }
-        std::this_thread::sleep_for(wait_backoff);
-        wait_backoff = std::min(wait_backoff * 2, std::chrono::milliseconds(5'000));
-        if ((*nvml)->Reinit().ok()) {
-          // Other GPUs than those advertised: the inventory is fixed, so the
-          // plugin starts again (the DaemonSet restarts it).
-          auto now_gpus = (*nvml)->Devices();
-          if (now_gpus.ok() && !gpushare::deviceplugin::SameGpus(*inventory, *now_gpus)) {
-            std::cerr << "gpushare-device-plugin: the GPUs changed while NVML was away; "
-                         "starting again to advertise them" << std::endl;
-            exit_code = 1;
-            break;
-          }
-          if (now_gpus.ok()) {
-            std::cerr << "gpushare-device-plugin: NVML initialised again" << std::endl;
-          }
-        }
+    const gpushare::deviceplugin::HealthMonitor::Result step = health.Step();
+    if (step == gpushare::deviceplugin::HealthMonitor::Result::kGpusChanged) {
+      exit_code = 1;  // The DaemonSet starts it again, advertising the GPUs there are.
+      break;
+    }
+    if (step == gpushare::deviceplugin::HealthMonitor::Result::kChanged) {
+      const std::map<int, std::string>& unhealthy = health.unhealthy();
+      for (int g = 0; g < inventory->gpu_count(); ++g) {
+        auto it = unhealthy.find(g);
+        (*server)->SetHealth(g, it == unhealthy.end(), it == unhealthy.end() ? "" : it->second);
       }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      annotate_node(unhealthy);
     }
     // After an Allocate whose pod disagreed with its devices or could not be
     // told, once the kubelet has recorded it (it lists a container when its
@@ -353,26 +308,6 @@ int main(int argc, char** argv) {
     if (std::chrono::steady_clock::now() >= next_reconcile) {
       reconcile(/*at_start=*/false);
       next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    }
-    if (std::chrono::steady_clock::now() >= next_probe) {
-      next_probe = std::chrono::steady_clock::now() + std::chrono::milliseconds(c.health_interval_ms);
-      for (int g = 0; g < inventory->gpu_count() && c.health_checks; ++g) {
-        health.OnProbe(g, (*nvml)->Probe(inventory->gpus()[g].index));
-      }
-    }
-    std::map<int, std::string> now_unhealthy = health.Unhealthy();
-    if (now_unhealthy != unhealthy) {
-      for (int g = 0; g < inventory->gpu_count(); ++g) {
-        auto it = now_unhealthy.find(g);
-        (*server)->SetHealth(g, it == now_unhealthy.end(), it == now_unhealthy.end() ? "" : it->second);
-        if ((it == now_unhealthy.end()) != (unhealthy.count(g) == 0)) {
-          std::cout << "gpushare-device-plugin: GPU " << g << " "
-                    << (it == now_unhealthy.end() ? "healthy again" : "unhealthy: " + it->second)
-                    << std::endl;
-        }
-      }
-      unhealthy = now_unhealthy;
-      annotate_node(unhealthy);
     }
   }
   std::cout << "gpushare-device-plugin: stopping" << std::endl;

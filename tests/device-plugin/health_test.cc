@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -178,6 +181,119 @@ TEST_F(NvmlHealthTest, AfterADriverReloadNvmlIsInitialisedAgainAndEventsFlow) {
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].gpu, 1);
+}
+
+// ---- The health loop ------------------------------------------------------------------
+
+class HealthMonitorTest : public NvmlHealthTest {
+ protected:
+  void SetUp() override {
+    NvmlHealthTest::SetUp();
+    absl::StatusOr<std::vector<GpuInfo>> gpus = nvml_->Devices();
+    ASSERT_TRUE(gpus.ok()) << gpus.status();
+    absl::StatusOr<Inventory> inventory = MakeInventory(*gpus, MemoryUnit::kGiB);
+    ASSERT_TRUE(inventory.ok()) << inventory.status();
+    inventory_ = std::make_unique<Inventory>(*std::move(inventory));
+  }
+  std::unique_ptr<HealthMonitor> Monitor(bool checks = true,
+                                         std::chrono::milliseconds probe_interval = {}) {
+    HealthMonitor::Options o;
+    o.checks = checks;
+    o.probe_interval = probe_interval;
+    o.sleep = [this](std::chrono::milliseconds d) { sleeps_.push_back(d.count()); };
+    o.out = &out_;
+    o.err = &err_;
+    auto m = std::make_unique<HealthMonitor>(nvml_.get(), inventory_.get(), o);
+    m->Start();
+    return m;
+  }
+  std::unique_ptr<Inventory> inventory_;
+  std::vector<int64_t> sleeps_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(HealthMonitorTest, AnXidAndALostGpuAreReportedOnceEachChange) {
+  auto m = Monitor();
+  EXPECT_TRUE(m->watching());
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kSame);
+  Write(R"({"lost": [1], "events": [{"gpu": 0, "xid": 48}]})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);
+  EXPECT_EQ(m->unhealthy().at(0), "XID 48");
+  EXPECT_THAT(m->unhealthy().at(1), HasSubstr("GPU is lost"));
+  EXPECT_THAT(out_.str(), HasSubstr("GPU 0 unhealthy: XID 48"));
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kSame);
+  // GPU 1 answers again; the XID stays.
+  Write(R"({"events": [{"gpu": 0, "xid": 48}]})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);
+  EXPECT_EQ(m->unhealthy(), (std::map<int, std::string>{{0, "XID 48"}}));
+  EXPECT_THAT(out_.str(), HasSubstr("GPU 1 healthy again"));
+  EXPECT_THAT(sleeps_, IsEmpty());  // The event wait paced the loop.
+}
+
+// Finding: a WaitEvents error was ignored and the loop spun.
+TEST_F(HealthMonitorTest, AFailingWaitMarksEveryGpuAndBacksOff) {
+  auto m = Monitor();
+  Write(R"({"event_wait_error": 999})");
+  for (int i = 0; i < 8; ++i) m->Step();
+  EXPECT_EQ(m->unhealthy().size(), 2u);
+  EXPECT_THAT(m->unhealthy().at(0), HasSubstr("nvmlEventSetWait_v2"));
+  EXPECT_EQ(sleeps_, (std::vector<int64_t>{100, 200, 400, 800, 1600, 3200, 5000, 5000}));
+  // Said once, not at every try.
+  const std::string said = err_.str();
+  EXPECT_EQ(said.find("initialising NVML again"), said.rfind("initialising NVML again"));
+  // The driver answers again: every GPU healthy, the backoff starts over.
+  Write("{}");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);
+  EXPECT_THAT(m->unhealthy(), IsEmpty());
+  Write(R"({"event_wait_error": 999})");
+  m->Step();
+  EXPECT_EQ(sleeps_.back(), 100);
+}
+
+// Finding: NVML was never initialised again after a driver reload.
+TEST_F(HealthMonitorTest, AfterADriverReloadNvmlIsInitialisedAgainAndEventsFlow) {
+  auto m = Monitor();
+  Write(R"({"driver_reload": 1})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);  // The failed wait.
+  EXPECT_EQ(m->unhealthy().size(), 2u);
+  EXPECT_THAT(err_.str(), HasSubstr("NVML initialised again"));
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);  // Waits work again.
+  EXPECT_THAT(m->unhealthy(), IsEmpty());
+  Write(R"({"driver_reload": 1, "events": [{"gpu": 1, "xid": 79}]})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kChanged);
+  EXPECT_EQ(m->unhealthy(), (std::map<int, std::string>{{1, "XID 79"}}));
+}
+
+TEST_F(HealthMonitorTest, OtherGpusAfterADriverReloadAskForARestart) {
+  auto m = Monitor();
+  const std::string fixture = faults_ + ".one-gpu.json";
+  nlohmann::json f =
+      nlohmann::json::parse(std::ifstream(GPUSHARE_SOURCE_DIR "/tests/data/nvml/two-a100.json"));
+  f["devices"].erase(1);
+  std::ofstream(fixture) << f.dump();
+  setenv("GPUSHARE_NVML_FIXTURE", fixture.c_str(), 1);
+  Write(R"({"driver_reload": 1})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kGpusChanged);
+  EXPECT_THAT(err_.str(), HasSubstr("the GPUs changed while NVML was away"));
+  std::filesystem::remove(fixture);
+}
+
+TEST_F(HealthMonitorTest, ProbesRunEachIntervalAndNotBetween) {
+  auto m = Monitor(/*checks=*/true, std::chrono::hours(1));
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kSame);  // The first probe.
+  Write(R"({"lost": [0]})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kSame);  // Next probe in an hour.
+  EXPECT_THAT(m->unhealthy(), IsEmpty());
+}
+
+TEST_F(HealthMonitorTest, WithChecksOffEveryGpuStaysHealthy) {
+  auto m = Monitor(/*checks=*/false);
+  EXPECT_FALSE(m->watching());
+  EXPECT_THAT(err_.str(), HasSubstr("health checks are off"));
+  Write(R"({"lost": [0], "events": [{"gpu": 1, "xid": 79}]})");
+  EXPECT_EQ(m->Step(), HealthMonitor::Result::kSame);
+  EXPECT_THAT(m->unhealthy(), IsEmpty());
+  EXPECT_EQ(sleeps_, (std::vector<int64_t>{100}));  // Paced without events.
 }
 
 }  // namespace
