@@ -1,6 +1,7 @@
 #include "gpushare/cluster.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -104,6 +105,7 @@ absl::Status AddNodeTo(ClusterState& state, N&& node) {
       TieKey(state.options.tie_break_seed, node.name, state.next_sequence++));
   state.max_gpus_per_node = std::max(state.max_gpus_per_node, static_cast<int>(node.gpus.size()));
   state.nodes.push_back(MakeNodeStatus(std::forward<N>(node)));
+  state.generation.Bump();
   state.index.Link(state, static_cast<uint32_t>(state.nodes.size() - 1), nullptr);
   return absl::OkStatus();
 }
@@ -112,6 +114,19 @@ absl::Status AddNodeTo(ClusterState& state, N&& node) {
 
 absl::Status ClusterAccess::AddNodeMoved(Cluster& cluster, Node&& node) {
   return AddNodeTo(*cluster.state_, std::move(node));
+}
+
+const std::vector<NodeStatus>& ClusterAccess::Nodes(const Cluster& cluster) {
+  return cluster.state_->nodes;
+}
+
+uint64_t ClusterAccess::NodeSetGenerationOf(const Cluster& cluster) {
+  return cluster.state_->generation.value();
+}
+
+uint64_t NodeSetGeneration::Next() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace internal
@@ -136,6 +151,7 @@ absl::Status Cluster::RemoveNode(std::string_view name) {
   state_->index.RemoveNode(*state_, index);  // While the node is still there.
   state_->node_index.erase(it);
   state_->nodes.erase(state_->nodes.begin() + index);
+  state_->generation.Bump();
   state_->tie_keys.erase(state_->tie_keys.begin() + index);
   for (auto& [n, i] : state_->node_index) {
     if (i > index) --i;

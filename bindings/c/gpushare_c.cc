@@ -18,9 +18,11 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -46,6 +48,46 @@ struct gs_status {
   std::string message;
 };
 
+// gs_scheduler_fit_all()'s answers: per shape of request, each node's
+// verdict and the version of the node it was judged at. All of it belongs
+// to one generation of the node order; another generation starts over.
+struct VerdictMemo {
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t>;
+  static constexpr size_t kShapes = 64;  // Kept at most; the least recently used goes.
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  struct Shape {
+    std::vector<uint64_t> versions;
+    std::vector<uint8_t> verdicts;
+    uint64_t used = 0;
+  };
+  std::mutex mu;
+  uint64_t generation = 0;
+  uint64_t clock = 0;
+  std::map<Key, Shape> shapes;
+
+  // The shape's entry, sized for `nodes` nodes; mu held.
+  Shape& Find(const gpushare::Demand& d, size_t nodes) {
+    const Key key{static_cast<int>(d.kind), d.gpu_count, d.memory_per_gpu, d.compute_per_gpu,
+                  d.cpu, d.host_memory};
+    auto it = shapes.find(key);
+    if (it == shapes.end()) {
+      if (shapes.size() >= kShapes) {
+        shapes.erase(std::min_element(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) {
+          return a.second.used < b.second.used;
+        }));
+      }
+      it = shapes.emplace(key, Shape()).first;
+    }
+    Shape& shape = it->second;
+    shape.used = ++clock;
+    if (shape.versions.size() != nodes) {
+      shape.versions.assign(nodes, kNever);
+      shape.verdicts.assign(nodes, 0);
+    }
+    return shape;
+  }
+};
+
 struct gs_scheduler {
   explicit gs_scheduler(std::unique_ptr<gpushare::Scheduler> s)
       : scheduler(std::move(s)), extender(scheduler.get()) {}
@@ -53,6 +95,13 @@ struct gs_scheduler {
   std::unique_ptr<gpushare::Scheduler> scheduler;
   // No binder: BindPod() only reserves; the host binds and confirms.
   gpushare::k8s::Extender extender;
+  mutable VerdictMemo verdicts;
+};
+
+struct gs_node_names {
+  std::string buffer;
+  std::vector<uint32_t> lengths;
+  uint64_t generation = 0;
 };
 
 struct gs_pod {
@@ -768,6 +817,99 @@ gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs_pod* p
     return absl::OkStatus();
   });
 }
+
+namespace {
+
+// Whether gs_scheduler_fit() of `pod` depends on the nodes' resources alone
+// (what gs_scheduler_fit_all() serves): NodeFits() then reads the request's
+// demand and nothing else of it.
+bool ShapeOnly(const gs_pod& pod) {
+  const gpushare::Request& r = pod.req();
+  return r.node_selector.empty() && r.gpu_models.empty() &&
+         (r.topology.mode != gpushare::TopologyNeed::Mode::kRequire ||
+          pod.demand.gpu_count < 2) &&
+         (!pod.pod || pod.pod->required_node_affinity.empty());
+}
+
+}  // namespace
+
+gs_status* gs_scheduler_fit_all(const gs_scheduler* scheduler, const gs_pod* pod,
+                                uint8_t* verdicts, size_t capacity, size_t* count,
+                                uint64_t* generation, int* served) {
+  constexpr const char* fn = "gs_scheduler_fit_all";
+  return Guard(fn, [&]() -> absl::Status {
+    if (scheduler == nullptr) return IsNull(fn, "scheduler");
+    if (pod == nullptr) return IsNull(fn, "pod");
+    if (count == nullptr) return IsNull(fn, "count");
+    if (generation == nullptr) return IsNull(fn, "generation");
+    if (served == nullptr) return IsNull(fn, "served");
+    if (verdicts == nullptr && capacity != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(fn, ": verdicts is NULL but its capacity is ", capacity));
+    }
+    *count = 0;
+    *generation = 0;
+    *served = 0;
+    if (!ShapeOnly(*pod)) return absl::OkStatus();
+    scheduler->scheduler->Read([&](const Cluster& cluster) {
+      const std::vector<NodeStatus>& nodes = gpushare::internal::ClusterAccess::Nodes(cluster);
+      const size_t n = nodes.size();
+      *count = n;
+      *generation = gpushare::internal::ClusterAccess::NodeSetGenerationOf(cluster);
+      *served = 1;
+      if (pod->pod && !pod->pod->uses_gpus()) {  // As gs_scheduler_fit(): fits everywhere.
+        std::fill_n(verdicts, std::min(capacity, n), uint8_t{1});
+        return;
+      }
+      VerdictMemo& memo = scheduler->verdicts;
+      std::lock_guard lock(memo.mu);
+      if (memo.generation != *generation) {
+        memo.shapes.clear();
+        memo.generation = *generation;
+      }
+      VerdictMemo::Shape& shape = memo.Find(pod->demand, n);
+      thread_local std::vector<int> fitting;
+      for (size_t i = 0; i < n; ++i) {
+        if (shape.versions[i] == nodes[i].version) continue;
+        shape.verdicts[i] =
+            gpushare::internal::NodeFits(nodes[i], pod->demand, pod->req(), &fitting) ? 1 : 0;
+        shape.versions[i] = nodes[i].version;
+      }
+      if (capacity > 0) std::memcpy(verdicts, shape.verdicts.data(), std::min(capacity, n));
+    });
+    return absl::OkStatus();
+  });
+}
+
+gs_status* gs_scheduler_node_names(const gs_scheduler* scheduler, gs_node_names** out) {
+  constexpr const char* fn = "gs_scheduler_node_names";
+  return Guard(fn, [&]() -> absl::Status {
+    if (scheduler == nullptr) return IsNull(fn, "scheduler");
+    if (out == nullptr) return IsNull(fn, "out");
+    auto names = std::make_unique<gs_node_names>();
+    scheduler->scheduler->Read([&](const Cluster& cluster) {
+      const std::vector<NodeStatus>& nodes = gpushare::internal::ClusterAccess::Nodes(cluster);
+      names->generation = gpushare::internal::ClusterAccess::NodeSetGenerationOf(cluster);
+      names->lengths.reserve(nodes.size());
+      for (const NodeStatus& node : nodes) {
+        names->buffer += node.name;
+        names->lengths.push_back(static_cast<uint32_t>(node.name.size()));
+      }
+    });
+    *out = names.release();
+    return absl::OkStatus();
+  });
+}
+
+void gs_node_names_data(const gs_node_names* names, const char** buffer,
+                        const uint32_t** lengths, size_t* count, uint64_t* generation) {
+  if (buffer != nullptr) *buffer = names == nullptr ? "" : names->buffer.data();
+  if (lengths != nullptr) *lengths = names == nullptr ? nullptr : names->lengths.data();
+  if (count != nullptr) *count = names == nullptr ? 0 : names->lengths.size();
+  if (generation != nullptr) *generation = names == nullptr ? 0 : names->generation;
+}
+
+void gs_node_names_free(gs_node_names* names) { delete names; }
 
 gs_status* gs_scheduler_filter(const gs_scheduler* scheduler, const gs_pod* pod,
                                const gs_names* nodes, gs_fit_results** out) {

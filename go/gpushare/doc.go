@@ -17,6 +17,8 @@
 // asked about many times:
 //
 //	Fit / Filter   does it fit a node now, and if not why
+//	FitAll         does it fit each node now, by position (NodeNames), in
+//	               one call answered from a memo per shape of request
 //	FitAfter       does it fit a node once given pods are removed and others
 //	               added (kube-scheduler's preemption and nominated pods)
 //	Rank           the policy's 0..10 rank of each node (-1: no fit)

@@ -303,6 +303,53 @@ func TestReservationTokens(t *testing.T) {
 	}
 }
 
+// FitAll answers what Fit answers, node by node, by position; a pod bound
+// to GPU models is not served; another node, another generation.
+func TestFitAll(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{ReservationTTL: gpushare.NoExpiry})
+	mustAdd(t, s, sharedNode("n1", 2, 16))
+	mustAdd(t, s, sharedNode("n2", 1, 8))
+	mustAdd(t, s, sharedNode("n3", 1, 16))
+	pod := newPod(t, gpushare.Request{ID: "default/p", GPUMemory: 12})
+	check := func(when string) uint64 {
+		t.Helper()
+		names, gen, err := s.NodeNames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		verdicts, gen2, served, err := s.FitAll(pod, make([]byte, 0, 1)) // Too small: grown.
+		if err != nil || !served || gen2 != gen || len(verdicts) != len(names) {
+			t.Fatalf("%s: FitAll = %v %d %v %v; names %v (generation %d)", when, verdicts, gen2, served, err, names, gen)
+		}
+		for i, name := range names {
+			fits, _, err := s.Fit(pod, name)
+			if err != nil || fits != (verdicts[i] == 1) {
+				t.Errorf("%s: node %s: FitAll %d, Fit %v %v", when, name, verdicts[i], fits, err)
+			}
+		}
+		return gen
+	}
+	first := check("at first")
+	if _, err := s.Place(newPod(t, gpushare.Request{ID: "default/fill", GPUMemory: 10})); err != nil {
+		t.Fatal(err)
+	}
+	if check("after a place") != first {
+		t.Error("a place changed the generation")
+	}
+	if err := s.SetNodeSchedulable("n3", false); err != nil {
+		t.Fatal(err)
+	}
+	check("after a cordon")
+	mustAdd(t, s, sharedNode("n4", 1, 16))
+	if check("after a node was added") == first {
+		t.Error("a node added kept the generation")
+	}
+	models := newPod(t, gpushare.Request{ID: "default/m", GPUMemory: 2, GPUModels: []string{"T4"}})
+	if v, gen, served, err := s.FitAll(models, nil); err != nil || served || v != nil || gen != 0 {
+		t.Errorf("FitAll of a pod bound to GPU models = %v %d %v %v, want not served", v, gen, served, err)
+	}
+}
+
 func TestFitAfter(t *testing.T) {
 	s := newScheduler(t, gpushare.Options{ReservationTTL: gpushare.NoExpiry})
 	mustAdd(t, s, sharedNode("n1", 2, 32))

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // The watch event types that ApplyNodeEvent and ApplyPodEvent take.
@@ -493,6 +494,75 @@ func (s *Scheduler) Rank(pod *Pod, nodes []string) ([]int64, error) {
 		return nil, err
 	}
 	return ranks, nil
+}
+
+// FitAll says whether `pod` fits each node now, by the node's position
+// (the order nodes were added; NodeNames), in one call: verdicts[i] is 1
+// when Fit would say the pod fits node i, else 0. `generation` names that
+// order: another generation means nodes were added or removed, so positions
+// moved. The library keeps the answers per shape of request and judges
+// again only the nodes that changed, so a burst of pods of a few shapes
+// costs about a comparison per node. Served only for a pod whose fit
+// depends on the nodes' resources alone (no node selector, GPU model,
+// required topology or required node affinity): otherwise `served` is
+// false and the caller asks Fit node by node. `buf`'s storage is used when
+// it has room.
+func (s *Scheduler) FitAll(pod *Pod, buf []byte) (verdicts []byte, generation uint64, served bool, err error) {
+	h, p, err := s.handles(pod)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer s.release(pod)
+	raw := buf[:cap(buf)]
+	for {
+		var count C.size_t
+		var gen C.uint64_t
+		var ok C.int
+		var ptr *C.uint8_t
+		if len(raw) > 0 {
+			ptr = (*C.uint8_t)(unsafe.Pointer(&raw[0]))
+		}
+		if err := statusError(C.gs_scheduler_fit_all(h, p, ptr, C.size_t(len(raw)), &count, &gen, &ok)); err != nil {
+			return nil, 0, false, err
+		}
+		if ok == 0 {
+			return nil, 0, false, nil
+		}
+		if int(count) <= len(raw) {
+			return raw[:count], uint64(gen), true, nil
+		}
+		raw = make([]byte, int(count)+int(count)/8) // The nodes outgrew it: again, with room.
+	}
+}
+
+// NodeNames returns the nodes' names by position, as FitAll numbers them,
+// and the generation of that order.
+func (s *Scheduler) NodeNames() (names []string, generation uint64, err error) {
+	h, err := s.handle()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.mu.RUnlock()
+	var out *C.gs_node_names
+	if err := statusError(C.gs_scheduler_node_names(h, &out)); err != nil {
+		return nil, 0, err
+	}
+	defer C.gs_node_names_free(out)
+	var buffer *C.char
+	var lengths *C.uint32_t
+	var count C.size_t
+	var gen C.uint64_t
+	C.gs_node_names_data(out, &buffer, &lengths, &count, &gen)
+	names = make([]string, int(count))
+	if count > 0 {
+		ls := unsafe.Slice(lengths, int(count))
+		at := uintptr(0)
+		for i := range names {
+			names[i] = C.GoStringN((*C.char)(unsafe.Add(unsafe.Pointer(buffer), at)), C.int(ls[i]))
+			at += uintptr(ls[i])
+		}
+	}
+	return names, uint64(gen), nil
 }
 
 // ---- Placements -------------------------------------------------------------

@@ -20,9 +20,30 @@
 
 namespace gpushare::internal {
 
+// A number no other node set of this process has had: a fresh one when a
+// node is added or removed (positions move then) and when a state is copied
+// (the copy's future changes are its own), so that a node's position and
+// its NodeStatus::version name one state of one node.
+class NodeSetGeneration {
+ public:
+  NodeSetGeneration() : value_(Next()) {}
+  NodeSetGeneration(const NodeSetGeneration&) : value_(Next()) {}
+  NodeSetGeneration& operator=(const NodeSetGeneration&) {
+    value_ = Next();
+    return *this;
+  }
+  void Bump() { value_ = Next(); }
+  uint64_t value() const { return value_; }
+
+ private:
+  static uint64_t Next();
+  uint64_t value_;
+};
+
 struct ClusterState {
   ClusterOptions options;
   std::vector<NodeStatus> nodes;             // In the order they were added.
+  NodeSetGeneration generation;              // Bumped when `nodes` gains or loses one.
   std::vector<uint64_t> tie_keys;            // Parallel to nodes; larger wins.
   absl::flat_hash_map<std::string, uint32_t> node_index;  // name -> position.
   PlacementStore placements;                 // id -> placement.
@@ -72,6 +93,11 @@ struct ClusterAccess {
   // its status. The same checks and errors; on an error `node` is left as
   // it was.
   static absl::Status AddNodeMoved(Cluster& cluster, Node&& node);
+  // The nodes by position (the order they were added), and the generation
+  // of that order (NodeSetGeneration): a position names the same node while
+  // the generation stays, and the node's state while its version stays.
+  static const std::vector<NodeStatus>& Nodes(const Cluster& cluster);
+  static uint64_t NodeSetGenerationOf(const Cluster& cluster);
 };
 
 // The tie key of a node added as the `sequence`-th node: with seed 0 the

@@ -567,6 +567,139 @@ static void test_fit_after(void) {
   gs_scheduler_destroy(s);
 }
 
+/* ABI 3: gs_scheduler_fit_all() against gs_scheduler_fit() node by node,
+ * after every step of a seeded random walk of places, releases, health and
+ * cordon changes, and nodes added and removed; and what it does not serve. */
+static int fit_of(gs_scheduler* s, const gs_pod* pod, const char* name, size_t len) {
+  int feasible = -1;
+  OK(gs_scheduler_fit(s, pod, name, len, &feasible, NULL));
+  return feasible;
+}
+
+static void check_fit_all(gs_scheduler* s, const gs_pod* pod) {
+  gs_node_names* names = NULL;
+  OK(gs_scheduler_node_names(s, &names));
+  const char* buffer = NULL;
+  const uint32_t* lengths = NULL;
+  size_t count = 0;
+  uint64_t generation = 0;
+  gs_node_names_data(names, &buffer, &lengths, &count, &generation);
+  uint8_t verdicts[64];
+  size_t n = 99;
+  uint64_t g = 0;
+  int served = -1;
+  OK(gs_scheduler_fit_all(s, pod, verdicts, sizeof verdicts, &n, &g, &served));
+  CHECK(served == 1 && n == count && g == generation && g != 0);
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    CHECK(verdicts[i] == fit_of(s, pod, buffer + at, lengths[i]));
+    at += lengths[i];
+  }
+  gs_node_names_free(names);
+}
+
+static void test_fit_all(void) {
+  gs_scheduler* s = new_scheduler("binpack");
+  uint64_t seed = 42;
+#define NEXT(m) ((seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % (m)
+  char name[32], id[32];
+  int next_node = 0, next_pod = 0;
+  for (; next_node < 6; ++next_node) {
+    snprintf(name, sizeof name, "n%d", next_node);
+    OK(add_node(s, name, 1 + next_node % 4, 16));
+  }
+  gs_pod* probes[5];
+  probes[0] = shared_pod("default/p4", 4, 1);
+  probes[1] = shared_pod("default/p16", 16, 1);
+  probes[2] = shared_pod("default/p2x2", 4, 2);
+  gs_request whole;
+  gs_request_init(&whole);
+  whole.id = "default/whole";
+  whole.whole_gpus = 2;
+  OK(gs_pod_from_request(&whole, &probes[3]));
+  probes[4] = shared_pod("default/p9", 9, 1);
+  char placed[256][32];
+  int placed_count = 0;
+  for (int step = 0; step < 400; ++step) {
+    const int op = (int)NEXT(10);
+    snprintf(name, sizeof name, "n%d", (int)NEXT(next_node));
+    if (op < 4) {
+      snprintf(id, sizeof id, "default/w%d", next_pod++);
+      gs_pod* w = shared_pod(id, 1 + (int64_t)NEXT(16), 1);
+      gs_status* st = gs_scheduler_place(s, w, NULL);
+      if (st == NULL && placed_count < 256) {
+        strcpy(placed[placed_count++], id);
+      } else if (st != NULL) {
+        CHECK(gs_status_code(st) == GS_RESOURCE_EXHAUSTED);
+        gs_status_free(st);
+      }
+      gs_pod_free(w);
+    } else if (op < 7 && placed_count > 0) {
+      const int k = (int)NEXT(placed_count);
+      OK(gs_scheduler_release(s, ID(placed[k])));
+      if (k != --placed_count) memcpy(placed[k], placed[placed_count], sizeof placed[k]);
+    } else if (op == 7) {
+      gs_status_free(gs_scheduler_set_gpu_healthy(s, ID(name), 0, (int)NEXT(2)));
+    } else if (op == 8) {
+      gs_status_free(gs_scheduler_set_node_schedulable(s, ID(name), (int)NEXT(3) != 0));
+    } else if (next_node < 40) {
+      /* Remove a node when it holds nothing (an error otherwise), add one. */
+      gs_status_free(gs_scheduler_remove_node(s, ID(name)));
+      snprintf(name, sizeof name, "n%d", next_node++);
+      OK(add_node(s, name, 1 + next_node % 4, 16));
+    }
+    for (int k = 0; k < 5; ++k) check_fit_all(s, probes[k]);
+  }
+#undef NEXT
+  /* Room for fewer than the nodes: as many as fit, and the count. */
+  uint8_t one = 7;
+  size_t n = 0;
+  uint64_t g = 0;
+  int served = 0;
+  OK(gs_scheduler_fit_all(s, probes[0], &one, 1, &n, &g, &served));
+  CHECK(served == 1 && n > 1 && (one == 0 || one == 1));
+  OK(gs_scheduler_fit_all(s, probes[0], NULL, 0, &n, &g, &served));
+  CHECK(served == 1 && n > 1);
+  FAILS(gs_scheduler_fit_all(s, probes[0], NULL, 3, &n, &g, &served), GS_INVALID_ARGUMENT,
+        "verdicts is NULL but its capacity is 3");
+  FAILS(gs_scheduler_fit_all(s, probes[0], &one, 1, &n, &g, NULL), GS_INVALID_ARGUMENT,
+        "served");
+  /* A request bound to GPU models, or a pod with a node selector: not served. */
+  const char* t4[] = {"T4"};
+  gs_request models;
+  gs_request_init(&models);
+  models.id = "default/models";
+  models.gpu_memory = 2;
+  models.gpu_models = t4;
+  models.gpu_model_count = 1;
+  gs_pod* by_model = NULL;
+  OK(gs_pod_from_request(&models, &by_model));
+  OK(gs_scheduler_fit_all(s, by_model, &one, 1, &n, &g, &served));
+  CHECK(served == 0 && n == 0 && g == 0);
+  gs_pod_free(by_model);
+  const char* selected =
+      "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"sel\","
+      "\"namespace\":\"default\",\"uid\":\"uid-sel\"},\"spec\":{\"nodeSelector\":{\"zone\":\"a\"},"
+      "\"containers\":[{\"name\":\"main\",\"image\":\"x\",\"resources\":{\"limits\":"
+      "{\"aliyun.com/gpu-mem\":\"2\"}}}]}}";
+  gs_pod* sel = NULL;
+  OK(gs_pod_parse(selected, strlen(selected), &sel));
+  OK(gs_scheduler_fit_all(s, sel, &one, 1, &n, &g, &served));
+  CHECK(served == 0);
+  gs_pod_free(sel);
+  /* Another node: another generation. */
+  OK(gs_scheduler_fit_all(s, probes[0], NULL, 0, &n, &g, &served));
+  OK(add_node(s, "late", 1, 16));
+  uint64_t g2 = 0;
+  size_t n2 = 0;
+  OK(gs_scheduler_fit_all(s, probes[0], NULL, 0, &n2, &g2, &served));
+  CHECK(g2 != g && n2 == n + 1);
+  check_fit_all(s, probes[0]);
+  OK(gs_scheduler_check(s));
+  for (int k = 0; k < 5; ++k) gs_pod_free(probes[k]);
+  gs_scheduler_destroy(s);
+}
+
 static void test_exhausted(void) {
   gs_scheduler* s = new_scheduler("binpack");
   OK(add_node(s, "n1", 1, 8));
@@ -1168,6 +1301,7 @@ int main(void) {
   test_ttl();
   test_reservation_tokens();
   test_fit_after();
+  test_fit_all();
   test_exhausted();
   test_multi_card_and_exclusive();
   test_kubernetes();

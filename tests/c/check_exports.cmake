@@ -1,8 +1,8 @@
 # cmake -DLIBRARY=libgpushare_c.so -DHEADER=gpushare.h -DNM=nm -P check_exports.cmake
 #
 # Fails unless the library's dynamic symbols defined in it are exactly the
-# gs_* functions the header declares (each under version node GPUSHARE_C_1 or
-# GPUSHARE_C_2),
+# gs_* functions the header declares (each under version node GPUSHARE_C_1,
+# GPUSHARE_C_2 or GPUSHARE_C_3),
 # plus the version node itself: no C++ symbol leaks out, none is missing.
 foreach(var LIBRARY HEADER NM)
   if(NOT ${var})
@@ -40,10 +40,10 @@ foreach(line ${lines})
   endif()
   # "<address> <type> <name>[@@<version>]"; the version node is type A.
   string(REGEX REPLACE "^[0-9a-fA-F]* *[A-Za-z] +" "" sym "${line}")
-  if(sym MATCHES "^GPUSHARE_C_[12](@@GPUSHARE_C_[12])?$")
+  if(sym MATCHES "^GPUSHARE_C_[123](@@GPUSHARE_C_[123])?$")
     continue()
   endif()
-  if(sym MATCHES "^(gs_[a-z0-9_]+)@@GPUSHARE_C_[12]$")
+  if(sym MATCHES "^(gs_[a-z0-9_]+)@@GPUSHARE_C_[123]$")
     list(APPEND exported ${CMAKE_MATCH_1})
   else()
     list(APPEND bad "${sym}")
@@ -58,8 +58,8 @@ list(LENGTH exported n_exported)
 if(bad OR missing OR extra)
   list(JOIN bad "\n  " bad_text)
   message(FATAL_ERROR "check_exports: ${LIBRARY}\n"
-          "exported but not gs_* under GPUSHARE_C_1 or _2:\n  ${bad_text}\n"
+          "exported but not gs_* under GPUSHARE_C_1, _2 or _3:\n  ${bad_text}\n"
           "declared in the header but not exported: ${missing}\n"
           "exported but not declared in the header: ${extra}")
 endif()
-message(STATUS "check_exports: ${n_exported} gs_* functions under GPUSHARE_C_1 and _2, nothing else")
+message(STATUS "check_exports: ${n_exported} gs_* functions under GPUSHARE_C_1, _2 and _3, nothing else")

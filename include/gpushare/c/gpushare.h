@@ -76,7 +76,7 @@ extern "C" {
 
 /* The ABI this header describes. gs_abi_version() returns the library's:
  * a host built against ABI N runs with a library whose ABI is >= N. */
-#define GS_ABI_VERSION 2
+#define GS_ABI_VERSION 3
 
 /* ---- Errors ---------------------------------------------------------------- */
 
@@ -271,6 +271,34 @@ GS_API gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs
                                          const gs_names* removed, const gs_pod* const* added,
                                          size_t added_count, int* feasible, int* unresolvable,
                                          char** reason);
+
+/* gs_scheduler_fit() on every node at once, by the node's position (the
+ * order nodes were added; gs_scheduler_node_names()): verdicts[i] is 1 when
+ * the pod fits node i now, else 0. Served only for a pod whose fit depends
+ * on the nodes' resources alone: no node selector, GPU model, required
+ * topology or required node affinity. Then *served is 1, *count the number
+ * of nodes, *generation the generation of the node order (any node added or
+ * removed gives another), and min(capacity, *count) verdicts are written;
+ * call again with room for *count when it exceeds capacity. Otherwise
+ * *served, *count and *generation are 0 and the host asks
+ * gs_scheduler_fit() node by node. A pod that asks for no GPUs fits
+ * everywhere. The answers are kept per shape of request, each node's
+ * judged again only once it changed: a burst of pods of a few shapes costs
+ * about a comparison per node. A refusal's reason comes from
+ * gs_scheduler_fit(). Shared lock. ABI 3. */
+GS_API gs_status* gs_scheduler_fit_all(const gs_scheduler* scheduler, const gs_pod* pod,
+                                       uint8_t* verdicts, size_t capacity, size_t* count,
+                                       uint64_t* generation, int* served);
+
+/* The nodes' names by position, as gs_scheduler_fit_all() numbers them, and
+ * the generation of that order. Free with gs_node_names_free(). ABI 3. */
+typedef struct gs_node_names gs_node_names;
+GS_API gs_status* gs_scheduler_node_names(const gs_scheduler* scheduler, gs_node_names** out);
+/* The names back to back in one buffer (name i is lengths[i] bytes, no
+ * separators), their count and generation; valid until freed. */
+GS_API void gs_node_names_data(const gs_node_names* names, const char** buffer,
+                               const uint32_t** lengths, size_t* count, uint64_t* generation);
+GS_API void gs_node_names_free(gs_node_names* names);
 
 typedef struct gs_fit_results gs_fit_results;
 
