@@ -100,6 +100,57 @@ type sharedState struct {
 	ctx context.Context
 	// parsed caches the pods AddPod reads (nominated pods, again and again).
 	parsed parsedPods
+	// index: the library's node positions by name, for FitAll's verdicts.
+	index nodeIndex
+}
+
+// nodeIndex maps node names to the library's node positions
+// (gpushare.Scheduler.NodeNames) of one generation of the node order; it is
+// read again when PreFilter meets another generation (nodes added or
+// removed). Filter reads it without a lock.
+type nodeIndex struct {
+	current atomic.Pointer[nodePositions]
+}
+
+type nodePositions struct {
+	generation uint64
+	byName     map[string]int
+}
+
+// at brings the index to `generation`; false when the library has moved on
+// meanwhile (a node added or removed since).
+func (x *nodeIndex) at(generation uint64, sched *gpushare.Scheduler) bool {
+	if cur := x.current.Load(); cur != nil && cur.generation == generation {
+		return true
+	}
+	names, got, err := sched.NodeNames()
+	if err != nil || got != generation {
+		return false
+	}
+	byName := make(map[string]int, len(names))
+	for i, name := range names {
+		byName[name] = i
+	}
+	x.current.Store(&nodePositions{generation: got, byName: byName})
+	return true
+}
+
+// size is the number of nodes of the index's generation.
+func (x *nodeIndex) size() int {
+	if cur := x.current.Load(); cur != nil {
+		return len(cur.byName)
+	}
+	return 0
+}
+
+// position returns the node's position in generation `generation`.
+func (x *nodeIndex) position(name string, generation uint64) (int, bool) {
+	cur := x.current.Load()
+	if cur == nil || cur.generation != generation {
+		return 0, false
+	}
+	i, ok := cur.byName[name]
+	return i, ok
 }
 
 var (
@@ -277,6 +328,12 @@ const stateKey fwk.StateKey = Name
 // cycleState is what one scheduling cycle knows of its pod.
 type cycleState struct {
 	pod *gpushare.Pod
+	// verdicts: whether the pod fitted each node when PreFilter asked, by
+	// the library's node position (gpushare.Scheduler.FitAll), positions
+	// of node order `generation`; nil when not served. Read-only after
+	// PreFilter.
+	verdicts   []byte
+	generation uint64
 	// ranks by node name, from PreScore.
 	ranks map[string]int64
 	// placement, from a successful Reserve; unsettled: its bind failed in
@@ -303,11 +360,11 @@ type nodeEdits struct {
 
 func (e *nodeEdits) empty() bool { return len(e.removed) == 0 && len(e.added) == 0 }
 
-// Clone shares the pod (immutable) and the ranks (written once, in
-// PreScore, before any reader), and copies the node edits; the placement
+// Clone shares the pod (immutable), the verdicts (read-only) and the ranks
+// (written once, in PreScore, before any reader), and copies the node edits; the placement
 // belongs to the binding cycle of the original state.
 func (c *cycleState) Clone() fwk.StateData {
-	out := &cycleState{pod: c.pod, ranks: c.ranks}
+	out := &cycleState{pod: c.pod, ranks: c.ranks, verdicts: c.verdicts, generation: c.generation}
 	if len(c.edits) > 0 {
 		out.edits = make(map[string]*nodeEdits, len(c.edits))
 		for node, e := range c.edits {
@@ -364,8 +421,24 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		gp.Close()
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	state.Write(stateKey, &cycleState{pod: gp})
+	c := &cycleState{pod: gp}
+	p.verdictsFor(c)
+	state.Write(stateKey, c)
 	return nil, nil
+}
+
+// verdictsFor asks the library whether the pod fits each node, in one call
+// (served for pods whose fit depends on the nodes' resources alone; from a
+// memo per shape of request), so that Filter answers most nodes with a
+// lookup. Without an answer Filter asks node by node.
+func (p *sharedState) verdictsFor(c *cycleState) {
+	// Room for the nodes the index knows, and a few more: one call.
+	n := p.index.size()
+	verdicts, generation, served, err := p.sched.FitAll(c.pod, make([]byte, 0, n+n/8+8))
+	if err != nil || !served || !p.index.at(generation, p.sched) {
+		return
+	}
+	c.verdicts, c.generation = verdicts, generation
 }
 
 // PreFilterExtensions returns the plugin: kube-scheduler's preemption
@@ -450,6 +523,9 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
+	if c.fitsByVerdict(node.Name, &p.index) {
+		return nil
+	}
 	applied := p.gate.appliedCount()
 	fit, err := p.judge(c, node)
 	if err == nil && !fit.Fits {
@@ -478,6 +554,23 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fit.Reason)
 	}
 	return fwk.NewStatus(fwk.Unschedulable, fit.Reason)
+}
+
+// fitsByVerdict reports whether PreFilter's verdicts say the pod fits
+// `node` and the cycle has no edits of it (preemption's removals, nominated
+// pods), which the verdicts do not know. False means "ask": a refusal has
+// to be judged anyway, for its reason and for catching up with the
+// snapshot. A verdict may be older than an event applied since; Reserve
+// judges the chosen node again, under the library's lock.
+func (c *cycleState) fitsByVerdict(node string, index *nodeIndex) bool {
+	if c.verdicts == nil {
+		return false
+	}
+	if e := c.edits[node]; e != nil && !e.empty() {
+		return false
+	}
+	i, ok := index.position(node, c.generation)
+	return ok && i < len(c.verdicts) && c.verdicts[i] == 1
 }
 
 // testHookAfterJudge, when set (by tests), runs in Filter between a refusal

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"context"
 	"encoding/json"
 	"errors"
@@ -830,6 +831,64 @@ func TestFilterJudgesAgainWhenTheHandlerAppliesDuringItsCatchUp(t *testing.T) {
 	}
 	if err := f.s.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// PreFilter's verdicts (gpushare.Scheduler.FitAll) answer Filter as the
+// library's Fit does, node by node: the same nodes admitted and refused,
+// with and without the verdicts, as the cluster changes. A pod they do not
+// serve (a node selector) is judged node by node; a node added after
+// PreFilter is judged node by node.
+func TestFilterVerdictsAgreeWithFit(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.nodes["half"] = gpuNode("half", 2, 16)
+	f.p.nodeHandler().OnAdd(f.nodes["half"], true)
+	f.bindOn(t, gpuPod("eight", 8), "half")
+	compare := func(when string, pod *v1.Pod) {
+		t.Helper()
+		state := f.cycle(t, pod)
+		c := readState(state)
+		if c.verdicts == nil {
+			t.Fatalf("%s: no verdicts for %s", when, pod.Name)
+		}
+		fast := f.filter(t, state, pod)
+		c.verdicts = nil
+		slow := f.filter(t, state, pod)
+		for node := range f.nodes {
+			if fast[node].Code() != slow[node].Code() {
+				t.Errorf("%s: %s on %s: with verdicts %v, without %v", when, pod.Name, node, fast[node], slow[node])
+			}
+		}
+	}
+	for _, units := range []int64{4, 8, 12, 16, 20} {
+		compare("at first", gpuPod(fmt.Sprintf("p%d", units), units))
+	}
+	f.bindOn(t, gpuPod("more", 6), "big")
+	if err := f.s.SetNodeSchedulable("small", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, units := range []int64{4, 8, 12, 16, 20} {
+		compare("after a bind and a cordon", gpuPod(fmt.Sprintf("q%d", units), units))
+	}
+
+	selected := gpuPod("selected", 4)
+	selected.Spec.NodeSelector = map[string]string{"zone": "a"}
+	if c := readState(f.cycle(t, selected)); c.verdicts != nil {
+		t.Errorf("verdicts for a pod with a node selector: %v", c.verdicts)
+	}
+
+	pod := gpuPod("late", 4)
+	state := f.cycle(t, pod)
+	late := gpuNode("late-node", 1, 16)
+	f.p.nodeHandler().OnAdd(late, true)
+	if st := f.p.Filter(ctx, state, pod, nodeInfo(late)); !st.IsSuccess() {
+		t.Errorf("a node added after PreFilter: %v", st)
+	}
+	full := gpuNode("full-node", 1, 2)
+	f.p.nodeHandler().OnAdd(full, true)
+	if st := f.p.Filter(ctx, state, pod, nodeInfo(full)); st.IsSuccess() {
+		t.Error("a node added after PreFilter, too small: admitted")
 	}
 }
 
