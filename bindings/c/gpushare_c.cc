@@ -963,23 +963,24 @@ gs_status* gs_scheduler_rank(const gs_scheduler* scheduler, const gs_pod* pod,
       // The extender ranks every node 0 for a pod that asks for no GPUs.
       std::fill(out.begin(), out.end(), 0);
     } else if (!names.empty()) {
-      std::vector<std::string> scored = names;
-      if (pod->pod && !pod->pod->required_node_affinity.empty()) {
+      std::vector<std::string> admitted;  // Those the pod's node affinity admits.
+      const bool affinity = pod->pod && !pod->pod->required_node_affinity.empty();
+      if (affinity) {
         GPUSHARE_ASSIGN_OR_RETURN(std::vector<FitResult> fits, Fit(*scheduler, *pod, names));
-        scored.clear();
         for (const FitResult& f : fits) {
-          if (f.feasible) scored.push_back(f.node);
+          if (f.feasible) admitted.push_back(f.node);
         }
       }
-      std::map<std::string, int64_t> rank;
+      const std::vector<std::string>& scored = affinity ? admitted : names;
       if (!scored.empty()) {
         GPUSHARE_ASSIGN_OR_RETURN(std::vector<NodeScore> scores,
                                   scheduler->scheduler->Score(pod->req(), scored));
-        for (const NodeScore& s : scores) rank[s.node] = s.rank;
-      }
-      for (size_t i = 0; i < names.size(); ++i) {
-        auto it = rank.find(names[i]);
-        if (it != rank.end()) out[i] = it->second;
+        // Score() keeps the order of the names it was given (a subsequence
+        // of `names`), leaving out nodes where the pod does not fit.
+        size_t next = 0;
+        for (size_t i = 0; i < names.size() && next < scores.size(); ++i) {
+          if (names[i] == scores[next].node) out[i] = scores[next++].rank;
+        }
       }
     }
     for (size_t i = 0; i < out.size(); ++i) ranks[i] = out[i];

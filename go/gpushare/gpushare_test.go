@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -347,6 +348,44 @@ func TestFitAll(t *testing.T) {
 	models := newPod(t, gpushare.Request{ID: "default/m", GPUMemory: 2, GPUModels: []string{"T4"}})
 	if v, gen, served, err := s.FitAll(models, nil); err != nil || served || v != nil || gen != 0 {
 		t.Errorf("FitAll of a pod bound to GPU models = %v %d %v %v, want not served", v, gen, served, err)
+	}
+}
+
+// Rank's answer follows the names given, whatever their order, with
+// repeats, unknown nodes and nodes where the pod does not fit among them.
+func TestRankFollowsTheNamesGiven(t *testing.T) {
+	s := newScheduler(t, gpushare.Options{ReservationTTL: gpushare.NoExpiry})
+	for i, used := range []int64{0, 4, 8, 12, 15} {
+		name := fmt.Sprintf("n%d", i)
+		mustAdd(t, s, sharedNode(name, 1, 16))
+		if used > 0 {
+			fill := newPod(t, gpushare.Request{ID: "default/fill-" + name, GPUMemory: used})
+			if _, err := s.Reserve(fill, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pod := newPod(t, gpushare.Request{ID: "default/p", GPUMemory: 2})
+	names := []string{"n0", "n1", "ghost", "n2", "n3", "n4", "n1"}
+	ranks, err := s.Rank(pod, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ranks[2] != -1 || ranks[6] != ranks[1] || ranks[0] < 0 || ranks[3] < 0 || ranks[4] < 0 {
+		t.Fatalf("Rank(%v) = %v", names, ranks)
+	}
+	if ranks[5] != -1 { // n4 has 1 unit free of the 2 asked.
+		t.Errorf("Rank of a node where the pod does not fit = %d", ranks[5])
+	}
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	back, err := s.Rank(pod, reversed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(back)
+	if !slices.Equal(back, ranks) {
+		t.Errorf("Rank of the names reversed, reversed back = %v, want %v", back, ranks)
 	}
 }
 

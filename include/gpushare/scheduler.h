@@ -137,7 +137,8 @@ class Scheduler {
       const Request& request, const std::vector<std::string>& nodes = {}) const;
 
   // The policy's score of every node of `nodes` (all when empty) that can
-  // host `request` now; infeasible and unknown nodes are left out. Ranks
+  // host `request` now, in the order given; infeasible and unknown nodes
+  // are left out. Ranks
   // are 0..10 (see NodeScore). Errors: those of Validate().
   absl::StatusOr<std::vector<NodeScore>> Score(
       const Request& request, const std::vector<std::string>& nodes = {}) const;

@@ -200,13 +200,16 @@ absl::StatusOr<std::vector<NodeScore>> Scheduler::Score(
   std::shared_lock lock(state_->mu);
   const Cluster& cluster = state_->cluster;
   GPUSHARE_ASSIGN_OR_RETURN(const Demand demand, cluster.Validate(request));
-  std::vector<std::string> names = nodes.empty() ? cluster.node_names() : nodes;
+  std::vector<std::string> all;
+  if (nodes.empty()) all = cluster.node_names();
+  const std::vector<std::string>& names = nodes.empty() ? all : nodes;
   std::vector<NodeScore> out;
+  out.reserve(names.size());
   std::vector<int> fitting;
   for (const std::string& name : names) {
     const NodeStatus* node = cluster.FindNode(name);
     if (node == nullptr) continue;
-    if (internal::CheckNode(*node, demand, request, &fitting)) continue;
+    if (!internal::NodeFits(*node, demand, request, &fitting)) continue;
     NodeChoice choice = policy->Evaluate(demand, *node, fitting, cluster);
     internal::ApplyTopology(*node, demand, request, fitting, &choice);
     out.push_back(NodeScore{name, choice.score, 0});
