@@ -282,9 +282,9 @@ GS_API gs_status* gs_scheduler_fit_after(const gs_scheduler* scheduler, const gs
  * call again with room for *count when it exceeds capacity. Otherwise
  * *served, *count and *generation are 0 and the host asks
  * gs_scheduler_fit() node by node. A pod that asks for no GPUs fits
- * everywhere. The answers are kept per shape of request, each node's
- * judged again only once it changed: a burst of pods of a few shapes costs
- * about a comparison per node. A refusal's reason comes from
+ * everywhere. The answers are kept per shape of request (the 64 shapes used
+ * last), each node's judged again only once it changed: a burst of pods of a
+ * few shapes costs about a comparison per node. A refusal's reason comes from
  * gs_scheduler_fit(). Shared lock. ABI 3. */
 GS_API gs_status* gs_scheduler_fit_all(const gs_scheduler* scheduler, const gs_pod* pod,
                                        uint8_t* verdicts, size_t capacity, size_t* count,
