@@ -46,17 +46,19 @@
  *    fields only at the end; a library reads only the fields `size` covers.
  *  - Thread safety: a gs_scheduler may be used from any number of threads at
  *    once (readers share a lock, writers take it exclusively; see
- *    gpushare/scheduler.h). gs_pod, gs_placement, gs_fit_results and
- *    gs_scores objects are immutable once made: any thread may read them, one
+ *    gpushare/scheduler.h). gs_pod, gs_placement, gs_fit_results,
+ *    gs_node_names and gs_scores objects are immutable once made: any thread may read them, one
  *    thread frees them. gs_status objects belong to the calling thread's code
  *    like any other value. Functions without a handle are thread-safe.
  *  - Symbols: only gs_* functions are exported (version nodes GPUSHARE_C_1,
- *    and GPUSHARE_C_2 for the calls ABI 2 added, of libgpushare_c.so); the
- *    C++ library inside is hidden.
+ *    GPUSHARE_C_2 for the calls ABI 2 added and GPUSHARE_C_3 for those of
+ *    ABI 3, of libgpushare_c.so); the C++ library inside is hidden.
  *  - ABI 2 added reservations that never expire (reservation_ttl_ms 0) and
  *    reservation tokens: gs_placement_token, gs_scheduler_confirm_reservation,
  *    gs_scheduler_forget_reservation; and gs_scheduler_fit_after, the fit of
  *    kube-scheduler's preemption and nominated pods.
+ *  - ABI 3 added gs_scheduler_fit_all, every node's fit in one call, with
+ *    gs_scheduler_node_names for the nodes' positions.
  */
 #ifndef GPUSHARE_C_GPUSHARE_H_
 #define GPUSHARE_C_GPUSHARE_H_
