@@ -71,15 +71,22 @@ void Follower::Kick() const {
   if (options_.kick) options_.kick();
 }
 
+bool Follower::Logged(const char* what, const std::string& type,
+                      const absl::StatusOr<k8s::SyncReport>& r) {
+  if (!r.ok()) {
+    warnings_.Log({std::string(what) + " " + type + " not applied: " +
+                   std::string(r.status().message())});
+    return false;
+  }
+  LogReport(*options_.out, what, *r);
+  warnings_.Log(r->warnings);
+  return true;
+}
+
 void Follower::OnPodEvent(const std::string& type, const std::string& pod_json) {
   std::lock_guard lock(mu_);
   absl::StatusOr<k8s::SyncReport> r = ext_->ApplyPodEvent(type, pod_json);
-  if (!r.ok()) {
-    warnings_.Log({"pod event " + type + " not applied: " + std::string(r.status().message())});
-    return;
-  }
-  LogReport(*options_.out, "pod event", *r);
-  warnings_.Log(r->warnings);
+  if (!Logged("pod event", type, r)) return;
   // GPUs may have been freed: a placement released, or a node's hold
   // changed (lifted when its last pod that gpushare did not place ends; a
   // round after a hold is placed only finds nothing to do).
@@ -102,12 +109,7 @@ void Follower::RetryDoomedLocked() {
 
 void Follower::OnNodeEvent(const std::string& type, const std::string& node_json) {
   absl::StatusOr<k8s::SyncReport> r = ext_->ApplyNodeEvent(type, node_json);
-  if (!r.ok()) {
-    warnings_.Log({"node event " + type + " not applied: " + std::string(r.status().message())});
-    return;
-  }
-  LogReport(*options_.out, "node event", *r);
-  warnings_.Log(r->warnings);
+  if (!Logged("node event", type, r)) return;
   // The extender read the node, so its name is there.
   const nlohmann::json node = nlohmann::json::parse(node_json, nullptr, false);
   const std::string name = node.is_object() && node.contains("metadata")

@@ -114,6 +114,10 @@ class Follower {
 
  private:
   void Kick() const;
+  // Logs an event's outcome: a refusal as a warning ("<what> <type> not
+  // applied: ..."), else its report and warnings. Returns whether it applied.
+  bool Logged(const char* what, const std::string& type,
+              const absl::StatusOr<k8s::SyncReport>& r);
   // Tries to remove every doomed node again; mu_ held.
   void RetryDoomedLocked();
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from harness import HarnessError, gpu_allocation, node_gpus, used_per_gpu, wait_until
-from test_scenarios import (assert_no_oversubscription, failed_scheduling_messages,
-                            fits_somewhere)
+from test_scenarios import (assert_bound_as_asked, assert_no_oversubscription,
+                            failed_scheduling_messages, fits_somewhere)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEPLOY = os.path.join(os.path.dirname(os.path.dirname(HERE)), "deploy")
@@ -129,12 +129,7 @@ def test_leader_killed_during_a_burst_the_follower_takes_over(cluster):
     # saw, at most one retry period before the kill), plus its resync.
     assert takeover <= LEASE_SECONDS + RETRY_SECONDS + 3, takeover
     assert len(bound) > bound_at_kill
-    for p in bound:
-        units, count = pods[p["metadata"]["name"]]
-        alloc = gpu_allocation(p)
-        assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
-        assert sum(alloc.values()) == units
-        assert len(alloc) == (count or 1)
+    assert_bound_as_asked(bound, pods)
     assert_no_oversubscription(api)
     # No pod bound twice: kube-scheduler reports at most one successful
     # binding per pod (none for a pod whose bind reply was lost with the

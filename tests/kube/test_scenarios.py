@@ -239,16 +239,20 @@ def assert_settles(api, pods, timeout):
                     and fits_somewhere(*pods[p["metadata"]["name"]], nodes, used)]
     wait_until("every pending pod to fit nowhere", settled, timeout, 1)
     final = api.pods()
-    for p in final:
-        if not p["spec"].get("nodeName"):
-            continue
+    assert_bound_as_asked([p for p in final if p["spec"].get("nodeName")], pods)
+    assert_no_oversubscription(api)
+    return final
+
+
+def assert_bound_as_asked(bound, pods):
+    """Every pod of `bound` has bind annotations giving exactly the units
+    over the GPU count it asked for (`pods`: {name: (units, gpu_count)})."""
+    for p in bound:
         units, count = pods[p["metadata"]["name"]]
         alloc = gpu_allocation(p)
         assert alloc is not None, f"{p['metadata']['name']} bound without annotations"
         assert sum(alloc.values()) == units
         assert len(alloc) == (count or 1)
-    assert_no_oversubscription(api)
-    return final
 
 
 def test_a_bind_slower_than_a_reservation_ttl_promises_no_gpu_twice(cluster):
