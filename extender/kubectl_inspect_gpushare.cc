@@ -11,8 +11,9 @@
 //   kubectl-inspect-gpushare [--kubeconfig FILE] [--context NAME] [--server URL]
 //
 // The API server is found as kubectl finds it: --kubeconfig, else
-// $KUBECONFIG, else the in-cluster service account. Needs get/list of nodes
-// and pods. Exit status: 0, 1 for an API or cluster error, 2 for bad usage.
+// $KUBECONFIG, else the in-cluster service account; users with exec
+// credential plugins (EKS, GKE, AKS, OIDC logins) as kubectl runs them
+// (kubeclient/exec_credential.h). Needs get/list of nodes and pods. Exit status: 0, 1 for an API or cluster error, 2 for bad usage.
 
 #include <iostream>
 #include <string>

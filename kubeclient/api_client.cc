@@ -244,7 +244,7 @@ struct ApiClient::Impl {
       : config(std::move(c)),
         options(std::move(o)),
         url(std::move(u)),
-        tokens(config.token, config.token_file),
+        tokens(config.token, config.token_file, config.exec),
         limiter(options.qps, options.burst) {}
 
   // A new connected (and, for https, verified) connection.
@@ -494,9 +494,10 @@ absl::StatusOr<std::string> ApiClient::Call(http::verb method, const std::string
     if (status / 100 == 2) return std::move(res.body());
     last = absl::Status(StatusCodeOfHttp(status),
                         absl::StrCat(what, ": HTTP ", status, " ", res.body().substr(0, 300)));
-    if (status == 401 && !m.config.token_file.empty() && !reauthenticated) {
-      reauthenticated = true;  // The token may have rotated under us.
-      m.tokens.Invalidate();
+    if (status == 401 && m.tokens.renewable() && !reauthenticated) {
+      reauthenticated = true;  // The token may have rotated or expired under us.
+      const std::string sent((*req)[http::field::authorization]);
+      if (absl::StartsWith(sent, "Bearer ")) m.tokens.Invalidate(sent.substr(7));
       continue;
     }
     const bool retryable = status == 429 || (status / 100 == 5 && idempotent);

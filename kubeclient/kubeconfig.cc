@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/escaping.h"
@@ -86,6 +87,74 @@ absl::Status Pem(const YAML::Node& map, const std::string& key, const std::strin
   return absl::OkStatus();
 }
 
+// A user's exec section; `cluster` gives provideClusterInfo's object.
+absl::StatusOr<ExecConfig> ParseExec(const YAML::Node& exec, const std::string& dir,
+                                     const RestConfig& cluster, const std::string& where) {
+  const std::string exec_where = where + ": exec";
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(exec_where, ": ", why));
+  };
+  if (!exec.IsMap()) return bad("must be a map");
+  ExecConfig e;
+  e.where = where;
+  e.api_version = Str(exec, "apiVersion");
+  if (e.api_version != "client.authentication.k8s.io/v1" &&
+      e.api_version != "client.authentication.k8s.io/v1beta1") {
+    return bad(absl::StrCat("apiVersion '", e.api_version,
+                            "' is not client.authentication.k8s.io/v1 or /v1beta1"));
+  }
+  e.command = Str(exec, "command");
+  if (e.command.empty()) return bad("has no command");
+  // As client-go: a relative path with a separator is the kubeconfig's.
+  if (e.command.find('/') != std::string::npos) e.command = Resolve(dir, e.command);
+  if (const YAML::Node args = exec["args"]; args && !args.IsNull()) {
+    if (!args.IsSequence()) return bad("args must be a list of strings");
+    for (const YAML::Node& a : args) {
+      if (!a.IsScalar()) return bad("args must be a list of strings");
+      e.args.push_back(a.Scalar());
+    }
+  }
+  if (const YAML::Node env = exec["env"]; env && !env.IsNull()) {
+    if (!env.IsSequence()) return bad("env must be a list of {name, value}");
+    for (const YAML::Node& v : env) {
+      if (!v.IsMap() || Str(v, "name").empty()) return bad("env must be a list of {name, value}");
+      const std::string name = Str(v, "name");
+      if (name.find('=') != std::string::npos) {
+        return bad(absl::StrCat("env name '", name, "' holds '='"));
+      }
+      e.env.emplace_back(name, Str(v, "value"));
+    }
+  }
+  e.install_hint = Str(exec, "installHint");
+  const std::string mode = Str(exec, "interactiveMode");
+  if (mode.empty()) {
+    if (e.api_version == "client.authentication.k8s.io/v1") {
+      return bad("interactiveMode is required with apiVersion client.authentication.k8s.io/v1 "
+                 "(Never, IfAvailable or Always)");
+    }
+  } else if (mode != "Never" && mode != "IfAvailable" && mode != "Always") {
+    return bad(absl::StrCat("interactiveMode '", mode, "' is not Never, IfAvailable or Always"));
+  } else {
+    e.interactive_mode = mode;
+  }
+  if (const YAML::Node p = exec["provideClusterInfo"]; p && !p.IsNull()) {
+    bool provide = false;
+    if (!p.IsScalar() || !YAML::convert<bool>::decode(p, provide)) {
+      return bad("provideClusterInfo must be true or false");
+    }
+    if (provide) {
+      nlohmann::json j = {{"server", cluster.server}};
+      if (!cluster.ca_pem.empty()) {
+        j["certificate-authority-data"] = absl::Base64Escape(cluster.ca_pem);
+      }
+      if (!cluster.tls_server_name.empty()) j["tls-server-name"] = cluster.tls_server_name;
+      if (cluster.insecure_skip_tls_verify) j["insecure-skip-tls-verify"] = true;
+      e.cluster_json = j.dump();
+    }
+  }
+  return e;
+}
+
 absl::StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view text, const std::string& dir,
                                                   const std::string& context,
                                                   const std::string& what) {
@@ -138,12 +207,12 @@ absl::StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view text, const s
     absl::StatusOr<YAML::Node> user = Named(root, "users", "user", user_name, what, "user");
     if (!user.ok()) return user.status();
     const std::string user_where = absl::StrCat(what, ": user '", user_name, "'");
-    for (const char* unsupported : {"exec", "auth-provider", "username", "password"}) {
+    for (const char* unsupported : {"auth-provider", "username", "password"}) {
       if ((*user)[unsupported]) {
         return absl::InvalidArgumentError(absl::StrCat(
             user_where, " uses ", unsupported,
-            ", which gpushare-extender does not support; give it a token, tokenFile or a "
-            "client certificate"));
+            ", which gpushare does not support; give it a token, tokenFile, an exec credential "
+            "plugin or a client certificate"));
       }
     }
     if (absl::Status s = Pem(*user, "client-certificate", dir, user_where, &c.client_cert_pem);
@@ -160,6 +229,15 @@ absl::StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view text, const s
     c.token = Str(*user, "token");
     const std::string token_file = Str(*user, "tokenFile");
     if (!token_file.empty()) c.token_file = Resolve(dir, token_file);
+    if (const YAML::Node exec = (*user)["exec"]; exec && !exec.IsNull()) {
+      if (!c.token.empty() || !c.token_file.empty()) {
+        return absl::InvalidArgumentError(
+            user_where + " has both a token (token or tokenFile) and exec; keep one");
+      }
+      absl::StatusOr<ExecConfig> e = ParseExec(exec, dir, c, user_where);
+      if (!e.ok()) return e.status();
+      c.exec = *std::move(e);
+    }
   }
   c.source = absl::StrCat(what, ", context ", ctx_name);
   return c;
@@ -239,7 +317,8 @@ absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags) {
     c->server = flags.apiserver;
     if (!path.empty()) c->source += ", server from --apiserver";
   }
-  if (c->server.rfind("http://", 0) == 0 && (!c->token.empty() || !c->token_file.empty())) {
+  if (c->server.rfind("http://", 0) == 0 &&
+      (!c->token.empty() || !c->token_file.empty() || !c->exec.empty())) {
     warnings.push_back("the bearer token goes over plain HTTP to " + c->server);
   }
   c->warnings.insert(c->warnings.begin(), warnings.begin(), warnings.end());
@@ -247,6 +326,7 @@ absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags) {
 }
 
 absl::StatusOr<std::string> TokenSource::Get() {
+  if (exec_ != nullptr) return exec_->Get();
   if (file_.empty()) return token_;
   std::lock_guard lock(mu_);
   struct stat st;
@@ -267,7 +347,8 @@ absl::StatusOr<std::string> TokenSource::Get() {
   return absl::NotFoundError(absl::StrCat("bearer token: ", text.status().message()));
 }
 
-void TokenSource::Invalidate() {
+void TokenSource::Invalidate(std::string_view refused) {
+  if (exec_ != nullptr) return exec_->Invalidate(refused);
   std::lock_guard lock(mu_);
   stamp_.clear();
 }

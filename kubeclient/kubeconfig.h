@@ -13,16 +13,18 @@
 //   current-context; contexts[].context.{cluster,user};
 //   clusters[].cluster.{server, certificate-authority, certificate-authority-data,
 //                       insecure-skip-tls-verify, tls-server-name};
-//   users[].user.{client-certificate[-data], client-key[-data], token, tokenFile}.
+//   users[].user.{client-certificate[-data], client-key[-data], token, tokenFile,
+//                 exec (credential plugins: kubeclient/exec_credential.h)}.
 // File paths are resolved against the kubeconfig's folder, as kubectl does.
-// Users with exec or auth-provider plugins, or a username and password, are
-// refused with an error naming the user (a token or a client certificate is
-// needed). Nothing here throws.
+// Users with auth-provider plugins (removed from kubectl in 1.26), or a
+// username and password, are refused with an error naming the user. Nothing
+// here throws.
 
 #ifndef GPUSHARE_KUBECLIENT_KUBECONFIG_H_
 #define GPUSHARE_KUBECLIENT_KUBECONFIG_H_
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -31,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kubeclient/exec_credential.h"
 
 namespace gpushare::kubeclient {
 
@@ -51,6 +54,8 @@ struct RestConfig {
   // read, and is re-read when it changes (rotated service-account tokens).
   std::string token;
   std::string token_file;
+  // A credential plugin that gives the token (exclusive with the two above).
+  ExecConfig exec;
   // Skips verification of the server's certificate (kubeconfig's
   // insecure-skip-tls-verify): honoured, with a warning.
   bool insecure_skip_tls_verify = false;
@@ -104,22 +109,31 @@ struct ConfigFlags {
 // three applies.
 absl::StatusOr<RestConfig> ResolveRestConfig(const ConfigFlags& flags);
 
-// The bearer token of a RestConfig: the token file's content (re-read when
-// its inode, size or modification time changes, or after Invalidate()), else
-// the fixed token. Thread-safe.
+// The bearer token of a RestConfig: the credential plugin's (see
+// ExecCredentialSource), else the token file's content (re-read when its
+// inode, size or modification time changes, or after Invalidate()), else the
+// fixed token. Thread-safe.
 class TokenSource {
  public:
-  TokenSource(std::string token, std::string token_file)
-      : token_(std::move(token)), file_(std::move(token_file)) {}
+  TokenSource(std::string token, std::string token_file, ExecConfig exec = {})
+      : token_(std::move(token)), file_(std::move(token_file)) {
+    if (!exec.empty()) exec_ = std::make_unique<ExecCredentialSource>(std::move(exec));
+  }
 
   // The current token ("" for none). Errors: NotFound when the token file
-  // cannot be read and no earlier read or fixed token exists.
+  // cannot be read and no earlier read or fixed token exists; those of
+  // ExecCredentialSource::Get().
   absl::StatusOr<std::string> Get();
 
-  // Forces a re-read at the next Get() (after a 401).
-  void Invalidate();
+  // The API server refused `refused` (a 401): the file is read again, or the
+  // plugin runs again, at the next Get().
+  void Invalidate(std::string_view refused = {});
+
+  // Whether Invalidate() can give another token (a file or a plugin).
+  bool renewable() const { return exec_ != nullptr || !file_.empty(); }
 
  private:
+  std::unique_ptr<ExecCredentialSource> exec_;
   std::mutex mu_;
   const std::string token_;
   const std::string file_;

@@ -12,11 +12,13 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -604,6 +606,35 @@ TEST(ApiClientTest, ReReadsARotatedTokenAfter401) {
   std::ofstream(file, std::ios::trunc) << "new";
   EXPECT_OK(api->Get("/api/v1/pods").status());
   std::remove(file.c_str());
+}
+
+TEST(ApiClientTest, RunsTheCredentialPluginAgainAfter401) {
+  char tmpl[] = "/tmp/api_client_test_exec.XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string script = dir + "/plugin.sh";
+  // token-1, then token-2, ...: the server takes token-2 only.
+  std::ofstream(script) << "#!/bin/sh\nn=$(( $(cat " << dir << "/runs 2>/dev/null || echo 0) + 1 ))\n"
+                        << "echo $n > " << dir << "/runs\n"
+                        << "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                           "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"token-'$n'\"}}'\n";
+  chmod(script.c_str(), 0755);
+  TestServer server([&](const auto& req) {
+    Response r;
+    if (req[http::field::authorization] != "Bearer token-2") r.status = http::status::unauthorized;
+    return r;
+  });
+  RestConfig c = Plain(server.url());
+  c.exec.api_version = "client.authentication.k8s.io/v1";
+  c.exec.command = script;
+  c.exec.interactive_mode = "Never";
+  ASSERT_OK_AND_ASSIGN(auto api, ApiClient::Create(c, Fast()));
+  EXPECT_OK(api->Get("/api/v1/pods").status());  // token-1 refused, token-2 taken.
+  EXPECT_OK(api->Get("/api/v1/nodes").status());  // token-2 from the cache.
+  std::ifstream runs(dir + "/runs");
+  int n = 0;
+  runs >> n;
+  EXPECT_EQ(n, 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ApiClientTest, StreamsChunksAsTheyArriveAndMapsErrors) {

@@ -196,7 +196,12 @@ TEST(KubeconfigTest, ErrorsNameWhatIsMissingOrWrong) {
   EXPECT_THAT(ParseKubeconfig(TwoContexts("    server: https://a",
                                           "    exec: {command: aws, apiVersion: v1}"),
                               "/", ""),
-              StatusIs(absl::StatusCode::kInvalidArgument, "user 'ua' uses exec"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "user 'ua': exec: apiVersion 'v1' is not client.authentication.k8s.io"));
+  EXPECT_THAT(ParseKubeconfig(TwoContexts("    server: https://a",
+                                          "    auth-provider: {name: oidc}"),
+                              "/", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, "user 'ua' uses auth-provider"));
   EXPECT_THAT(ParseKubeconfig(TwoContexts("    server: https://a",
                                           "    client-certificate-data: " +
                                               absl::Base64Escape(kCert)),

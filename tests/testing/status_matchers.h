@@ -38,6 +38,16 @@ MATCHER_P2(StatusIs, code, substring,
   return s.code() == code && std::string(s.message()).find(substring) != std::string::npos;
 }
 
+// A StatusOr<T> that is OK and whose value equals `value`.
+MATCHER_P(IsOkAndHolds, value, "is OK and holds " + ::testing::PrintToString(value)) {
+  if (!arg.ok()) {
+    *result_listener << "status is " << arg.status();
+    return false;
+  }
+  *result_listener << "holds " << ::testing::PrintToString(*arg);
+  return *arg == value;
+}
+
 }  // namespace gpushare::testing
 
 // ASSERT_OK_AND_ASSIGN(auto x, MakeX());
