@@ -81,6 +81,13 @@ void DefineFlags(FlagSet* f, ExtenderConfig* c) {
          "touch pending GPU pods that fit after GPUs are freed,\n"
          "so kube-scheduler retries them (default true)",
          SetBool("--requeue-pending", &c->requeue));
+  f->Add(kApiGroup, "--metrics-token-review", "BOOL",
+         "with --client-ca-file, also serve GET /metrics to a\n"
+         "client without a certificate whose bearer token the\n"
+         "API server authenticates (TokenReview) and allows to\n"
+         "get /metrics (SubjectAccessReview), as Kubernetes\n"
+         "components do for Prometheus (default true)",
+         SetBool("--metrics-token-review", &c->metrics_token_review));
 
   f->Add(kLeaderGroup, "--leader-elect", "BOOL",
          "hold a coordination.k8s.io/v1 Lease to bind (default false)",

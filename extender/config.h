@@ -34,6 +34,8 @@ struct ExtenderConfig {
   int64_t resync_ms = 300'000;
   int64_t startup_timeout_ms = 120'000;
   bool requeue = true;
+  // GET /metrics with a bearer token the API server reviews (extender/token_review.h).
+  bool metrics_token_review = true;
   // Leader election.
   bool leader_elect = false;
   bool lease_namespace_given = false;  // --leader-elect-namespace was given.

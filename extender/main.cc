@@ -107,6 +107,7 @@
 #include "kubeclient/leader.h"
 #include "extender/metrics.h"
 #include "kubeclient/reflector.h"
+#include "extender/token_review.h"
 #include "extender/requeue.h"
 #include "extender/server.h"
 #include "gpushare/gpushare.h"
@@ -464,6 +465,18 @@ int main(int argc, char** argv) {
     return metrics.Render() + gpushare::extender::RenderProcessGauges(watches, leader) +
            cluster_metrics.Get();
   };
+  // Prometheus' service account token, reviewed by the API server.
+  std::unique_ptr<gpushare::extender::TokenReviewer> reviewer;
+  if (api != nullptr && flags.metrics_token_review && !flags.serving.client_ca_file.empty()) {
+    reviewer = std::make_unique<gpushare::extender::TokenReviewer>(
+        [&api](const std::string& path, const std::string& body) {
+          return api->Call(boost::beast::http::verb::post, path, body);
+        });
+    flags.serving.authorize_token = [&reviewer](const std::string& token,
+                                                const std::string& path) {
+      return reviewer->Review(token, "get", path);
+    };
+  }
   absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =
       gpushare::extender::Server::Create(&ext, flags.serving);
   if (!server.ok()) {

@@ -36,6 +36,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "extender/metrics.h"
+#include "extender/token_review.h"
 #include "nlohmann/json.hpp"
 
 namespace gpushare::extender {
@@ -184,6 +185,23 @@ std::string OpenSslError() {
 }
 
 bool Readable(const std::string& path) { return std::ifstream(path).good(); }
+
+// A request of a client without a certificate that carries a bearer token
+// (ServerOptions::authorize_token): routed when the token may reach the path.
+Reply RouteWithToken(k8s::Extender& ext, const http::request<http::string_body>& req,
+                     const std::string& token, const ServerOptions& o) {
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::string path(target.substr(0, target.find('?')));
+  const absl::Status s = o.authorize_token(token, path);
+  if (s.ok()) {
+    return Route(ext, req.method(), target, req.body(),
+                 RouteHooks{o.ready, o.before_bind, o.metrics, o.role, o.lifecycle_routes});
+  }
+  const http::status status = absl::IsUnauthenticated(s)      ? http::status::unauthorized
+                              : absl::IsPermissionDenied(s) ? http::status::forbidden
+                                                            : http::status::service_unavailable;
+  return Reply{status, k8s::ErrorJson(s)};
+}
 
 // Builds the TLS context: TLS 1.2 or newer, the chain and key checked to match.
 absl::StatusOr<std::unique_ptr<ssl::context>> MakeTlsContext(const ServerOptions& o) {
@@ -632,12 +650,22 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       return Fail(http::status::bad_request, "malformed request: " + ec.message());
     }
     if (ec) return Close();
-    if (!impl_->options_.client_ca_file.empty() && !certified_ &&
-        !IsProbe(parser_->get().method(),
-                 std::string_view(parser_->get().target().data(), parser_->get().target().size()))) {
-      return Fail(http::status::forbidden,
-                  "a client certificate signed by a CA of --client-ca-file is required; "
-                  "without one only GET /healthz and /readyz are served");
+    token_.clear();
+    if (!impl_->options_.client_ca_file.empty() && !certified_) {
+      const http::verb method = parser_->get().method();
+      const std::string_view target(parser_->get().target().data(),
+                                    parser_->get().target().size());
+      if (impl_->options_.authorize_token && method == http::verb::get &&
+          RouteName(target) == "metrics") {
+        const beast::string_view h = parser_->get()[http::field::authorization];
+        token_ = BearerToken(std::string(h.data(), h.size()));
+      }
+      if (token_.empty() && !IsProbe(method, target)) {
+        return Fail(http::status::forbidden,
+                    "a client certificate signed by a CA of --client-ca-file is required; "
+                    "without one only GET /healthz and /readyz are served (and GET /metrics "
+                    "with a bearer token, when the extender checks tokens)");
+      }
     }
     // A chunked body may grow to the limit: reserve that much.
     want_ = parser_->chunked() ? limits().max_body_bytes : parser_->content_length().value_or(0);
@@ -731,7 +759,7 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
     // The worker returns the budget once the body is parsed and freed.
     asio::post(plan ? impl_->planners_ : impl_->workers_,
                [self = this->shared_from_this(), req, held = std::exchange(held_, 0), plan,
-                client] {
+                client, token = std::exchange(token_, std::string())] {
       // A plan is a long search: its thread yields the CPU to filters and
       // binds (nice 10 for this thread only; Linux applies it per thread).
       if (plan) {
@@ -743,9 +771,11 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       const ServerOptions& o = self->impl_->options_;
       const std::string_view target(req->target().data(), req->target().size());
       const auto began = Clock::now();
-      Reply reply = Route(*self->impl_->ext_, req->method(), target, req->body(),
-                          RouteHooks{o.ready, o.before_bind, o.metrics, o.role,
-                                                     o.lifecycle_routes});
+      Reply reply = token.empty()
+                        ? Route(*self->impl_->ext_, req->method(), target, req->body(),
+                                RouteHooks{o.ready, o.before_bind, o.metrics, o.role,
+                                           o.lifecycle_routes})
+                        : RouteWithToken(*self->impl_->ext_, *req, token, o);
       if (o.on_request) {
         o.on_request(RouteName(target), reply,
                      std::chrono::duration<double>(Clock::now() - began).count());
@@ -859,6 +889,8 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
   Stream stream_;
   const std::string peer_;
   bool certified_ = false;  // TLS: the client showed a certificate that verified.
+  std::string token_;       // This request's bearer token, to check (authorize_token).
+
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> res_;

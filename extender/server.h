@@ -179,8 +179,15 @@ struct ServerOptions {
   std::string tls_private_key_file;  // PEM; required with tls_cert_file.
   // PEM CAs. A client that shows a certificate must have one they signed;
   // a client without one (the kubelet's probes) is served GET /healthz and
-  // /readyz only, and gets 403 for anything else.
+  // /readyz only (and GET /metrics with a token; authorize_token), and gets
+  // 403 for anything else.
   std::string client_ca_file;
+  // With client_ca_file: checks the bearer token of a GET /metrics from a
+  // client without a certificate (Prometheus with its service account
+  // token; extender/token_review.h) on a worker thread, with the request's
+  // path. OK serves it; Unauthenticated answers 401, PermissionDenied 403,
+  // anything else 503. Empty: such a client gets 403 like any other.
+  std::function<absl::Status(const std::string& token, const std::string& path)> authorize_token;
   std::string access_log;            // File path, "-" for stdout, "" for none.
   ReadinessCheck ready;              // For /readyz (see Route()); empty: ready.
   std::function<std::optional<Reply>(std::string_view target, std::string_view body)>

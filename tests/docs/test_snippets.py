@@ -79,6 +79,8 @@ SKIP: dict[tuple[str, str], str] = {
         "run by the 20-python stage against the installed package",
     ("docs/device-plugin.md", "kubectl label node gpu-node-1 gpushare=true"):
         "needs a cluster with a GPU node: the node stage (scripts/test.d/52-node.sh) runs the plugin under a real kubelet",
+    ("docs/operations.md", "kubectl apply --server-side -k deploy/monitoring/"):
+        "needs a cluster with the Prometheus Operator's CRDs: the kube test applies metrics-reader.yaml and scrapes with its token",
     ("docs/scheduler-plugin.md", "cmake -S . -B build -G Ninja && ninja -C build gpushare_c   # the C ABI library and its .pc"):
         "builds kube-scheduler with cgo (minutes): the 51-scheduler-plugin stage runs these scripts",
     ("docs/topology.md", "cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target topology_benchmark"):

@@ -367,6 +367,14 @@ EXTENDER_RBAC = [
                  "name": "gpushare-e2e-extender"},
      "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                    "name": "gpushare-extender"}]},
+    # Reviews of bearer tokens for /metrics (deploy/base/rbac.yaml binds
+    # the same built-in ClusterRole).
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "gpushare-e2e-extender-auth-delegator"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                 "name": "system:auth-delegator"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                   "name": "gpushare-extender"}]},
     # Leader election (the rules of deploy/base/rbac.yaml's Role).
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
      "metadata": {"name": "gpushare-e2e-leader-election", "namespace": "kube-system"},
@@ -512,6 +520,27 @@ class ControlPlane(Processes):
             ns = obj["metadata"].get("namespace")
             where = f"namespaces/{ns}/{kind}" if ns else kind
             self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{where}", obj)
+
+    def service_account_token(self, name, cluster_role=None, namespace=NAMESPACE):
+        """A token (TokenRequest, 10 minutes) of the ServiceAccount `name`,
+        created if missing and, when `cluster_role` names one, bound to that
+        ClusterRole (existing objects are kept: tests may share a cluster)."""
+        self.api.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                         {"apiVersion": "v1", "kind": "ServiceAccount",
+                          "metadata": {"name": name, "namespace": namespace}}, ok=(201, 409))
+        if cluster_role:
+            self.api.request(
+                "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": f"e2e-{namespace}-{name}-{cluster_role}"},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                             "name": cluster_role},
+                 "subjects": [{"kind": "ServiceAccount", "name": name,
+                               "namespace": namespace}]}, ok=(201, 409))
+        r = self.api.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                              "spec": {"expirationSeconds": 600}})
+        return r["status"]["token"]
 
     def _start_pki(self):
         pki = self.pki = Pki(os.path.join(self.workdir, "pki"))
@@ -691,10 +720,10 @@ class ControlPlane(Processes):
         """(status, body) of GET path on an extender replica."""
         return self.extender_request(port, "GET", path)
 
-    def extender_request(self, port, method, path, body=None, client_cert=True):
+    def extender_request(self, port, method, path, body=None, client_cert=True, token=None):
         """(status, body) of a request (body: an object sent as JSON) to an
         extender replica, presenting the admin's client certificate unless
-        `client_cert` is false."""
+        `client_cert` is false, and `token` as a bearer token when given."""
         ctx = ssl.create_default_context(cafile=self.pki.ca_crt)
         if client_cert:
             ctx.load_cert_chain(*self.admin)
@@ -702,6 +731,8 @@ class ControlPlane(Processes):
         try:
             data = None if body is None else json.dumps(body)
             headers = {} if body is None else {"Content-Type": "application/json"}
+            if token is not None:
+                headers["Authorization"] = "Bearer " + token
             c.request(method, path, body=data, headers=headers)
             r = c.getresponse()
             return r.status, r.read().decode()

@@ -230,6 +230,8 @@ ALLOWED = [
     ("create", "leases.coordination.k8s.io", "-n", "kube-system"),
     ("get", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
     ("update", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
+    ("create", "tokenreviews.authentication.k8s.io"),
+    ("create", "subjectaccessreviews.authorization.k8s.io"),
 ]
 DENIED = [
     ("delete", "pods"), ("create", "pods"), ("update", "pods"), ("get", "secrets"),
@@ -444,7 +446,7 @@ def test_kubectl_inspect_gpushare_prints_s1(cluster):
            "PATH": plugin_dir + os.pathsep + os.environ.get("PATH", "")}
     kubectl_bin = os.path.join(cluster.kube_bin, "kubectl")
 
-    def run(*args):
+    def run(*args, env=env):
         r = subprocess.run([kubectl_bin, "inspect", "gpushare", *args], env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
         assert r.returncode == 0, r.stderr
@@ -469,6 +471,111 @@ def test_kubectl_inspect_gpushare_prints_s1(cluster):
         assert m and m.groups() == (str(total), str(total * 100 // 14)), block
     assert details.endswith("Allocated/Total GPU Memory In Cluster:  25/28 (89%)\n")
     print(table + details)
+
+    # The same through a credential plugin (a kubeconfig user with exec, the
+    # way EKS, GKE, AKS and OIDC logins give tokens): here a script that
+    # hands out a service account token, with the variables the kubeconfig
+    # sets and the request in KUBERNETES_EXEC_INFO.
+    cluster.api.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                         "metadata": {"name": "gpushare-e2e-inspector"},
+                         "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"],
+                                    "verbs": ["get", "list"]}]}, ok=(201, 409))
+    token = cluster.service_account_token("inspector", cluster_role="gpushare-e2e-inspector")
+    plugin = os.path.join(cluster.workdir, "get-token.sh")
+    runs = os.path.join(cluster.workdir, "get-token.runs")
+    with open(plugin, "w") as f:
+        f.write("#!/bin/sh\n"
+                f"echo \"$*|$KUBERNETES_EXEC_INFO\" >> {runs}\n"
+                "printf '{\"apiVersion\": \"client.authentication.k8s.io/v1\", "
+                "\"kind\": \"ExecCredential\", \"status\": {\"token\": \"%s\"}}' \"$TOKEN\"\n")
+    os.chmod(plugin, 0o755)
+    with open(cluster.admin_kubeconfig) as f:
+        admin = yaml.safe_load(f)
+    exec_kubeconfig = os.path.join(cluster.workdir, "exec.kubeconfig")
+    with open(exec_kubeconfig, "w") as f:
+        yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sso",
+            "clusters": admin["clusters"],
+            "contexts": [{"name": "sso", "context": {
+                "cluster": admin["clusters"][0]["name"], "user": "sso"}}],
+            "users": [{"name": "sso", "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1", "command": "./get-token.sh",
+                "args": ["--cluster", "e2e"], "env": [{"name": "TOKEN", "value": token}],
+                "interactiveMode": "Never", "provideClusterInfo": True}}}]}, f)
+    assert run(env={**env, "KUBECONFIG": exec_kubeconfig}) == table
+    with open(runs) as f:
+        args, info = f.readline().rstrip("\n").split("|", 1)
+    assert args == "--cluster e2e"
+    info = json.loads(info)
+    assert info["spec"]["interactive"] is False
+    assert info["spec"]["cluster"]["server"] == cluster.server
+
+
+# ---- Prometheus: /metrics with a service account token ---------------------------
+
+MONITORING = os.path.join(DEPLOY, "monitoring")
+
+
+@pytest.mark.extender_only("the extender's /metrics; the plugin's metrics are kube-scheduler's")
+def test_metrics_are_scraped_with_a_service_account_token(cluster):
+    """Prometheus' way in: no client certificate, its service account's
+    token, which the extender has the API server review (TokenReview,
+    SubjectAccessReview). deploy/monitoring's ClusterRole and binding are
+    applied as shipped; a token of another account, a made-up token and a
+    valid token on any other route are refused; the alert rules name only
+    metrics the scrape has."""
+    api = cluster.api
+    cluster.start_extender()
+    api.create_node("t4-a", gpus=1, gpu_memory=14)
+    api.request("POST", "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
+                ok=(201, 409))
+    with open(os.path.join(MONITORING, "metrics-reader.yaml")) as f:
+        objects = [o for o in yaml.safe_load_all(f) if o]
+    for o in objects:
+        kind = o["kind"].lower() + "s"
+        api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", o, ok=(201, 409))
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    (subject,) = binding["subjects"]
+    prometheus = cluster.service_account_token(subject["name"], namespace=subject["namespace"])
+    stranger = cluster.service_account_token("stranger")
+    port = cluster.extender_port
+
+    def scrape(token, method="GET", path="/metrics", body=None):
+        return cluster.extender_request(port, method, path, body=body, client_cert=False,
+                                        token=token)
+
+    status, text = scrape(prometheus)
+    assert status == 200, text
+    m = parse_metrics(text)
+    assert value(m, "gpushare_node_gpu_memory_total_units", node="t4-a", model="unknown") == 14
+    status, body = scrape(stranger)
+    assert status == 403, body
+    assert "system:serviceaccount:default:stranger" in json.loads(body)["Error"], body
+    status, body = scrape("made-up-token")
+    assert status == 401, body
+    assert scrape(None)[0] == 403
+    # The token opens /metrics only.
+    for method, path, body in (("GET", "/gpushare-scheduler/inspect", None),
+                               ("POST", "/gpushare-scheduler/filter", {}),
+                               ("POST", "/gpushare-scheduler/bind", {})):
+        status, reply = scrape(prometheus, method, path, body)
+        assert status == 403, (method, path, reply)
+        assert "client certificate" in json.loads(reply)["Error"]
+    # Repeated scrapes are answered from the review cache.
+    for _ in range(5):
+        assert scrape(prometheus)[0] == 200
+    text = cluster.extender_get(port, "/metrics")[1]
+    m = parse_metrics(text)
+    assert value(m, "gpushare_extender_requests_total", route="metrics", code="200") >= 6
+    assert value(m, "gpushare_extender_requests_total", route="metrics", code="401") == 1
+    # The alert rules' metrics exist.
+    with open(os.path.join(MONITORING, "alerts.yaml")) as f:
+        rules = yaml.safe_load(f)["spec"]["groups"][0]["rules"]
+    names = {n for r in rules for n in re.findall(r"gpushare_[a-z_]+", r["expr"])}
+    declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    assert names and names <= declared, names - declared
 
 
 # ---- The read-only planner ---------------------------------------------------------
