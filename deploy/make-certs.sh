@@ -17,13 +17,21 @@
 # (ca.crt, tls.crt, tls.key) with kubectl. Copy ca.crt, scheduler.crt and
 # scheduler.key to kube-scheduler's host, where its configuration
 # (base/scheduler-config.yaml) names them. Certificates last DAYS (365).
+#
+# Renewal: run it again on the same DIR. A CA already there (ca.crt and
+# ca.key) is kept, so kube-scheduler's hosts keep trusting the extender, and
+# only the two certificates are issued again; with --apply the Secret is
+# updated, and the extender serves the new certificate without a restart
+# (it reads its TLS files again when they change; the kubelet refreshes the
+# Secret's volume within a minute or two). Copy the new scheduler.crt and
+# scheduler.key to kube-scheduler's hosts too.
 set -euo pipefail
 dir=gpushare-certs
 apply=false
 for arg in "$@"; do
   case "$arg" in
     --apply) apply=true ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "make-certs.sh: unknown option $arg" >&2; exit 2 ;;
     *) dir=$arg ;;
   esac
@@ -34,8 +42,12 @@ mkdir -p "$dir"
 cd "$dir"
 umask 077
 
-openssl req -x509 -newkey rsa:3072 -nodes -days "$days" -subj "/CN=gpushare-extender CA" \
-  -keyout ca.key -out ca.crt 2>/dev/null
+if [ -s ca.crt ] && [ -s ca.key ]; then
+  echo "make-certs.sh: keeping the CA of $(pwd) (renewing the certificates it signs)"
+else
+  openssl req -x509 -newkey rsa:3072 -nodes -days "$days" -subj "/CN=gpushare-extender CA" \
+    -keyout ca.key -out ca.crt 2>/dev/null
+fi
 
 # sign NAME SUBJECT EXTENSIONS: NAME.key and NAME.crt signed by the CA.
 sign() {

@@ -245,6 +245,10 @@ int main(int argc, char** argv) {
     std::cout << gpushare::extender::ExtenderHelp();
     return 0;
   }
+  if (flags.version) {
+    std::cout << gpushare::flags::VersionLine("gpushare-extender");
+    return 0;
+  }
   if (absl::Status s = gpushare::extender::CompleteLeaderElection(&flags); !s.ok()) {
     return Usage(std::string(s.message()));
   }
@@ -477,6 +481,14 @@ int main(int argc, char** argv) {
       return reviewer->Review(token, "get", path);
     };
   }
+  flags.serving.on_tls_reload = [](const absl::Status& s) {
+    if (s.ok()) {
+      std::cerr << "gpushare-extender: the TLS files changed; new connections use them\n";
+    } else {
+      std::cerr << "gpushare-extender: warning: the TLS files changed but cannot be used yet ("
+                << s.message() << "); still serving the previous ones\n";
+    }
+  };
   absl::StatusOr<std::unique_ptr<gpushare::extender::Server>> server =
       gpushare::extender::Server::Create(&ext, flags.serving);
   if (!server.ok()) {

@@ -7,6 +7,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -185,6 +186,26 @@ std::string OpenSslError() {
 }
 
 bool Readable(const std::string& path) { return std::ifstream(path).good(); }
+
+// How often the TLS files are looked at for a change (Server::Impl::CurrentTls).
+constexpr std::chrono::seconds kTlsCheckInterval{1};
+
+// The identity of the TLS files' contents: inode, size and modification time
+// of each (following symbolic links, as a Secret's volume swaps them).
+std::string TlsFilesStamp(const ServerOptions& o) {
+  std::string stamp;
+  for (const std::string* path : {&o.tls_cert_file, &o.tls_private_key_file, &o.client_ca_file}) {
+    struct stat st {};
+    if (path->empty()) continue;
+    if (stat(path->c_str(), &st) != 0) {
+      absl::StrAppend(&stamp, "missing;");
+      continue;
+    }
+    absl::StrAppend(&stamp, st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec,
+                    ".", st.st_mtim.tv_nsec, ";");
+  }
+  return stamp;
+}
 
 // A request of a client without a certificate that carries a bearer token
 // (ServerOptions::authorize_token): routed when the token may reach the path.
@@ -370,6 +391,10 @@ class Server::Impl {
     virtual ~SessionBase() { impl_->Unregister(this); }
     // Chosen for eviction (set and read under the registry's mutex).
     bool evicting = false;
+    // The TLS context the connection was made with, kept while it lives (a
+    // reload replaces the server's; the stream, a member of the derived
+    // class, is destroyed first).
+    std::shared_ptr<ssl::context> tls_context;
     // Closes the connection if it is still idle or reading a header.
     virtual void Evict() = 0;
     void SetPhase(Phase p) {
@@ -421,9 +446,11 @@ class Server::Impl {
 
   absl::Status Init() {
     if (!options_.tls_cert_file.empty()) {
+      tls_stamp_ = TlsFilesStamp(options_);
       absl::StatusOr<std::unique_ptr<ssl::context>> ctx = MakeTlsContext(options_);
       if (!ctx.ok()) return ctx.status();
       tls_ = *std::move(ctx);
+      tls_checked_ = Clock::now();
     }
     if (absl::Status s = log_.Open(options_.access_log); !s.ok()) return s;
     // One descriptor per connection: make room for max_connections.
@@ -502,7 +529,14 @@ class Server::Impl {
   const ServerLimits limits_;
   Budget budget_;
   AccessLog log_;
-  std::unique_ptr<ssl::context> tls_;
+  // The TLS context of new connections (CurrentTls); each session keeps the
+  // one it started with.
+  std::shared_ptr<ssl::context> tls_;     // Guarded by tls_mu_.
+  std::string tls_stamp_;                 // Guarded by tls_mu_: the files' stamps at the last load.
+  Clock::time_point tls_checked_{};       // Guarded by tls_mu_.
+  std::string tls_failed_stamp_;          // Guarded by tls_mu_: files that did not load.
+  std::atomic<int> tls_reloads_{0};
+  std::mutex tls_mu_;
   mutable std::mutex mu_;
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_;
   int evicting_ = 0;  // Sessions marked `evicting`, under mu_.
@@ -520,6 +554,34 @@ class Server::Impl {
       if (!ec) Admit(std::move(s));
       Accept();
     });
+  }
+
+  // The TLS context for a new connection (nullptr: plain HTTP). The files
+  // are looked at (stat) at most every kTlsCheckInterval; when any changed,
+  // a context is built from them, and replaces the current one only if that
+  // succeeds: a renewal written file by file (a certificate before its key)
+  // keeps the old context until the files agree again.
+  std::shared_ptr<ssl::context> CurrentTls() {
+    std::lock_guard lock(tls_mu_);
+    if (tls_ == nullptr) return nullptr;
+    const Clock::time_point now = Clock::now();
+    if (now - tls_checked_ < kTlsCheckInterval) return tls_;
+    tls_checked_ = now;
+    std::string stamp = TlsFilesStamp(options_);
+    if (stamp == tls_stamp_) return tls_;
+    absl::StatusOr<std::unique_ptr<ssl::context>> ctx = MakeTlsContext(options_);
+    if (ctx.ok()) {
+      tls_stamp_ = std::move(stamp);
+      tls_ = std::shared_ptr<ssl::context>(*std::move(ctx));
+      tls_reloads_.fetch_add(1);
+    }
+    // A failure is tried again at the next check (the stamp is not taken),
+    // and reported once per change of the files.
+    if (options_.on_tls_reload && (ctx.ok() || stamp != tls_failed_stamp_)) {
+      options_.on_tls_reload(ctx.status());
+    }
+    if (!ctx.ok()) tls_failed_stamp_ = std::move(stamp);
+    return tls_;
   }
 
   // Starts serving `socket`, evicting a waiting connection at the cap.
@@ -932,10 +994,12 @@ void Server::Impl::Admit(tcp::socket socket) {
     }
     session->Start();
   };
-  if (tls_) {
-    start(std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
-        this, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls_),
-        std::move(peer)));
+  if (std::shared_ptr<ssl::context> tls = CurrentTls()) {
+    auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+        this, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *tls),
+        std::move(peer));
+    session->tls_context = std::move(tls);
+    start(std::move(session));
   } else {
     start(std::make_shared<Session<beast::tcp_stream>>(this, beast::tcp_stream(std::move(socket)),
                                                        std::move(peer)));
@@ -959,5 +1023,6 @@ absl::StatusOr<int> Server::Listen(const std::string& address, int port) {
 void Server::Run() { impl_->Run(); }
 void Server::Stop() { impl_->Stop(); }
 int Server::open_connections() const { return impl_->open_connections(); }
+int Server::tls_reloads() const { return impl_->tls_reloads_.load(); }
 
 }  // namespace gpushare::extender

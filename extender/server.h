@@ -175,7 +175,13 @@ struct ServerOptions {
   // max_plans at once, gets 429.
   int plan_threads = 1;
   int max_plans = 2;
-  std::string tls_cert_file;         // PEM chain; TLS (1.2+) when set.
+  // PEM chain; TLS (1.2+) when set. The three files (this, the key and
+  // client_ca_file) are read again when they change (checked at most once a
+  // second, at new connections), so renewed certificates are served without
+  // a restart; open connections keep theirs. Files that do not load
+  // together (a key not matching the new certificate yet) keep the last
+  // context that did.
+  std::string tls_cert_file;
   std::string tls_private_key_file;  // PEM; required with tls_cert_file.
   // PEM CAs. A client that shows a certificate must have one they signed;
   // a client without one (the kubelet's probes) is served GET /healthz and
@@ -188,6 +194,9 @@ struct ServerOptions {
   // path. OK serves it; Unauthenticated answers 401, PermissionDenied 403,
   // anything else 503. Empty: such a client gets 403 like any other.
   std::function<absl::Status(const std::string& token, const std::string& path)> authorize_token;
+  // Called after each reload of the TLS files: OK, or why the changed files
+  // could not be used (once per change; the old ones stay in use).
+  std::function<void(const absl::Status&)> on_tls_reload;
   std::string access_log;            // File path, "-" for stdout, "" for none.
   ReadinessCheck ready;              // For /readyz (see Route()); empty: ready.
   std::function<std::optional<Reply>(std::string_view target, std::string_view body)>
@@ -229,6 +238,9 @@ class Server {
 
   // Open connections now.
   int open_connections() const;
+
+  // How many times changed TLS files were loaded (see ServerOptions).
+  int tls_reloads() const;
 
  private:
   class Impl;

@@ -492,6 +492,94 @@ class TlsTest(ServerCase):
         with self.assertRaises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
             call("GET", "/healthz", cert="other")
 
+    def test_renewed_files_are_served_without_a_restart(self):
+        """The files swapped the way a Secret's volume swaps them (the ..data
+        symbolic link): new connections get the new certificate within a few
+        seconds, files that do not agree (a key of another certificate) keep
+        the last good ones, and a new client CA takes effect too."""
+        def issue(name, key_of=None):
+            key = (key_of or name) + ".key"
+            if key_of is None:
+                openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + name,
+                        "-keyout", key, "-out", name + ".csr", cwd=self.tmp)
+            else:
+                openssl("req", "-new", "-key", key, "-subj", "/CN=" + name,
+                        "-out", name + ".csr", cwd=self.tmp)
+            openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-days", "2", "-extfile", "san.ext",
+                    "-out", name + ".crt", cwd=self.tmp)
+
+        live = os.path.join(self.tmp, "live")
+        os.mkdir(live)
+        version = [0]
+
+        def publish(crt, key, ca="ca.crt"):
+            version[0] += 1
+            d = os.path.join(live, "..v%d" % version[0])
+            os.mkdir(d)
+            for src, dst in ((crt, "tls.crt"), (key, "tls.key"), (ca, "ca.crt")):
+                shutil.copy(self.pem(src), os.path.join(d, dst))
+            tmp_link = os.path.join(live, "..data_tmp")
+            os.symlink(os.path.basename(d), tmp_link)
+            os.replace(tmp_link, os.path.join(live, "..data"))
+
+        publish("server.crt", "server.key")
+        for f in ("tls.crt", "tls.key", "ca.crt"):
+            os.symlink(os.path.join("..data", f), os.path.join(live, f))
+        self.start(["--tls-cert-file", os.path.join(live, "tls.crt"),
+                    "--tls-private-key-file", os.path.join(live, "tls.key"),
+                    "--client-ca-file", os.path.join(live, "ca.crt")])
+
+        def der(name):
+            with open(self.pem(name)) as f:
+                return ssl.PEM_cert_to_DER_cert(f.read())
+
+        def served():
+            with socket.create_connection((HOST, self.port), timeout=10) as raw:
+                with self.context(cert="client").wrap_socket(raw, server_hostname=HOST) as t:
+                    return t.getpeercert(binary_form=True)
+
+        def wait_for(want, seconds=10):
+            deadline = time.monotonic() + seconds
+            while served() != want:
+                self.assertLess(time.monotonic(), deadline, "the renewed certificate never came")
+                time.sleep(0.1)
+
+        self.assertEqual(served(), der("server.crt"))
+        keep_alive = http.client.HTTPSConnection(HOST, self.port, timeout=10,
+                                                 context=self.context(cert="client"))
+        keep_alive.request("GET", "/healthz")
+        self.assertEqual(keep_alive.getresponse().read(), b'{"status":"ok"}')
+        issue("renewed")
+        publish("renewed.crt", "renewed.key")
+        wait_for(der("renewed.crt"))
+        self.assertEqual(timed_filter(self.port, self.context(cert="client"))[0], 200)
+        # The connection opened before the renewal goes on.
+        keep_alive.request("GET", "/healthz")
+        self.assertEqual(keep_alive.getresponse().status, 200)
+        keep_alive.close()
+        # A certificate whose key is not the one published: the renewed pair stays.
+        issue("mismatched")
+        publish("mismatched.crt", "renewed.key")
+        time.sleep(2.5)
+        self.assertEqual(served(), der("renewed.crt"))
+        # The client CA changes: the old clients' certificates no longer verify.
+        publish("renewed.crt", "renewed.key", ca="other-ca.crt")
+        deadline = time.monotonic() + 10
+        while True:
+            # TLS 1.3: the client's handshake ends before the server checks
+            # its certificate; the refusal comes with the first read.
+            try:
+                timed_filter(self.port, self.context(cert="client"))
+            except (ssl.SSLError, ConnectionError, http.client.HTTPException):
+                break
+            self.assertLess(time.monotonic(), deadline, "the new client CA was not used")
+            time.sleep(0.1)
+        self.proc.terminate()
+        log = self.proc.stderr.read().decode()
+        self.assertIn("the TLS files changed; new connections use them", log)
+        self.assertEqual(log.count("cannot be used yet"), 1, log)
+
     def test_the_certificates_of_deploy_make_certs_work_as_deployed(self):
         """deploy/make-certs.sh's files, used as deploy/base names them:
         kube-scheduler's certificate and a replica's own certificate (bind
@@ -525,6 +613,27 @@ class TlsTest(ServerCase):
         with socket.create_connection((HOST, self.port), timeout=10) as raw:
             with self.assertRaises(ssl.SSLCertVerificationError):
                 ctx.wrap_socket(raw, server_hostname="elsewhere.example.com")
+        # Run again on the same folder (a renewal): the CA is kept, the
+        # certificates are new, and the running extender serves the new one.
+        def read(name):
+            with open(os.path.join(certs, name)) as f:
+                return f.read()
+        ca, old = read("ca.crt"), read("tls.crt")
+        subprocess.run([os.path.join(repo, "deploy", "make-certs.sh"), certs], check=True,
+                       capture_output=True, timeout=120)
+        self.assertEqual(read("ca.crt"), ca)
+        self.assertNotEqual(read("tls.crt"), old)
+        want = ssl.PEM_cert_to_DER_cert(read("tls.crt"))
+        ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(certs, "scheduler.crt"), os.path.join(certs, "scheduler.key"))
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.create_connection((HOST, self.port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname="gpushare-extender.kube-system.svc") as t:
+                    if t.getpeercert(binary_form=True) == want:
+                        break
+            self.assertLess(time.monotonic(), deadline, "the renewed certificate was not served")
+            time.sleep(0.1)
 
     def test_bad_certificate_files_are_clear_startup_errors(self):
         cases = [
