@@ -17,11 +17,12 @@
 #include "cli/sweep_command.h"
 #include "cli/typical_tasks_command.h"
 #include "gpushare/gpushare.h"
+#include "tools/flags/flags.h"
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::cout << "usage: gpushare <command>\n\ncommands:\n"
-                 "  version    print the library version\n"
+                 "  version    print the library version (--version: with the git commit built)\n"
                  "  policies   list the placement policies\n"
                  "  simulate   run the FGD trace experiment (gpushare simulate --help)\n"
                  "  sweep      the experiment over traces x policies x seeds, as CSV\n"
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "version") {
     std::cout << gpushare::Version() << "\n";
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::cout << gpushare::flags::VersionLine("gpushare");
     return 0;
   }
   if (cmd == "policies") {

@@ -119,7 +119,8 @@ absl::StatusOr<DevicePluginConfig> ParseDevicePluginFlags(int argc, const char* 
   DefineFlags(&f, &c);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) return s;
   c.help = f.help_requested();
-  if (c.help || c.discover) return c;
+  c.version = !c.help && f.version_requested();
+  if (c.help || c.version || c.discover) return c;
   if (c.node_name.empty()) {
     return absl::InvalidArgumentError(
         "no node name: pass --node-name, or set NODE_NAME (the DaemonSet sets it from "

@@ -18,6 +18,7 @@ namespace gpushare::deviceplugin {
 
 struct DevicePluginConfig {
   bool help = false;  // --help: print DevicePluginHelp() and exit 0.
+  bool version = false;  // --version: print the version line and exit 0.
   // --discover: print what NVML reports and would be advertised (JSON),
   // then exit; needs no node name, kubelet or API server.
   bool discover = false;

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "device-plugin/config.h"
+#include "tools/flags/flags.h"
 #include "device-plugin/health.h"
 #include "device-plugin/inventory.h"
 #include "device-plugin/kube.h"
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
   const DevicePluginConfig& c = *parsed;
   if (c.help) {
     std::cout << gpushare::deviceplugin::DevicePluginHelp();
+    return 0;
+  }
+  if (c.version) {
+    std::cout << gpushare::flags::VersionLine("gpushare-device-plugin");
     return 0;
   }
   std::signal(SIGINT, OnSignal);

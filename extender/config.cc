@@ -266,8 +266,9 @@ absl::StatusOr<ExtenderConfig> ParseExtenderFlags(int argc, const char* const* a
   FlagSet flags = MakeFlagSet();
   DefineFlags(&flags, &c);
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
-  if (flags.help_requested()) {
-    c.help = true;
+  if (flags.help_requested() || flags.version_requested()) {
+    c.help = flags.help_requested();
+    c.version = !c.help;
     return c;
   }
   const bool files = c.files();

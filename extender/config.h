@@ -25,6 +25,7 @@ using kubeclient::ValidateLeaseOptions;
 
 struct ExtenderConfig {
   bool help = false;  // --help: print ExtenderHelp() and exit 0.
+  bool version = false;  // --version: print the version line and exit 0.
   // Files instead of the API (both or neither).
   std::string nodes, pods;
   // The Kubernetes API.

@@ -69,6 +69,10 @@ int main(int argc, char** argv) {
     std::cout << flags.Help();
     return 0;
   }
+  if (flags.version_requested()) {
+    std::cout << gpushare::flags::VersionLine("kubectl-inspect-gpushare");
+    return 0;
+  }
   absl::StatusOr<gpushare::kubeclient::RestConfig> config =
       gpushare::kubeclient::ResolveRestConfig({server, kubeconfig, context});
   if (!config.ok()) {

@@ -54,6 +54,7 @@ trap finish EXIT
 # not a subshell that would outlive a kill and leave the server running.
 as_user() { exec chroot --userspec=65532:65532 "$m" "$@"; }
 (as_user /usr/local/bin/kubectl-inspect-gpushare --help) | grep -q "^usage: kubectl inspect gpushare"
+(as_user /usr/local/bin/gpushare-extender --version) | grep -Eq "^gpushare-extender [0-9]+\.[0-9]+\.[0-9]+"
 cp extender/samples/nodes.json extender/samples/pods.json "$m/tmp/"
 as_user /usr/local/bin/gpushare-extender --nodes /tmp/nodes.json --pods /tmp/pods.json \
   --address 127.0.0.1 --port 0 --port-file /tmp/port > "$m/tmp/log" 2>&1 &
@@ -97,6 +98,7 @@ c=$(b from "$1"); m=$(b mount "$c")
 trap "b umount $c >/dev/null; b rm $c >/dev/null" EXIT
 run() { chroot "$m" /usr/local/bin/gpushare-device-plugin --node-name n1 "$@" 2>&1 || true; }
 chroot "$m" /usr/local/bin/gpushare-device-plugin --help | grep -q "^usage: gpushare-device-plugin"
+chroot "$m" /usr/local/bin/gpushare-device-plugin --version | grep -Eq "^gpushare-device-plugin [0-9]+\.[0-9]+"
 run | grep -q "is the NVIDIA driver installed on this node?"
 mkdir -p "$m/tmp/nvml"
 cp "$2" "$m/tmp/nvml/libnvidia-ml.so.1"

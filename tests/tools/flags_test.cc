@@ -160,5 +160,21 @@ TEST(FlagSetTest, HelpListsRepeatedFlagsSwitchesAndArguments) {
   }
 }
 
+TEST(FlagSetTest, VersionIsASwitchThatNamesTheProgramAndTheBuild) {
+  Program p;
+  ASSERT_OK(p.Parse({"--version"}));
+  EXPECT_TRUE(p.flags.version_requested());
+  EXPECT_FALSE(p.flags.help_requested());
+  // "prog 0.1.0 (git <describe>)\n", the git part only from a checkout.
+  EXPECT_THAT(p.flags.Version(),
+              ::testing::MatchesRegex("prog [0-9]+\\.[0-9]+\\.[0-9]+( \\(git [A-Za-z0-9._+-]+\\))?\n"));
+  EXPECT_THAT(Program().Parse({"--version=yes"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--version takes no value"));
+  Program q;
+  ASSERT_OK(q.Parse({"--name", "x"}));
+  EXPECT_FALSE(q.flags.version_requested());
+  EXPECT_THAT(q.flags.Help(), HasSubstr("--version"));
+}
+
 }  // namespace
 }  // namespace gpushare::flags

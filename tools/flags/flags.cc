@@ -13,9 +13,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "gpushare/version.h"
 #include "src/internal/text.h"
 
 namespace gpushare::flags {
+namespace build_info {
+// `git describe` of the checkout built (cmake/GitVersion.cmake); "" outside one.
+extern const char kGitVersion[];
+}  // namespace build_info
 
 namespace {
 
@@ -65,6 +70,7 @@ FlagSet::FlagSet(std::string program, std::string usage, std::string about)
   app_->formatter(std::make_shared<UsageFormatter>(std::move(usage), std::move(about)));
   app_->get_formatter()->column_width(30);
   switches_.insert("--help");  // Defined last, so that its section ends --help.
+  switches_.insert("--version");
 }
 
 FlagSet::~FlagSet() = default;
@@ -146,8 +152,10 @@ absl::Status FlagSet::RunOrdered() const {
 absl::Status FlagSet::Parse(int argc, const char* const* argv) {
   if (app_->get_option_no_throw("--help") == nullptr) {
     app_->add_flag("-h,--help", help_, "this text")->group("Help");
+    app_->add_flag("--version", version_, "the version, and the git commit built")->group("Help");
   }
   help_ = false;
+  version_ = false;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -185,10 +193,10 @@ absl::Status FlagSet::Parse(int argc, const char* const* argv) {
     }
     return absl::InvalidArgumentError(what);
   } catch (const CLI::ParseError& e) {
-    if (help_) return absl::OkStatus();
+    if (help_ || version_) return absl::OkStatus();
     return absl::InvalidArgumentError(e.what());
   }
-  if (help_) return absl::OkStatus();
+  if (help_ || version_) return absl::OkStatus();
   const std::vector<std::string> left = app_->remaining();
   if (!left.empty()) {
     return absl::InvalidArgumentError("unknown or incomplete flag " + internal::Echo(left[0]));
@@ -198,9 +206,20 @@ absl::Status FlagSet::Parse(int argc, const char* const* argv) {
 
 std::string FlagSet::Help() const {
   if (app_->get_option_no_throw("--help") == nullptr) {
-    app_->add_flag("-h,--help", const_cast<FlagSet*>(this)->help_, "this text")->group("Help");
+    FlagSet* self = const_cast<FlagSet*>(this);
+    app_->add_flag("-h,--help", self->help_, "this text")->group("Help");
+    app_->add_flag("--version", self->version_, "the version, and the git commit built")
+        ->group("Help");
   }
   return app_->help();
+}
+
+std::string FlagSet::Version() const { return VersionLine(program_); }
+
+std::string VersionLine(const std::string& program) {
+  const std::string git = build_info::kGitVersion;
+  return absl::StrCat(program, " ", gpushare::Version(), git.empty() ? "" : " (git " + git + ")",
+                      "\n");
 }
 
 FlagSet::Setter SetString(const std::string& flag, std::string* out) {

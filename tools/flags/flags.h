@@ -30,6 +30,7 @@
 //   flags.AddRepeated("Flags", "--tasks", "FILE", "a task file", [&](const char* v) {...});
 //   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) ...  // s.message() says why.
 //   if (flags.help_requested()) std::cout << flags.Help();
+//   if (flags.version_requested()) std::cout << flags.Version();
 
 #ifndef GPUSHARE_TOOLS_FLAGS_FLAGS_H_
 #define GPUSHARE_TOOLS_FLAGS_FLAGS_H_
@@ -88,11 +89,15 @@ class FlagSet {
   // Parses argv[1..argc-1]. InvalidArgument naming the flag and value on a
   // bad value, "unknown or incomplete flag ARG" for an argument nothing
   // takes, "--switch takes no value, got '--switch=V'" for a switch given a
-  // value. --help or -h: OK, and help_requested(). Parse once per FlagSet.
+  // value. --help or -h: OK, and help_requested(); --version: OK, and
+  // version_requested(). Parse once per FlagSet.
   absl::Status Parse(int argc, const char* const* argv);
   bool help_requested() const { return help_; }
+  bool version_requested() const { return version_; }
   // The --help text.
   std::string Help() const;
+  // The --version text: VersionLine(the program's name).
+  std::string Version() const;
 
  private:
   // Registers the setter of a flag that takes a value under each of its
@@ -108,7 +113,13 @@ class FlagSet {
   std::set<std::string> switches_;             // Each long name of a switch.
   std::map<const CLI::Option*, Setter> ordered_;  // AddRepeated and AddPositionals.
   bool help_ = false;
+  bool version_ = false;
 };
+
+// "PROGRAM 0.1.0 (git v0.1.0-12-gabc1234)\n": the library's version and the
+// `git describe` of the checkout the program was built from (left out when
+// it was built outside a git checkout).
+std::string VersionLine(const std::string& program);
 
 // Setters of common kinds. Each names `flag` in its message.
 // Any text (a file name, a URL); a missing value is an error.
