@@ -25,7 +25,7 @@ ADMISSION = os.path.join(ROOT, "deploy", "admission")
 DEVICE_PLUGIN = os.path.join(ROOT, "deploy", "device-plugin")
 VAP = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
-PLUGIN_SA = "gpushare-device-plugin"
+PLUGIN_SA = "gpushare-devices"
 MERGE = "application/merge-patch+json"
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 
@@ -41,6 +41,20 @@ def refused(call, rule):
         call()
     assert e.value.status == 403, e.value.body
     assert rule in json.loads(e.value.body)["message"], e.value.body
+
+
+def wait_refused(call, rule, timeout=30):
+    """refused(call, rule), retried until the policy naming `rule` is in
+    force (a call made before that succeeds, and is made again)."""
+    def enforced():
+        try:
+            call()
+        except ApiError as e:
+            assert e.status == 403, e.body
+            assert rule in json.loads(e.body)["message"], e.body
+            return True
+        return False
+    wait_until(f"{rule} enforced", enforced, timeout, 0.5)
 
 
 def pod_body(name, gpu_mem=None, node=None, annotations=None, namespace="default",
@@ -250,8 +264,10 @@ def test_only_the_scheduler_writes_gpushare_annotations(cluster):
         api_node = "/api/v1/nodes/"
         plugin.request("PATCH", api_node + "gpu-a", {"metadata": {"annotations": {
             "gpushare.io/gpu-memory": "32,32"}}}, content_type=MERGE)
-        refused(lambda: plugin.request("PATCH", api_node + "gpu-b", {"metadata": {"annotations": {
-            "gpushare.io/gpu-memory": "32,32"}}}, content_type=MERGE),
+        # Each policy takes effect on its own, seconds after its creation:
+        # the node policy may lag the pod policy waited for above.
+        wait_refused(lambda: plugin.request("PATCH", api_node + "gpu-b", {"metadata": {
+            "annotations": {"gpushare.io/gpu-memory": "32,32"}}}, content_type=MERGE),
             "gpushare-device-plugin-node/own-node")
         refused(lambda: plugin.request("PATCH", api_node + "gpu-a", {"metadata": {"labels": {
             "gpushare": "false"}}}, content_type=MERGE),
