@@ -79,6 +79,10 @@ SKIP: dict[tuple[str, str], str] = {
         "run by the 20-python stage against the installed package",
     ("docs/device-plugin.md", "kubectl label node gpu-node-1 gpushare=true"):
         "needs a cluster with a GPU node: the node stage (scripts/test.d/52-node.sh) runs the plugin under a real kubelet",
+    ("docs/migration.md", "kubectl label node -l gpushare=true gpushare.io/device-plugin=aliyun"):
+        "needs a cluster running the Go original: tests/kube/test_migration.py checks what it relies on",
+    ("docs/migration.md", "kubectl label node gpu-node-1 gpushare.io/device-plugin=gpushare --overwrite"):
+        "needs a cluster with GPU nodes: tests/kube/test_migration.py checks the DaemonSet's affinity",
     ("docs/operations.md", "kubectl apply --server-side -k deploy/monitoring/"):
         "needs a cluster with the Prometheus Operator's CRDs: the kube test applies metrics-reader.yaml and scrapes with its token",
     ("docs/scheduler-plugin.md", "cmake -S . -B build -G Ninja && ninja -C build gpushare_c   # the C ABI library and its .pc"):

@@ -242,7 +242,7 @@ DENIED = [
     ("delete", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
 ]
 
-DP_SA = "system:serviceaccount:kube-system:gpushare-device-plugin"
+DP_SA = "system:serviceaccount:kube-system:gpushare-devices"
 # What the device plugin does (device-plugin/main.cc, kube.cc).
 DP_ALLOWED = [("list", "pods"), ("watch", "pods"), ("patch", "pods"), ("patch", "nodes")]
 DP_DENIED = [
