@@ -14,6 +14,10 @@
 #       run as root, the owner of the kubelet's socket folder (the DaemonSet
 #       drops every capability); NVML comes from the node's driver at run time
 #       (default tag localhost/gpushare-device-plugin:0.1.0-local).
+#   deploy/build-image-local.sh --scheduler [TAG]
+#       kube-scheduler with the GpuShare plugin (scheduler-plugin/build.sh,
+#       against $BUILD's libgpushare_c), run as user 65532, for
+#       deploy/scheduler/ (default tag localhost/gpushare-scheduler:0.1.0-local).
 #
 # Environment: BUILD; STORAGE_DRIVER (buildah's, default vfs: works in
 # unprivileged containers).
@@ -27,6 +31,15 @@ if [ "${1:-}" = "--device-plugin" ]; then
   user="0:0"
   expose=""
   entrypoint="/usr/local/bin/gpushare-device-plugin"
+  cmd=""
+elif [ "${1:-}" = "--scheduler" ]; then
+  shift
+  tag=${1:-localhost/gpushare-scheduler:0.1.0-local}
+  scheduler=$(BUILD="$build" scheduler-plugin/build.sh)
+  programs=("$scheduler")
+  user="65532:65532"
+  expose="EXPOSE 10259"
+  entrypoint="/usr/local/bin/kube-scheduler"
   cmd=""
 else
   tag=${1:-localhost/gpushare-extender:0.1.0-local}

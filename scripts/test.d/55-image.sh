@@ -12,7 +12,8 @@
 # Then the same for gpushare-device-plugin's image (--device-plugin): root,
 # its entrypoint, and NVML loaded in it from a fixture through the stand-in
 # library of the tests.
-# Cost: about 10 s once the two programs are built (the image itself ~2.5 s).
+# Then kube-scheduler with GpuShare (--scheduler).
+# Cost: about 15 s once the programs are built (each image ~1-3 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -113,4 +114,35 @@ if [ "$(id -u)" -eq 0 ]; then
   bash -c "$dp_check" check "$dp_tag" "$stub"
 else
   buildah unshare bash -c "$dp_check" check "$dp_tag" "$stub"
+fi
+
+# kube-scheduler with the GpuShare plugin (deploy/scheduler/): built by
+# scheduler-plugin/build.sh (its cache is warm after the 51-scheduler-plugin
+# stage), user 65532, its entrypoint; inside, as that user, --version and the
+# plugin's flags in --help (the binary and every library it loads are there).
+sched_tag="localhost/gpushare-scheduler:stage-test-$$"
+cleanup() { buildah --storage-driver vfs rmi -f "$tag" "$dp_tag" "$sched_tag" >/dev/null 2>&1 || true; }
+start=$(date +%s.%N)
+BUILD="$build" deploy/build-image-local.sh --scheduler "$sched_tag" >/dev/null
+echo "55-image: built $sched_tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
+     "$(buildah --storage-driver vfs images --format '{{.Size}}' "$sched_tag")"
+user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$sched_tag")
+entry=$(buildah --storage-driver vfs inspect --type image \
+          --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$sched_tag")
+[ "$user" = "65532:65532" ] || { echo "55-image: scheduler image user is '$user'" >&2; exit 1; }
+[ "$entry" = "/usr/local/bin/kube-scheduler " ] ||
+  { echo "55-image: scheduler entrypoint is '$entry'" >&2; exit 1; }
+sched_check='
+set -euo pipefail
+b() { buildah --storage-driver vfs "$@"; }
+c=$(b from "$1"); m=$(b mount "$c")
+trap "b umount $c >/dev/null; b rm $c >/dev/null" EXIT
+as_user() { chroot --userspec=65532:65532 "$m" "$@"; }
+as_user /usr/local/bin/kube-scheduler --version | grep -q "^Kubernetes v1\."
+echo "55-image: the scheduler image runs kube-scheduler as user 65532"
+'
+if [ "$(id -u)" -eq 0 ]; then
+  bash -c "$sched_check" check "$sched_tag"
+else
+  buildah unshare bash -c "$sched_check" check "$sched_tag"
 fi

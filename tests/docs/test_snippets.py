@@ -83,6 +83,10 @@ SKIP: dict[tuple[str, str], str] = {
         "needs a cluster running the Go original: tests/kube/test_migration.py checks what it relies on",
     ("docs/migration.md", "kubectl label node gpu-node-1 gpushare.io/device-plugin=gpushare --overwrite"):
         "needs a cluster with GPU nodes: tests/kube/test_migration.py checks the DaemonSet's affinity",
+    ("docs/scheduler-plugin.md", "BUILD=build deploy/build-image-local.sh --scheduler REGISTRY/gpushare-scheduler:0.1.0   # buildah"):
+        "builds kube-scheduler and an image (minutes): the 55-image stage builds and checks it",
+    ("README.md", "BUILD=build deploy/build-image-local.sh --scheduler REGISTRY/gpushare-scheduler:0.1.0 && buildah push REGISTRY/gpushare-scheduler:0.1.0"):
+        "builds kube-scheduler and an image (minutes) and pushes it: the 55-image stage builds and checks it",
     ("docs/operations.md", "kubectl apply --server-side -k deploy/monitoring/"):
         "needs a cluster with the Prometheus Operator's CRDs: the kube test applies metrics-reader.yaml and scrapes with its token",
     ("docs/scheduler-plugin.md", "cmake -S . -B build -G Ninja && ninja -C build gpushare_c   # the C ABI library and its .pc"):

@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from harness import HarnessError, gpu_allocation, node_gpus, used_per_gpu, wait_until
+from harness import (HarnessError, free_port, gpu_allocation, node_gpus, used_per_gpu,
+                     wait_until)
 from test_scenarios import (assert_bound_as_asked, assert_no_oversubscription,
                             failed_scheduling_messages, fits_somewhere)
 
@@ -645,3 +646,101 @@ def test_plan_endpoint_names_the_one_move_and_changes_nothing(cluster):
 def plan_request(control_plane, body):
     return control_plane.extender_request(control_plane.extender_port, "POST",
                                           "/gpushare-scheduler/plan", body)
+
+
+# ---- deploy/scheduler: the standalone GpuShare kube-scheduler ------------------------
+
+DEPLOY_SCHEDULER = os.path.join(DEPLOY, "scheduler")
+SCHED_SA = "system:serviceaccount:kube-system:gpushare-scheduler"
+SCHED_ALLOWED = [
+    ("list", "pods"), ("watch", "nodes"), ("patch", "pods"),
+    ("create", "pods", "--subresource=binding"),
+    ("create", "leases.coordination.k8s.io", "-n", "kube-system"),
+    ("get", "leases.coordination.k8s.io/gpushare-scheduler", "-n", "kube-system"),
+    ("update", "leases.coordination.k8s.io/gpushare-scheduler", "-n", "kube-system"),
+    ("get", "configmaps/extension-apiserver-authentication", "-n", "kube-system"),
+    ("create", "tokenreviews.authentication.k8s.io"),
+]
+SCHED_DENIED = [
+    ("get", "secrets", "-n", "kube-system"), ("create", "pods"), ("patch", "nodes"),
+    ("update", "leases.coordination.k8s.io/gpushare-extender", "-n", "kube-system"),
+    ("update", "configmaps", "-n", "kube-system"),
+]
+
+
+def token_kubeconfig(cluster, token, path):
+    """A kubeconfig of the cluster with a bearer token (what a pod's service
+    account gives kube-scheduler in-cluster)."""
+    import base64
+    with open(cluster.pki.ca_crt, "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
+    with open(path, "w") as f:
+        yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+            "clusters": [{"name": "e2e", "cluster": {"server": cluster.server,
+                                                     "certificate-authority-data": ca}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": "sa"}}],
+            "users": [{"name": "sa", "user": {"token": token}}]}, f)
+    return path
+
+
+@pytest.mark.skipif(os.environ.get("GPUSHARE_KUBE_SCHEDULER") != "plugin",
+                    reason="plugin mode: needs kube-scheduler with the GpuShare plugin")
+def test_the_standalone_scheduler_runs_as_deployed(cluster):
+    """deploy/scheduler/ through the real API server, then its kube-scheduler
+    run with the ConfigMap's configuration and the Deployment's arguments,
+    under its service account's token (as in its pod): it takes its own
+    Lease and binds a pod that names it, with the GPU annotations."""
+    from conftest import plugin_scheduler_bin
+    api = cluster.api
+    kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-k", DEPLOY_SCHEDULER)
+    try:
+        kubectl(cluster, "apply", "--server-side", "-k", DEPLOY_SCHEDULER)
+        assert can_i_mismatches(cluster, SCHED_SA, SCHED_ALLOWED, SCHED_DENIED) == []
+        dep = api.get("/apis/apps/v1/namespaces/kube-system/deployments/gpushare-scheduler")
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "gpushare-scheduler"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (c,) = pod["containers"]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        cm = api.get("/api/v1/namespaces/kube-system/configmaps/gpushare-scheduler-config")
+        config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+        with open(os.path.join(DEPLOY, "scheduler-plugin", "scheduler-config.yaml")) as f:
+            assert config["profiles"] == yaml.safe_load(f)["profiles"]
+        assert "clientConnection" not in config   # In-cluster: its service account.
+        assert config["leaderElection"]["resourceName"] == "gpushare-scheduler"
+
+        token = cluster.service_account_token("gpushare-scheduler", namespace="kube-system")
+        kc = token_kubeconfig(cluster, token, os.path.join(cluster.workdir, "sa-scheduler.kubeconfig"))
+        config["clientConnection"] = {"kubeconfig": kc}
+        path = os.path.join(cluster.workdir, "standalone-scheduler.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        args = [a for a in c["args"] if not a.startswith("--config=")]
+        port = free_port()
+        p = cluster._start("gpushare-scheduler", [
+            plugin_scheduler_bin(), f"--config={path}", *args,
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}"])
+        lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpushare-scheduler"
+
+        def holder():
+            p.check_alive()
+            try:
+                return api.get(lease)["spec"].get("holderIdentity")
+            except Exception:
+                return None
+        wait_until("the standalone scheduler leading", holder, 60, 0.2)
+        api.create_node("t4-a", gpus=1, gpu_memory=14)
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "asks-gpushare"},
+                "spec": {"schedulerName": "gpushare-scheduler", "containers": [
+                    {"name": "main", "image": "registry.invalid/e2e:never-pulled",
+                     "resources": {"limits": {"aliyun.com/gpu-mem": "5"}}}]}}
+        api.request("POST", "/api/v1/namespaces/default/pods", body)
+        assert api.wait_bound("asks-gpushare", timeout=60) == "t4-a"
+        assert gpu_allocation(api.pod("asks-gpushare")) == {0: 5}
+    finally:
+        kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY_SCHEDULER,
+                check=False)
+        cluster.api.request("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-system/"
+                            "leases/gpushare-scheduler", ok=(200, 202, 404))
