@@ -527,7 +527,7 @@ def test_metrics_are_scraped_with_a_service_account_token(cluster):
     valid token on any other route are refused; the alert rules name only
     metrics the scrape has."""
     api = cluster.api
-    cluster.start_extender()
+    cluster.start_extender(extra_args=("--leader-elect", "true"))  # As deployed: its gauges too.
     api.create_node("t4-a", gpus=1, gpu_memory=14)
     api.request("POST", "/api/v1/namespaces",
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
@@ -571,12 +571,24 @@ def test_metrics_are_scraped_with_a_service_account_token(cluster):
     m = parse_metrics(text)
     assert value(m, "gpushare_extender_requests_total", route="metrics", code="200") >= 6
     assert value(m, "gpushare_extender_requests_total", route="metrics", code="401") == 1
-    # The alert rules' metrics exist.
+    # The alert rules' and the dashboard's metrics exist (a histogram's
+    # _bucket series are its family's).
     with open(os.path.join(MONITORING, "alerts.yaml")) as f:
         rules = yaml.safe_load(f)["spec"]["groups"][0]["rules"]
-    names = {n for r in rules for n in re.findall(r"gpushare_[a-z_]+", r["expr"])}
+    with open(os.path.join(MONITORING, "dashboard.json")) as f:
+        panels = json.load(f)["panels"]
     declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
-    assert names and names <= declared, names - declared
+    for exprs in ([r["expr"] for r in rules], [t["expr"] for p in panels for t in p["targets"]]):
+        names = {re.sub(r"_bucket$", "", n) for e in exprs for n in re.findall(r"gpushare_[a-z_]+", e)}
+        assert names and names <= declared, names - declared
+    # deploy/monitoring renders (kubectl's kustomize): the dashboard's
+    # ConfigMap, labelled for Grafana's sidecar, holds the file.
+    rendered = list(yaml.safe_load_all(kubectl(cluster, "kustomize", MONITORING).stdout))
+    (board,) = [o for o in rendered if o["kind"] == "ConfigMap"]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(board["data"]["gpushare.json"])["panels"] == panels
+    assert {o["kind"] for o in rendered} == {"ClusterRole", "ClusterRoleBinding", "ConfigMap",
+                                             "ServiceMonitor", "PrometheusRule"}
 
 
 # ---- The read-only planner ---------------------------------------------------------
