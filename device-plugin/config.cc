@@ -10,6 +10,7 @@ namespace gpushare::deviceplugin {
 namespace {
 
 using flags::FlagSet;
+using flags::ParseInt;
 using flags::SetBool;
 using flags::SetInt;
 using flags::SetString;
@@ -36,6 +37,21 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
          "the kubelet's pod-resources API, read at start to learn\n"
          "what was allocated before (default " + c->pod_resources_socket + ")",
          SetString("--pod-resources-socket", &c->pod_resources_socket));
+  f->Add(kNodeGroup, "--metrics-bind-address", "HOST:PORT",
+         "serve GET /metrics (Prometheus) and /healthz over HTTP\n"
+         "there, e.g. 0.0.0.0:9402 (default: not served)",
+         [c](const char* v) -> std::string {
+           const std::string a = v ? v : "";
+           const size_t colon = a.rfind(':');
+           int64_t port = 0;
+           if (colon == std::string::npos || colon == 0 ||
+               !ParseInt(a.c_str() + colon + 1, 1, 65535, &port)) {
+             return "--metrics-bind-address takes HOST:PORT with a port in 1..65535, not '" + a +
+                    "'";
+           }
+           c->metrics_bind_address = a;
+           return "";
+         });
   f->Add(kNodeGroup, "--nvml-library", "FILE",
          "NVML, loaded at run time (default " + c->nvml_library + ")",
          SetString("--nvml-library", &c->nvml_library));

@@ -31,6 +31,8 @@ struct DevicePluginConfig {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
   // The kubelet's pod-resources API: what it allocated before a restart.
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  // HOST:PORT of GET /metrics and /healthz (device-plugin/metrics.h); "" for none.
+  std::string metrics_bind_address;
   // NVML.
   std::string nvml_library = "libnvidia-ml.so.1";
   int64_t health_interval_ms = 5'000;

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,7 @@
 #include "device-plugin/health.h"
 #include "device-plugin/inventory.h"
 #include "device-plugin/kube.h"
+#include "device-plugin/metrics.h"
 #include "device-plugin/nvml.h"
 #include "device-plugin/patcher.h"
 #include "device-plugin/pod_cache.h"
@@ -195,6 +197,62 @@ int main(int argc, char** argv) {
   }
   annotate_node({});
 
+  // Metrics: a sample of the running parts per scrape; the GPUs' health is
+  // the one this loop last published (health_mu).
+  std::atomic<bool> registered_now{false};
+  std::mutex health_mu;
+  std::map<int, std::string> unhealthy_now;
+  std::unique_ptr<gpushare::extender::Server> metrics_server;
+  std::thread metrics_thread;
+  if (!c.metrics_bind_address.empty()) {
+    gpushare::extender::ServerOptions mo;
+    mo.io_threads = 1;
+    mo.worker_threads = 1;
+    mo.limits.max_connections = 64;
+    mo.limits.max_body_bytes = mo.limits.body_budget_bytes = 64 << 10;
+    mo.handler = [&](boost::beast::http::verb method, std::string_view target, std::string_view) {
+      return gpushare::deviceplugin::DevicePluginRoute(method, target, [&] {
+        gpushare::deviceplugin::DevicePluginSample s;
+        {
+          std::lock_guard lock(health_mu);
+          for (const auto& g : inventory->gpus()) {
+            s.gpus.push_back({g.index, g.uuid, g.name, inventory->units(g.index),
+                              unhealthy_now.count(g.index) == 0});
+          }
+        }
+        s.registered = registered_now.load();
+        const gpushare::deviceplugin::ServerStats st = (*server)->Stats();
+        s.allocations = st.allocations;
+        s.failed_allocations = st.failed_allocations;
+        s.unidentified = st.unidentified;
+        s.disagreements = st.disagreements;
+        const auto ps = patcher.stats();
+        s.writes_sent = ps.sent;
+        s.writes_dropped = ps.dropped;
+        s.writes_given_up = ps.given_up;
+        s.write_retries = ps.retries;
+        using V = gpushare::kubeclient::Reflector::Verdict;
+        s.watch_closed = pod_reflector.watch_ends(V::kContinue);
+        s.watch_expired = pod_reflector.watch_ends(V::kRelist);
+        s.watch_error = pod_reflector.watch_ends(V::kRewatch);
+        return s;
+      });
+    };
+    auto created = gpushare::extender::Server::Create(nullptr, mo);
+    if (!created.ok()) std::_Exit(Fail("the metrics server", created.status()));
+    metrics_server = *std::move(created);
+    const std::string& a = c.metrics_bind_address;
+    const size_t colon = a.rfind(':');
+    std::string host = a.substr(0, colon);
+    if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);  // [::1]:9402
+    }
+    auto port = metrics_server->Listen(host, std::stoi(a.substr(colon + 1)));
+    if (!port.ok()) std::_Exit(Fail("the metrics server on " + a, port.status()));
+    std::cout << "gpushare-device-plugin: metrics on http://" << a << "/metrics" << std::endl;
+    metrics_thread = std::thread([&] { metrics_server->Run(); });
+  }
+
   // What the kubelet allocated: at start (a restart: those are served
   // already), after Allocate calls whose pod disagreed with its devices or
   // could not be told (then annotations are corrected to the GPUs the
@@ -259,6 +317,7 @@ int main(int argc, char** argv) {
         registered = true;
         std::cout << "gpushare-device-plugin: registered with the kubelet" << std::endl;
       }
+      registered_now.store(registered);
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -276,6 +335,7 @@ int main(int argc, char** argv) {
   health_options.probe_interval = std::chrono::milliseconds(c.health_interval_ms);
   gpushare::deviceplugin::HealthMonitor health(nvml->get(), &*inventory, health_options);
   health.Start();
+
   auto next_reconcile = std::chrono::steady_clock::now() + std::chrono::seconds(6);
   int64_t unsettled_seen = 0;
   int exit_code = 0;
@@ -299,6 +359,8 @@ int main(int argc, char** argv) {
         (*server)->SetHealth(g, it == unhealthy.end(), it == unhealthy.end() ? "" : it->second);
       }
       annotate_node(unhealthy);
+      std::lock_guard lock(health_mu);
+      unhealthy_now = unhealthy;
     }
     // After an Allocate whose pod disagreed with its devices or could not be
     // told, once the kubelet has recorded it (it lists a container when its
@@ -318,6 +380,10 @@ int main(int argc, char** argv) {
   std::cout << "gpushare-device-plugin: stopping" << std::endl;
   g_stop.store(true);
   registrar.join();
+  if (metrics_server) {
+    metrics_server->Stop();
+    metrics_thread.join();
+  }
   (*server)->Stop();  // The sockets are gone: the kubelet sees the plugin leave.
   // The watch and the writer may be waiting on the API server (up to a
   // minute for a quiet watch): the process ends without waiting for them.

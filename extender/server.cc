@@ -208,16 +208,14 @@ std::string TlsFilesStamp(const ServerOptions& o) {
 }
 
 // A request of a client without a certificate that carries a bearer token
-// (ServerOptions::authorize_token): routed when the token may reach the path.
-Reply RouteWithToken(k8s::Extender& ext, const http::request<http::string_body>& req,
+// (ServerOptions::authorize_token): handled when the token may reach the path.
+template <class Handler>
+Reply RouteWithToken(Handler& handler, const http::request<http::string_body>& req,
                      const std::string& token, const ServerOptions& o) {
   const std::string_view target(req.target().data(), req.target().size());
   const std::string path(target.substr(0, target.find('?')));
   const absl::Status s = o.authorize_token(token, path);
-  if (s.ok()) {
-    return Route(ext, req.method(), target, req.body(),
-                 RouteHooks{o.ready, o.before_bind, o.metrics, o.role, o.lifecycle_routes});
-  }
+  if (s.ok()) return handler.Handle(req.method(), target, req.body());
   const http::status status = absl::IsUnauthenticated(s)      ? http::status::unauthorized
                               : absl::IsPermissionDenied(s) ? http::status::forbidden
                                                             : http::status::service_unavailable;
@@ -414,6 +412,14 @@ class Server::Impl {
 
   template <class Stream>
   class Session;
+
+  // One request: options_.handler, else the extender's routes.
+  Reply Handle(http::verb method, std::string_view target, std::string_view body) {
+    const ServerOptions& o = options_;
+    if (o.handler) return o.handler(method, target, body);
+    return Route(*ext_, method, target, body,
+                 RouteHooks{o.ready, o.before_bind, o.metrics, o.role, o.lifecycle_routes});
+  }
 
   Impl(k8s::Extender* ext, const ServerOptions& options)
       : ext_(ext),
@@ -833,11 +839,8 @@ class Server::Impl::Session : public Server::Impl::SessionBase,
       const ServerOptions& o = self->impl_->options_;
       const std::string_view target(req->target().data(), req->target().size());
       const auto began = Clock::now();
-      Reply reply = token.empty()
-                        ? Route(*self->impl_->ext_, req->method(), target, req->body(),
-                                RouteHooks{o.ready, o.before_bind, o.metrics, o.role,
-                                           o.lifecycle_routes})
-                        : RouteWithToken(*self->impl_->ext_, *req, token, o);
+      Reply reply = token.empty() ? self->impl_->Handle(req->method(), target, req->body())
+                                  : RouteWithToken(*self->impl_, *req, token, o);
       if (o.on_request) {
         o.on_request(RouteName(target), reply,
                      std::chrono::duration<double>(Clock::now() - began).count());
@@ -1012,6 +1015,9 @@ Server::~Server() = default;
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(k8s::Extender* ext,
                                                        const ServerOptions& options) {
   if (absl::Status s = ValidateServerOptions(options); !s.ok()) return s;
+  if (ext == nullptr && !options.handler) {
+    return absl::InvalidArgumentError("a server needs an extender or a handler");
+  }
   auto impl = std::make_unique<Impl>(ext, options);
   if (absl::Status s = impl->Init(); !s.ok()) return s;
   return std::unique_ptr<Server>(new Server(std::move(impl)));

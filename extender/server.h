@@ -204,6 +204,13 @@ struct ServerOptions {
   std::function<std::string()> metrics;    // See RouteHooks.
   std::function<std::string()> role;       // See RouteHooks.
   bool lifecycle_routes = true;            // See RouteHooks.
+  // Handles every request instead of Route() over an Extender: the same
+  // hardened server for another program's routes (gpushare-device-plugin's
+  // /metrics). Called on a worker thread with the method, the target and
+  // the body; the RouteHooks above are then not used.
+  std::function<Reply(boost::beast::http::verb method, std::string_view target,
+                      std::string_view body)>
+      handler;
   // Called on the worker thread after each routed request with its
   // RouteName(), the reply, and the seconds Route() took (for metrics).
   std::function<void(const std::string& route, const Reply& reply, double seconds)> on_request;
@@ -219,7 +226,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options);
 class Server {
  public:
   // Validates `options` (ValidateServerOptions), loads the TLS files and
-  // opens the access log. `ext` must outlive the server.
+  // opens the access log. `ext` must outlive the server; it may be null
+  // when options.handler is set (InvalidArgument otherwise).
   static absl::StatusOr<std::unique_ptr<Server>> Create(k8s::Extender* ext,
                                                         const ServerOptions& options);
   ~Server();

@@ -453,6 +453,7 @@ state = "{d}/state"
                 "--pod-resources-socket",
                 os.path.join(self.kubelet_root, "pod-resources", "kubelet.sock"),
                 "--nvml-library", self.nvml_library, "--health-interval-ms", "500",
+                "--metrics-bind-address", f"127.0.0.1:{self.device_plugin_metrics_port}",
                 *extra_args]
         log = os.path.join(self.logs, "gpushare-device-plugin.log")
         offset = os.path.getsize(log) if os.path.exists(log) else 0
@@ -471,6 +472,24 @@ state = "{d}/state"
         wait_until(f"the device plugin registered and the Node offering {want}",
                    registered, PLUGIN_REGISTERED, 0.2)
         return time.monotonic() - start
+
+    @property
+    def device_plugin_metrics_port(self):
+        if getattr(self, "_metrics_port", None) is None:
+            self._metrics_port = free_port()
+        return self._metrics_port
+
+    def device_plugin_metrics_text(self):
+        """The running plugin's GET /metrics."""
+        url = f"http://127.0.0.1:{self.device_plugin_metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read().decode()
+
+    def device_plugin_metrics(self):
+        """{series as written: value} of the running plugin's GET /metrics."""
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in self.device_plugin_metrics_text().splitlines()
+                if line and not line.startswith("#")}
 
     def stop_device_plugin(self, sig=signal.SIGTERM):
         p = self.procs.pop("gpushare-device-plugin", None)

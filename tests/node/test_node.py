@@ -11,6 +11,7 @@ checkpoint of the device ids it gave each container.
 
 import json
 import os
+import re
 import signal
 import stat
 import time
@@ -171,6 +172,7 @@ def test_pod_sees_the_uuid_of_the_gpu_the_extender_chose(node):
     node.use_fixture(TWO_A100)
     gpus = fixture_gpus(TWO_A100)
     api = node.api
+    before = node.device_plugin_metrics()
     create_pod(api, "three", [("main", 3)])
     wait_running(api, "three")
     pod = wait_assigned(api, "three")
@@ -194,6 +196,14 @@ def test_pod_sees_the_uuid_of_the_gpu_the_extender_chose(node):
     assert {uuid_of_device(d) for d in devices[("three", "main")]} == {gpus[g][0]}
     assert len(devices[("three", "main")]) == 3
     assert {uuid_of_device(d) for d in devices[("thirty-eight", "main")]} == {gpus[1 - g][0]}
+    # The plugin's metrics count the two containers it served.
+    m = node.device_plugin_metrics()
+
+    def more(series):
+        return m[series] - before[series]
+    assert more('gpushare_device_plugin_allocations_total{result="served"}') == 2, m
+    assert more('gpushare_device_plugin_allocations_total{result="failed"}') == 0
+    assert more('gpushare_device_plugin_api_writes_total{result="sent"}') >= 2  # Marked assigned.
 
 
 # ---------------------------------------------------------------- c. two containers
@@ -260,6 +270,21 @@ def test_unhealthy_gpus_leave_allocatable_and_are_annotated(node):
     events = [{"gpu": 1, "xid": 13}, {"gpu": 0, "xid": 79}]
     node.write_faults({"events": events})
     wait_state({GPU_MEM: 40, GPU_COUNT: 1, WHOLE_GPU: 1}, "0")
+    # The plugin's metrics say the same (GET /metrics, --metrics-bind-address).
+    uuids = [u for u, _ in fixture_gpus(TWO_A100)]
+    m = node.device_plugin_metrics()
+    healthy = {g: m[f'gpushare_device_plugin_gpu_healthy{{gpu="{g}",uuid="{uuids[g]}",'
+                    f'model="NVIDIA A100-SXM4-40GB"}}'] for g in (0, 1)}
+    assert healthy == {0: 0, 1: 1}, m
+    assert m["gpushare_device_plugin_registered"] == 1
+    # The alert rules of deploy/monitoring name only families the plugin serves.
+    import yaml  # PyYAML: 52-node.sh installs it beside pytest.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "deploy", "monitoring", "alerts.yaml")) as f:
+        rules = yaml.safe_load(f)["spec"]["groups"][0]["rules"]
+    named = {n for r in rules for n in re.findall(r"gpushare_device_plugin_[a-z_]+", r["expr"])}
+    served = set(re.findall(r"^# TYPE (\S+) ", node.device_plugin_metrics_text(), re.M))
+    assert named and named <= served, named - served
     # The extender reads the annotation: a new pod goes to GPU 1, the
     # healthy one (binpack alone would take GPU 0, the first of two idle).
     api = node.api
