@@ -25,19 +25,43 @@ cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare \
 export STORAGE_DRIVER=vfs
 tag="localhost/gpushare-extender:stage-test-$$"
 dp_tag="localhost/gpushare-device-plugin:stage-test-$$"
-cleanup() { buildah --storage-driver vfs rmi -f "$tag" "$dp_tag" >/dev/null 2>&1 || true; }
+sched_tag="localhost/gpushare-scheduler:stage-test-$$"
+cleanup() {
+  buildah --storage-driver vfs rmi -f "$tag" "$dp_tag" "$sched_tag" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
-start=$(date +%s.%N)
-BUILD="$build" deploy/build-image-local.sh "$tag" >/dev/null
-echo "55-image: built $tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
-     "$(buildah --storage-driver vfs images --format '{{.Size}}' "$tag")"
 
-user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$tag")
-entry=$(buildah --storage-driver vfs inspect --type image \
-          --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$tag")
-[ "$user" = "65532:65532" ] || { echo "55-image: image user is '$user', not 65532:65532" >&2; exit 1; }
-[ "$entry" = "/usr/local/bin/gpushare-extender " ] ||
-  { echo "55-image: entrypoint is '$entry'" >&2; exit 1; }
+# build TAG USER ENTRYPOINT [build-image-local.sh flags]: builds the image,
+# prints its time and size, and checks its user and entrypoint.
+build() {
+  local tag=$1 want_user=$2 want_entry=$3 start user entry
+  shift 3
+  start=$(date +%s.%N)
+  BUILD="$build" deploy/build-image-local.sh "$@" "$tag" >/dev/null
+  echo "55-image: built $tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
+       "$(buildah --storage-driver vfs images --format '{{.Size}}' "$tag")"
+  user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$tag")
+  entry=$(buildah --storage-driver vfs inspect --type image \
+            --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$tag")
+  [ "$user" = "$want_user" ] ||
+    { echo "55-image: $tag runs as '$user', not $want_user" >&2; exit 1; }
+  [ "$entry" = "$want_entry " ] ||
+    { echo "55-image: $tag's entrypoint is '$entry', not $want_entry" >&2; exit 1; }
+}
+
+# inside SCRIPT ARGS...: runs SCRIPT with ARGS where chroot works (as root, or
+# as the root of buildah's user namespace).
+inside() {
+  local script=$1
+  shift
+  if [ "$(id -u)" -eq 0 ]; then
+    bash -c "$script" check "$@"
+  else
+    buildah unshare bash -c "$script" check "$@"
+  fi
+}
+
+build "$tag" 65532:65532 /usr/local/bin/gpushare-extender
 
 # Inside the image's file system, as user 65532 (chroot needs the namespace's root).
 check='
@@ -72,26 +96,13 @@ assert "gpushare_node_gpu_memory_total_units{node=" in text, text[:500]
 print("55-image: the image serves /readyz and /metrics as user 65532")
 EOF
 '
-if [ "$(id -u)" -eq 0 ]; then
-  bash -c "$check" check "$tag"
-else
-  buildah unshare bash -c "$check" check "$tag"
-fi
+inside "$check" "$tag"
 
 # The device plugin's image: root (the kubelet's socket folder is root's),
 # its entrypoint, and inside it: --help, the clear error of a node without
 # the NVIDIA driver, and the GPUs of an NVML fixture read through the
 # stand-in libnvidia-ml.so.1 (so the image can load NVML at run time).
-start=$(date +%s.%N)
-BUILD="$build" deploy/build-image-local.sh --device-plugin "$dp_tag" >/dev/null
-echo "55-image: built $dp_tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
-     "$(buildah --storage-driver vfs images --format '{{.Size}}' "$dp_tag")"
-user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$dp_tag")
-entry=$(buildah --storage-driver vfs inspect --type image \
-          --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$dp_tag")
-[ "$user" = "0:0" ] || { echo "55-image: device plugin image user is '$user', not 0:0" >&2; exit 1; }
-[ "$entry" = "/usr/local/bin/gpushare-device-plugin " ] ||
-  { echo "55-image: device plugin entrypoint is '$entry'" >&2; exit 1; }
+build "$dp_tag" 0:0 /usr/local/bin/gpushare-device-plugin --device-plugin
 dp_check='
 set -euo pipefail
 b() { buildah --storage-driver vfs "$@"; }
@@ -109,29 +120,13 @@ echo "$out" | grep -q "GPU 1 GPU-1b1b1b1b-0000-0000-0000-000000000000 NVIDIA A10
   { echo "$out"; echo "the device plugin did not read NVML in its image" >&2; exit 1; }
 echo "55-image: the device plugin image loads NVML and reads the GPUs"
 '
-stub="$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1"
-if [ "$(id -u)" -eq 0 ]; then
-  bash -c "$dp_check" check "$dp_tag" "$stub"
-else
-  buildah unshare bash -c "$dp_check" check "$dp_tag" "$stub"
-fi
+inside "$dp_check" "$dp_tag" "$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1"
 
 # kube-scheduler with the GpuShare plugin (deploy/scheduler/): built by
 # scheduler-plugin/build.sh (its cache is warm after the 51-scheduler-plugin
-# stage), user 65532, its entrypoint; inside, as that user, --version and the
-# plugin's flags in --help (the binary and every library it loads are there).
-sched_tag="localhost/gpushare-scheduler:stage-test-$$"
-cleanup() { buildah --storage-driver vfs rmi -f "$tag" "$dp_tag" "$sched_tag" >/dev/null 2>&1 || true; }
-start=$(date +%s.%N)
-BUILD="$build" deploy/build-image-local.sh --scheduler "$sched_tag" >/dev/null
-echo "55-image: built $sched_tag in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $start }") s," \
-     "$(buildah --storage-driver vfs images --format '{{.Size}}' "$sched_tag")"
-user=$(buildah --storage-driver vfs inspect --type image --format '{{.OCIv1.Config.User}}' "$sched_tag")
-entry=$(buildah --storage-driver vfs inspect --type image \
-          --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$sched_tag")
-[ "$user" = "65532:65532" ] || { echo "55-image: scheduler image user is '$user'" >&2; exit 1; }
-[ "$entry" = "/usr/local/bin/kube-scheduler " ] ||
-  { echo "55-image: scheduler entrypoint is '$entry'" >&2; exit 1; }
+# stage), user 65532, its entrypoint; inside, as that user, --version (the
+# binary and every library it loads are there).
+build "$sched_tag" 65532:65532 /usr/local/bin/kube-scheduler --scheduler
 sched_check='
 set -euo pipefail
 b() { buildah --storage-driver vfs "$@"; }
@@ -141,8 +136,4 @@ as_user() { chroot --userspec=65532:65532 "$m" "$@"; }
 as_user /usr/local/bin/kube-scheduler --version | grep -q "^Kubernetes v1\."
 echo "55-image: the scheduler image runs kube-scheduler as user 65532"
 '
-if [ "$(id -u)" -eq 0 ]; then
-  bash -c "$sched_check" check "$sched_tag"
-else
-  buildah unshare bash -c "$sched_check" check "$sched_tag"
-fi
+inside "$sched_check" "$sched_tag"

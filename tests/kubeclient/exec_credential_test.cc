@@ -23,6 +23,7 @@
 #include "kubeclient/kubeconfig.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace gpushare::kubeclient {
 namespace {
@@ -36,31 +37,7 @@ using ::testing::Pair;
 constexpr char kV1[] = "client.authentication.k8s.io/v1";
 constexpr char kV1beta1[] = "client.authentication.k8s.io/v1beta1";
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "exec_test.XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& name, const std::string& text, bool executable = false) {
-    const std::string p = path_ + "/" + name;
-    std::filesystem::create_directories(std::filesystem::path(p).parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-    if (executable) chmod(p.c_str(), 0755);
-    return p;
-  }
-  std::string Read(const std::string& name) const {
-    std::ifstream in(path_ + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  std::string path_;
-};
+using ::gpushare::testing::TempDir;
 
 std::string Credential(const std::string& token, const std::string& expiry = "",
                        const std::string& version = kV1) {
@@ -241,7 +218,7 @@ TEST(ExecCredentialTest, ReportsAPluginThatFails) {
 
 // A plugin that counts its runs in a file and answers token-<run> with the
 // expiry in the file `expiry` (none when empty).
-std::string CountingPlugin(TempDir& dir) {
+std::string CountingPlugin(const TempDir& dir) {
   dir.Write("expiry", "");
   return dir.Write("count.sh", absl::StrCat(R"(#!/bin/sh
 d=")", dir.path(), R"("
