@@ -172,17 +172,17 @@ type Plugin struct {
 }
 
 var (
-	_ framework.PreFilterPlugin   = &Plugin{}
-	_ framework.FilterPlugin      = &Plugin{}
-	_ framework.PreScorePlugin    = &Plugin{}
-	_ framework.ScorePlugin       = &Plugin{}
-	_ framework.ScoreExtensions   = &Plugin{}
-	_ framework.ReservePlugin     = &Plugin{}
-	_ framework.PreBindPlugin     = &Plugin{}
-	_ framework.BindPlugin        = &Plugin{}
-	_ framework.PostBindPlugin    = &Plugin{}
-	_ framework.EnqueueExtensions = &Plugin{}
-	_ framework.PreFilterExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.ScoreExtensions   = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.BindPlugin        = &Plugin{}
+	_ fwk.PostBindPlugin    = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.PreFilterExtensions = &Plugin{}
 )
 
 // Name returns Name.
@@ -210,7 +210,7 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 // state and starts following the nodes and pods of handle's informers;
 // later calls share it, and must give the same arguments. The state is
 // closed when ctx ends.
-func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -401,7 +401,7 @@ func readState(state fwk.CycleState) *cycleState {
 // PreFilter reads the pod once; a pod that asks for no GPU is skipped (its
 // Filter and Score do not run).
 func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
-	_ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	_ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !RequestsGPUs(pod) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -449,7 +449,7 @@ func (p *sharedState) verdictsFor(c *cycleState) {
 // GPUs: a nominated pod is placed first, and where it does not fit yet (its
 // victims still terminate) the node is refused, so no pod of lower priority
 // takes the GPUs it waits for.
-func (p *Plugin) PreFilterExtensions() framework.PreFilterExtensions { return p }
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
 
 // AddPod adds `toAdd` to the node in `state`: a victim spared (it was
 // removed) or a nominated pod. Pods without GPUs change nothing.
@@ -635,24 +635,24 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 }
 
 // ScoreExtensions returns the plugin, for NormalizeScore.
-func (p *Plugin) ScoreExtensions() framework.ScoreExtensions { return p }
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // MaxRank is the best rank gpushare gives.
 const MaxRank = 10
 
 // NormalizeScore scales the ranks 0..10 to the framework's 0..100.
 func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod,
-	scores framework.NodeScoreList) *fwk.Status {
+	scores fwk.NodeScoreList) *fwk.Status {
 	NormalizeRanks(scores)
 	return nil
 }
 
-// NormalizeRanks maps ranks 0..MaxRank to 0..framework.MaxNodeScore in place
+// NormalizeRanks maps ranks 0..MaxRank to 0..fwk.MaxNodeScore in place
 // (values outside are clamped first).
-func NormalizeRanks(scores framework.NodeScoreList) {
+func NormalizeRanks(scores fwk.NodeScoreList) {
 	for i := range scores {
 		r := min(max(scores[i].Score, 0), MaxRank)
-		scores[i].Score = r * framework.MaxNodeScore / MaxRank
+		scores[i].Score = r * fwk.MaxNodeScore / MaxRank
 	}
 }
 
@@ -718,12 +718,14 @@ func (c *cycleState) reserved() *gpushare.Placement {
 }
 
 // PreBindPreFlight skips PreBind unless the pod has a reservation and
-// GpuShare's Bind will not run first.
-func (p *Plugin) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+// GpuShare's Bind will not run first. Its PreBind runs alone (a nil result:
+// AllowParallel false), after the PreBind plugins before it.
+func (p *Plugin) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	if c := readState(state); c != nil && c.reserved() != nil && !p.firstBinder() {
-		return nil
+		return nil, nil
 	}
-	return fwk.NewStatus(fwk.Skip)
+	return nil, fwk.NewStatus(fwk.Skip)
 }
 
 // PreBind writes the placement's annotations on the pod with a JSON merge

@@ -51,7 +51,7 @@ func TestDecodeArgs(t *testing.T) {
 }
 
 func TestNormalizeRanks(t *testing.T) {
-	scores := framework.NodeScoreList{{Name: "a", Score: -1}, {Name: "b", Score: 0},
+	scores := fwk.NodeScoreList{{Name: "a", Score: -1}, {Name: "b", Score: 0},
 		{Name: "c", Score: 5}, {Name: "d", Score: 10}, {Name: "e", Score: 12}}
 	NormalizeRanks(scores)
 	want := []int64{0, 0, 50, 100, 100}
@@ -224,7 +224,7 @@ func TestSchedulingCycle(t *testing.T) {
 	if !st.IsSuccess() || score < 0 || score > MaxRank {
 		t.Fatalf("Score = %d, %v", score, st)
 	}
-	scores := framework.NodeScoreList{{Name: "big", Score: score}}
+	scores := fwk.NodeScoreList{{Name: "big", Score: score}}
 	if st := f.p.ScoreExtensions().NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() ||
 		scores[0].Score != score*10 {
 		t.Fatalf("NormalizeScore: %v, %v", scores, st)
@@ -331,17 +331,17 @@ func TestPreBindPatchesWhenAnotherPluginBinds(t *testing.T) {
 		t.Fatalf("PreFilter: %v", st)
 	}
 	// First binder: PreBind has nothing to do.
-	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
 		t.Fatalf("PreBindPreFlight before Reserve: %v, want Skip", st)
 	}
 	if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
 		t.Fatalf("PreBindPreFlight as the first binder: %v, want Skip", st)
 	}
 	f.p.firstBinder = func() bool { return false }
-	if st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
+	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
 		t.Fatalf("PreBindPreFlight behind another binder: %v", st)
 	}
 	if st := f.p.PreBind(ctx, state, pod, "big"); !st.IsSuccess() {

@@ -13,7 +13,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { echo "find-go: $*" >&2; }
 go_min="$(awk '$1 == "go" {print $2}' "$here/go.mod")"
 # The toolchain fetched when the machine has no usable Go.
-go_fallback="${GPUSHARE_KUBE_GO_TOOLCHAIN:-go1.25.5}"
+go_fallback="${GPUSHARE_KUBE_GO_TOOLCHAIN:-go1.26.8}"
 if [ -z "$go_min" ]; then
   log "cannot read the Go version from $here/go.mod"; exit 1
 fi

@@ -594,6 +594,9 @@ class ControlPlane(Processes):
         p = self._start("kube-apiserver", [
             os.path.join(self.kube_bin, "kube-apiserver"),
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            # Since 1.37 the `kubernetes` Service's endpoints may not name a
+            # loopback address; nothing here routes to that Service anyway.
+            "--endpoint-reconciler-type=none",
             f"--secure-port={port}",
             f"--etcd-servers={self.etcd_url}", f"--etcd-cafile={self.pki.ca_crt}",
             f"--etcd-certfile={ecert}", f"--etcd-keyfile={ekey}",
