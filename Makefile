@@ -33,6 +33,8 @@
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
 #   make bench-kube  pods/s through a real kube-scheduler: alone, with the GpuShare
 #                plugin, with the extender (scripts/bench-kube.sh; ~20 minutes)
+#   make images  the three programs' images (buildah); REGISTRY=... pushes them
+#                there for the Helm chart (scripts/images.sh, docs/helm.md)
 #   make wheel   an sdist and a manylinux wheel that needs only pip, in dist/
 #   make fuzz    build the libFuzzer targets with clang and run each for
 #                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/
@@ -98,3 +100,13 @@ wheel: deps
 .PHONY: test-python-asan
 test-python-asan: deps
 	@scripts/test-python-asan.sh
+
+.PHONY: images
+images: deps
+	@scripts/images.sh
+
+# The end-to-end stages on Kubernetes 1.35 and 1.36 (make test runs 1.37):
+# scripts/kube-matrix.sh; KUBE_VERSIONS="v1.35.4 v1.36.3" to choose.
+.PHONY: test-kube-matrix
+test-kube-matrix: deps
+	@scripts/kube-matrix.sh

@@ -15,7 +15,8 @@
 # Environment: BUILD (the CMake build folder, default build);
 # GPUSHARE_KUBE_CACHE (binary cache root); GPUSHARE_KUBE_VENV (the virtual
 # environment with pytest, prometheus_client and PyYAML from PyPI, default
-# $BUILD/venv-kube) when python3 lacks either; PYTEST_ARGS (e.g. "-k s1").
+# $BUILD/venv-kube) when python3 lacks either; PYTEST_ARGS (e.g. "-k s1");
+# GPUSHARE_HELM (a Helm binary; else the one build-kube.sh builds).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -31,7 +32,9 @@ if ! command -v etcd >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; th
 fi
 
 start=$(date +%s)
-kube_bin=$(tests/kube/build-kube.sh)
+programs=(kube-apiserver kube-scheduler kubectl)
+[ -n "${GPUSHARE_HELM:-}" ] || programs+=(helm)  # The chart's tests (test_chart.py).
+kube_bin=$(tests/kube/build-kube.sh "${programs[@]}")
 echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s)"
 
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON >/dev/null

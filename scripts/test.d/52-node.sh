@@ -27,6 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
 
 # The tests run as root (containerd, cgroups, mount namespaces); the builds
 # run as the caller, so that build/ stays theirs.
@@ -53,13 +54,34 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 start=$(date +%s)
-kube_bin=$(tests/kube/build-kube.sh kube-apiserver kube-scheduler kubectl kubelet)
+programs=(kube-apiserver kube-scheduler kubectl kubelet kube-controller-manager)
+[ -n "${GPUSHARE_HELM:-}" ] || programs+=(helm)
+kube_bin=$(tests/kube/build-kube.sh "${programs[@]}")
 echo "52-node: Kubernetes binaries in $kube_bin ($(( $(date +%s) - start )) s)"
 
 if ! grep -q '^GPUSHARE_BUILD_DEVICE_PLUGIN:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
 fi
-cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender
+cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender \
+  kubectl-inspect-gpushare gpushare_c
+
+# The three images for tests/install/, as docker archives for the node's
+# containerd (deploy/build-image-local.sh; kube-scheduler with GpuShare from
+# scheduler-plugin/build.sh's cache, warm after 51-scheduler-plugin).
+command -v buildah >/dev/null 2>&1 || scripts/install-deps.sh --image
+images="$build/install-images"
+mkdir -p "$images"
+start=$(date +%s)
+for kind in extender device-plugin scheduler; do
+  flag=()
+  [ "$kind" = extender ] || flag=("--$kind")
+  tag="localhost/gpushare-$kind:e2e"
+  BUILD="$build" STORAGE_DRIVER=vfs deploy/build-image-local.sh "${flag[@]}" "$tag" >/dev/null
+  rm -f "$images/$kind.tar"
+  buildah --storage-driver vfs push -q "$tag" "docker-archive:$images/$kind.tar:$tag" >/dev/null
+  buildah --storage-driver vfs rmi -f "$tag" >/dev/null
+done
+echo "52-node: three images built in $(( $(date +%s) - start )) s"
 
 py=$(command -v python3)  # A full path: sudo looks commands up in its own PATH.
 if ! "$py" -c 'import pytest, yaml' 2>/dev/null; then
@@ -71,9 +93,17 @@ fi
 start=$(date +%s)
 # shellcheck disable=SC2086
 "${as_root[@]}" env GPUSHARE_KUBE_BIN="$kube_bin" \
-  GPUSHARE_EXTENDER="$PWD/$build/extender/gpushare-extender" \
-  GPUSHARE_DEVICE_PLUGIN="$PWD/$build/device-plugin/gpushare-device-plugin" \
-  GPUSHARE_NVML_STUB="$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1" \
+  GPUSHARE_EXTENDER="$build/extender/gpushare-extender" \
+  GPUSHARE_DEVICE_PLUGIN="$build/device-plugin/gpushare-device-plugin" \
+  GPUSHARE_NVML_STUB="$build/tests/nvml_stub/libnvidia-ml.so.1" \
   GPUSHARE_KUBE_KEEP="${GPUSHARE_KUBE_KEEP:-}" \
   timeout 900 "$py" -m pytest tests/node -v -s -p no:cacheprovider ${PYTEST_ARGS:-}
-echo "52-node: tests took $(( $(date +%s) - start )) s"
+echo "52-node: tests/node took $(( $(date +%s) - start )) s"
+# The Helm chart installed for real, on a cluster of its own (tests/install/).
+start=$(date +%s)
+# shellcheck disable=SC2086
+"${as_root[@]}" env GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_HELM="${GPUSHARE_HELM:-}" \
+  GPUSHARE_NVML_STUB="$build/tests/nvml_stub/libnvidia-ml.so.1" \
+  GPUSHARE_INSTALL_IMAGES="$images" GPUSHARE_KUBE_KEEP="${GPUSHARE_KUBE_KEEP:-}" \
+  timeout 600 "$py" -m pytest tests/install -v -s -p no:cacheprovider ${INSTALL_PYTEST_ARGS:-}
+echo "52-node: tests/install took $(( $(date +%s) - start )) s"

@@ -8,7 +8,9 @@
 #   tests/kube/build-kube.sh [PROGRAM...]
 #
 # PROGRAMs: kube-apiserver, kube-scheduler, kubectl (the default three, for
-# tests/kube/) and kubelet (for tests/node/). Only the programs missing from
+# tests/kube/), kubelet (for tests/node/), kube-controller-manager (for
+# tests/install/: Deployments, DaemonSets, service account tokens) and helm
+# (the Helm release go.mod pins, for the chart of deploy/chart/). Only the programs missing from
 # the cache are built, so asking for the kubelet later adds it beside the
 # others. Prints that directory on stdout (and nothing else); progress goes to
 # stderr. A warm cache costs a `go version` and a file check per program. A
@@ -21,7 +23,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 log() { echo "build-kube: $*" >&2; }
 
-k8s_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go.mod")"
+k8s_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit} $1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$here/go.mod")"
 if [ -z "$k8s_version" ]; then
   log "cannot read the Kubernetes version from $here/go.mod"; exit 1
 fi
@@ -32,7 +34,7 @@ go_version="$("$go_bin" env GOVERSION)"
 
 cache_root="${GPUSHARE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
 out="$cache_root/kube-${k8s_version}-${go_version}"
-known=(kube-apiserver kube-scheduler kubectl kubelet)
+known=(kube-apiserver kube-scheduler kubectl kubelet kube-controller-manager helm)
 wanted=("$@")
 [ "${#wanted[@]}" -gt 0 ] || wanted=(kube-apiserver kube-scheduler kubectl)
 programs=()  # The wanted ones not yet in the cache.
@@ -62,13 +64,18 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
+helm_version="$(awk '$1 == "helm.sh/helm/v4" {print $2}' "$here/go.mod")"
+helm_ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version"
+
 log "building ${programs[*]} $k8s_version with $go_version into $out (minutes on a cold machine)"
 tmp="$(mktemp -d "$out/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 for p in "${programs[@]}"; do
+  pkg="k8s.io/kubernetes/cmd/$p" flags="$ldflags"
+  if [ "$p" = helm ]; then pkg="helm.sh/helm/v4/cmd/helm" flags="$helm_ldflags"; fi
   (cd "$here" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -p=${GPUSHARE_KUBE_GO_JOBS:-2}" \
-     nice -n 10 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/$p" "k8s.io/kubernetes/cmd/$p")
+     nice -n 10 "$go_bin" build -trimpath -ldflags "$flags" -o "$tmp/$p" "$pkg")
   log "  $p built ($(( $(date +%s) - start )) s so far)"
 done
 # Move into place only once all of them exist, so an interrupted build is redone.

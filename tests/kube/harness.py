@@ -32,6 +32,12 @@ GPU_MEM = "aliyun.com/gpu-mem"
 GPU_COUNT = "aliyun.com/gpu-count"
 WHOLE_GPU = "nvidia.com/gpu"
 NAMESPACE = "default"
+# kube-controller-manager's controllers with `controllers=True`: only those
+# that make workloads' pods and their service account tokens, so that no
+# node lifecycle controller taints or evicts while a test restarts a kubelet.
+CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
+               "deployment-controller", "replicaset-controller", "daemonset-controller",
+               "garbage-collector-controller")
 
 # Deadlines (seconds).
 START_TIMEOUT = 60
@@ -484,11 +490,16 @@ class ControlPlane(Processes):
     start_extender)."""
 
     def __init__(self, kube_bin, extender_bin, workdir, extender_tls=True,
-                 apiserver_args=()):
+                 apiserver_args=(), controllers=False):
         """`apiserver_args` are appended to kube-apiserver's command line
-        (tests/node/ adds what a kubelet needs)."""
+        (tests/node/ adds what a kubelet needs). With `controllers`, start()
+        also runs kube-controller-manager with the controllers that turn
+        Deployments and DaemonSets into pods and give pods service account
+        tokens (CONTROLLERS), and the API server admits pods through the
+        ServiceAccount plugin (tests/install/ runs the chart's pods)."""
         self.kube_bin, self.extender_bin, self.workdir = kube_bin, extender_bin, workdir
         self.extender_tls = extender_tls
+        self.controllers = controllers
         self.apiserver_args = tuple(apiserver_args)
         self.logs = os.path.join(workdir, "logs")
         os.makedirs(self.logs, exist_ok=True)
@@ -508,6 +519,8 @@ class ControlPlane(Processes):
             self._start_etcd()
             self._start_apiserver()
             self.create_rbac(EXTENDER_RBAC)
+            if self.controllers:
+                self._start_controller_manager()
         except BaseException:
             self.stop()
             raise
@@ -609,7 +622,8 @@ class ControlPlane(Processes):
             "--service-cluster-ip-range=10.96.0.0/24",
             # Without kube-controller-manager the `default` ServiceAccount never
             # appears, and nothing removes the not-ready taint of a new Node.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            "--disable-admission-plugins=" +
+            ("TaintNodesByCondition" if self.controllers else "ServiceAccount,TaintNodesByCondition"),
             "--profiling=false", "--v=1", *self.apiserver_args])
         self.api = Api("127.0.0.1", port, self.pki.ca_crt, *self.admin)
         self.admin_kubeconfig = write_kubeconfig(
@@ -633,6 +647,29 @@ class ControlPlane(Processes):
             self.api.get(f"/api/v1/namespaces/{NAMESPACE}")
             return True
         wait_until("kube-apiserver ready", ready, START_TIMEOUT * 2, 0.25)
+
+    def _start_controller_manager(self):
+        kcm = os.path.join(self.kube_bin, "kube-controller-manager")
+        if not os.access(kcm, os.X_OK):
+            raise HarnessError(f"{kcm} is missing (tests/kube/build-kube.sh kube-controller-manager)")
+        p = self._start("kube-controller-manager", [
+            kcm, f"--kubeconfig={self.admin_kubeconfig}", "--leader-elect=false",
+            "--controllers=" + ",".join(CONTROLLERS), f"--root-ca-file={self.pki.ca_crt}",
+            f"--service-account-private-key-file={self.sa_key}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1"])
+
+        def ready():  # The ServiceAccount admission plugin needs `default`'s.
+            p.check_alive()
+            try:
+                self.api.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
+                self.api.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/kube-root-ca.crt")
+                self.api.get("/api/v1/namespaces/kube-system/serviceaccounts/default")
+                return True
+            except ApiError as e:
+                if e.status == 404:
+                    return False
+                raise
+        wait_until("kube-controller-manager's service accounts", ready, START_TIMEOUT, 0.25)
 
     # -- the extender ---------------------------------------------------------
 

@@ -575,7 +575,7 @@ def test_metrics_are_scraped_with_a_service_account_token(cluster):
     # _bucket series are its family's).
     with open(os.path.join(MONITORING, "alerts.yaml")) as f:
         rules = yaml.safe_load(f)["spec"]["groups"][0]["rules"]
-    with open(os.path.join(MONITORING, "dashboard.json")) as f:
+    with open(os.path.join(DEPLOY, "chart", "files", "dashboard.json")) as f:
         panels = json.load(f)["panels"]
     declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     for exprs in ([r["expr"] for r in rules], [t["expr"] for p in panels for t in p["targets"]]):

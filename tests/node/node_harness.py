@@ -213,8 +213,15 @@ class Node(Processes):
     started harness.ControlPlane whose API server has the flags of
     NODE_APISERVER_ARGS)."""
 
-    def __init__(self, cp, kube_bin, device_plugin_bin, nvml_library):
+    def __init__(self, cp, kube_bin, device_plugin_bin, nvml_library, one_namespace=False):
+        """`one_namespace`: containerd and the kubelet run in one mount
+        namespace of their own (a holder process keeps it), so that what the
+        kubelet mounts for a pod (Secrets, projected service account tokens:
+        tmpfs) is what runc mounts into its containers; otherwise only the
+        kubelet has a namespace (its fixed folders), and pods must not need
+        such volumes (tests/node/'s do not)."""
         self.cp, self.kube_bin = cp, kube_bin
+        self.one_namespace = one_namespace
         self.device_plugin_bin, self.nvml_library = device_plugin_bin, nvml_library
         self.dir = os.path.join(cp.workdir, "node")
         self.logs = cp.logs
@@ -248,6 +255,8 @@ class Node(Processes):
         # containerd's shims make their sockets' folder, a fixed path.
         self.run_containerd_existed = os.path.exists(RUN_CONTAINERD)
         self._credentials()
+        if self.one_namespace:
+            self._start_namespace()
         self._start_containerd()
         self._import_image()
         self.start_kubelet()
@@ -283,6 +292,25 @@ class Node(Processes):
         for obj in device_plugin_rbac():
             kind = obj["kind"].lower() + "s"
             self.api.request("POST", f"/apis/rbac.authorization.k8s.io/v1/{kind}", obj)
+
+    def _start_namespace(self):
+        """The mount namespace of containerd and the kubelet: the host's, with
+        the work folder's var-lib and var-log over /var/lib and /var/log."""
+        p = self._start("mount-namespace", [
+            "unshare", "--mount", "--propagation", "slave", "sh", "-c",
+            'mount --bind "$1" /var/lib && mount --bind "$2" /var/log && exec sleep 2147483647',
+            "namespace", self.var_lib, os.path.join(self.dir, "var-log")])
+
+        def mounted():
+            p.check_alive()
+            with open(f"/proc/{p.proc.pid}/mountinfo") as f:
+                return any(line.split()[4] == "/var/log" for line in f)
+        wait_until("the node's mount namespace", mounted, CONTAINERD_START, 0.05)
+
+    def _in_namespace(self, argv):
+        """argv run in the node's mount namespace (one_namespace), else as is."""
+        p = self.procs.get("mount-namespace")
+        return ["nsenter", "-t", str(p.proc.pid), "-m", "--", *argv] if p else list(argv)
 
     def _start_containerd(self):
         d = self.containerd_dir
@@ -322,7 +350,8 @@ state = "{d}/state"
         path = os.path.join(d, "config.toml")
         with open(path, "w") as f:
             f.write(config)
-        p = self._start("containerd", ["containerd", "--config", path, "--log-level", "warn"])
+        p = self._start("containerd", self._in_namespace(
+            ["containerd", "--config", path, "--log-level", "warn"]))
         wait_until("containerd serving", lambda: p.check_alive() and self.ctr(
             "version", check=False).returncode == 0, CONTAINERD_START, 0.2)
 
@@ -383,12 +412,15 @@ state = "{d}/state"
         # paths: give the kubelet folders of the work directory there.
         mounts = ('mount --bind "$1" /var/lib && mount --bind "$2" /var/log && '
                   'shift 2 && exec "$@"')
-        argv = ["unshare", "--mount", "--propagation", "slave", "sh", "-c", mounts, "kubelet",
-                self.var_lib, os.path.join(self.dir, "var-log"),
-                kubelet, f"--config={path}", f"--kubeconfig={self.kubelet_kubeconfig}",
+        argv = [kubelet, f"--config={path}", f"--kubeconfig={self.kubelet_kubeconfig}",
                 f"--root-dir={self.kubelet_root}",
                 f"--cert-dir={os.path.join(self.dir, 'kubelet-pki')}",
                 f"--hostname-override={NODE_NAME}", "--v=2"]
+        if self.one_namespace:
+            argv = self._in_namespace(argv)
+        else:
+            argv = ["unshare", "--mount", "--propagation", "slave", "sh", "-c", mounts, "kubelet",
+                    self.var_lib, os.path.join(self.dir, "var-log"), *argv]
         p = self._start("kubelet", argv)
         start = time.monotonic()
         if not wait:
@@ -546,6 +578,10 @@ state = "{d}/state"
              if "containerd" in self.procs else None)
         step("shims", self._kill_shims)
         step("container processes", self._kill_kubepods_processes)
+        # Its mounts (the pods' volumes, the containers' root file systems)
+        # go with the namespace.
+        step("mount namespace", lambda: self.procs.pop("mount-namespace").stop()
+             if "mount-namespace" in self.procs else None)
         step("mounts", self._unmount_all)
         step("cgroups", self._remove_kubepods)
         step("sysctls", self._restore_sysctls)

@@ -1,0 +1,321 @@
+"""The Helm chart deploy/chart/ installed for real: its Deployments and
+DaemonSet run as pods on a real kubelet (containerd, runc) from the images
+built of this tree, imported into the node's containerd; a GPU pod is placed
+and started through each scheduler mode; `helm upgrade` to new images keeps a
+running pod's GPUs; `helm uninstall` leaves nothing of the release behind.
+
+The node has no pod network (loopback-only CNI) and no kube-proxy, so the
+chart's pods use the host's network and reach the API server at its address
+(KUBERNETES_SERVICE_HOST, as clusters whose Service network is not routable
+from the host network do); everything else is the chart's own: its service
+accounts and their tokens, RBAC, admission policies, certificates, and the
+KubeSchedulerConfiguration of its ConfigMap, which the test's kube-scheduler
+runs in extender mode. The GPUs are simulated: the DaemonSet mounts the NVML
+stand-in and a fixture from the host (extraVolumes), as a driver's files are.
+"""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+
+import pytest
+import yaml
+
+from harness import HarnessError, wait_until
+from node_harness import GPU_MEM, IMAGE, NODE_NAME, TWO_A100, fixture_gpus
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CHART = os.path.join(ROOT, "deploy", "chart")
+NS = "kube-system"
+POD_NS = "default"
+SCRIPT = ("env | grep -E '^(NVIDIA_VISIBLE_DEVICES|ALIYUN_COM_GPU_MEM_[A-Z]+)=' | sort; "
+          "echo END-OF-ENV; exec sleep 3600")
+READY = 120
+
+
+def helm(node, *args, check=True):
+    cp = node.cp
+    env = {**os.environ, "KUBECONFIG": cp.admin_kubeconfig,
+           "HELM_CACHE_HOME": os.path.join(cp.workdir, "helm-cache"),
+           "HELM_CONFIG_HOME": os.path.join(cp.workdir, "helm-config"),
+           "HELM_DATA_HOME": os.path.join(cp.workdir, "helm-data")}
+    binary = os.environ.get("GPUSHARE_HELM") or os.path.join(cp.kube_bin, "helm")
+    r = subprocess.run([binary, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=300)
+    if check and r.returncode != 0:
+        raise HarnessError(f"helm {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}\n"
+                           + chart_pod_logs(node))
+    return r
+
+
+def chart_pod_logs(node):
+    """The status and log tail of every pod in the chart's namespace."""
+    out = []
+    for pod in node.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]:
+        name = pod["metadata"]["name"]
+        out.append(f"----- {NS}/{name}: {json.dumps(pod.get('status', {}).get('containerStatuses'))}")
+        try:
+            out.append(str(node.api.request("GET", f"/api/v1/namespaces/{NS}/pods/{name}/log"
+                                                   "?tailLines=30"))[-3000:])
+        except Exception as e:  # noqa: BLE001 - a diagnostic only
+            out.append(f"(no log: {e})")
+    return "\n".join(out)
+
+
+def values(node, tag, mode):
+    """The values of an install on this node (see the module's docstring)."""
+    port = urllib.parse.urlparse(node.cp.server).port
+    api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)}]
+    nvml = os.path.join(node.dir, "install-nvml")
+    return {
+        "mode": mode,
+        "imageRegistry": "localhost",
+        "imagePullPolicy": "Never",
+        "extender": {"image": {"tag": tag}, "replicas": 1, "hostNetwork": True,
+                     "extraEnv": api_env},
+        "scheduler": {"image": {"tag": tag}, "replicas": 1, "hostNetwork": True,
+                      "extraEnv": api_env},
+        "devicePlugin": {
+            "image": {"tag": tag}, "hostNetwork": True,
+            "hostPaths": {"devicePlugins": node.plugin_dir,
+                          "podResources": os.path.join(node.kubelet_root, "pod-resources")},
+            "extraArgs": ["--nvml-library=/nvml/libnvidia-ml.so.1", "--health-interval-ms=500"],
+            "extraEnv": api_env + [
+                {"name": "GPUSHARE_NVML_FIXTURE", "value": "/nvml/fixture.json"},
+                {"name": "GPUSHARE_NVML_FAULTS", "value": "/nvml/faults.json"}],
+            "extraVolumes": [{"name": "nvml", "hostPath": {"path": nvml, "type": "Directory"}}],
+            "extraVolumeMounts": [{"name": "nvml", "mountPath": "/nvml", "readOnly": True}],
+        },
+    }
+
+
+def write_values(node, tag, mode):
+    nvml = os.path.join(node.dir, "install-nvml")
+    os.makedirs(nvml, exist_ok=True)
+    for src, name in ((node.nvml_library, "libnvidia-ml.so.1"), (TWO_A100, "fixture.json")):
+        with open(src, "rb") as f, open(os.path.join(nvml, name), "wb") as out:
+            out.write(f.read())
+    with open(os.path.join(nvml, "faults.json"), "w") as f:
+        f.write("{}")
+    path = os.path.join(node.cp.workdir, f"values-{mode}-{tag}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(values(node, tag, mode), f)
+    return path
+
+
+def tag_images(node, old, new):
+    """Names each gpushare image of tag `old` also `new` (a "new release")."""
+    for kind in ("extender", "device-plugin", "scheduler"):
+        node.ctr("images", "tag", "--force", f"localhost/gpushare-{kind}:{old}",
+                 f"localhost/gpushare-{kind}:{new}")
+
+
+def wait_capacity(node):
+    want = sum(units for _, units in fixture_gpus(TWO_A100))
+    return wait_until(f"the Node's {GPU_MEM} {want} (from the chart's device plugin)",
+                      lambda: node.gpu_capacity("allocatable")[GPU_MEM] == want, READY, 0.5)
+
+
+def gpu_pod(node, name, units, scheduler=None):
+    spec = {"hostNetwork": True, "automountServiceAccountToken": False,
+            "enableServiceLinks": False, "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                            "command": ["/bin/sh", "-c", SCRIPT],
+                            "resources": {"limits": {GPU_MEM: str(units)}}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    node.api.request("POST", f"/api/v1/namespaces/{POD_NS}/pods",
+                     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+    def started():
+        pod = node.api.pod(name)
+        if pod["status"].get("phase") == "Failed":
+            raise HarnessError(f"pod {name} failed: {pod['status']}")
+        annotations = pod["metadata"].get("annotations") or {}
+        ok = (pod["status"].get("phase") == "Running"
+              and annotations.get("ALIYUN_COM_GPU_MEM_ASSIGNED") == "true")
+        return pod if ok else None
+    try:
+        return wait_until(f"pod {name} Running with its GPUs assigned", started, READY, 0.5)
+    except HarnessError as e:
+        raise HarnessError(f"{e}\n{json.dumps(node.api.pod(name).get('status'))}\n"
+                           + chart_pod_logs(node)) from e
+
+
+def container_env(node, name):
+    path = f"/api/v1/namespaces/{POD_NS}/pods/{name}/log?container=main"
+
+    def printed():
+        text = node.api.request("GET", path)
+        return text if isinstance(text, str) and "END-OF-ENV" in text else None
+    text = wait_until(f"the log of {name}", printed, 30, 0.2)
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def chart_pods(node):
+    """{pod name: (image, ready)} of the chart's pods."""
+    out = {}
+    for pod in node.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]:
+        labels = pod["metadata"].get("labels") or {}
+        if not labels.get("app.kubernetes.io/name", "").startswith("gpushare-"):
+            continue
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        out[pod["metadata"]["name"]] = (pod["spec"]["containers"][0]["image"],
+                                        bool(statuses[0].get("ready")))
+    return out
+
+
+def wait_chart_pods(node, tag, count):
+    """Waits until exactly `count` chart pods run, every one Ready on `tag`."""
+    def ready():
+        pods = chart_pods(node)
+        return (len(pods) == count and
+                all(img.endswith(":" + tag) and ok for img, ok in pods.values())) and pods
+    try:
+        return wait_until(f"{count} chart pods Ready on :{tag}", ready, READY, 0.5)
+    except HarnessError as e:
+        raise HarnessError(f"{e}\n{chart_pods(node)}\n{chart_pod_logs(node)}") from e
+
+
+def rendered(node, values_path):
+    out = helm(node, "template", "gpushare", CHART, "-n", NS, "-f", values_path).stdout
+    return [o for o in yaml.safe_load_all(out) if o]
+
+
+def left_behind(node, objects):
+    """The objects of `objects` the API server still has."""
+    left = []
+    for o in objects:
+        kind, name = o["kind"], o["metadata"]["name"]
+        group, _, version = o["apiVersion"].rpartition("/")
+        plural = kind.lower() + ("es" if kind.endswith("s") else "s")
+        if kind == "NetworkPolicy":
+            plural = "networkpolicies"
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        ns = o["metadata"].get("namespace")
+        path = f"{base}/namespaces/{ns}/{plural}/{name}" if ns else f"{base}/{plural}/{name}"
+        try:
+            node.api.get(path)
+            left.append(f"{kind}/{name}")
+        except Exception as e:  # noqa: BLE001
+            if getattr(e, "status", None) != 404:
+                raise
+    return left
+
+
+def uninstall_and_check(node, values_path):
+    objects = rendered(node, values_path)
+    helm(node, "uninstall", "gpushare", "-n", NS, "--wait", "--timeout", "120s")
+    wait_until("the chart's pods gone", lambda: not chart_pods(node), 60, 0.5)
+    assert not left_behind(node, objects), left_behind(node, objects)
+    releases = node.api.get(f"/api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm")
+    assert not releases["items"], [s["metadata"]["name"] for s in releases["items"]]
+
+
+@pytest.fixture
+def node(cluster, request):
+    cluster.delete_all_pods()
+    yield cluster
+    if getattr(request.node, "gpushare_failed", False):
+        print("\n" + chart_pod_logs(cluster) + "\n" + cluster.log_tails(), file=sys.stderr)
+    cluster.cp.stop_scheduler()
+    helm(cluster, "uninstall", "gpushare", "-n", NS, "--wait", "--timeout", "60s", check=False)
+    cluster.delete_all_pods()
+
+
+def test_extender_mode_places_a_gpu_pod_and_an_upgrade_keeps_its_gpus(node):
+    first = write_values(node, "e2e", "extender")
+    # The cluster's own kube-scheduler places the chart's pods (they ask no GPU).
+    node.cp.start_scheduler(with_extender=False)
+    helm(node, "install", "gpushare", CHART, "-n", NS, "-f", first, "--wait", "--timeout",
+         f"{READY}s")
+    wait_chart_pods(node, "e2e", 2)  # The extender and the device plugin.
+    wait_capacity(node)
+
+    # kube-scheduler as an administrator sets it up (NOTES.txt): the chart's
+    # KubeSchedulerConfiguration, with its client certificate and CA from
+    # the chart's Secret. It runs on the host network, where the Service's
+    # name does not resolve: the extender's address, the certificate's name.
+    cm = node.api.get(f"/api/v1/namespaces/{NS}/configmaps/gpushare-scheduler-config")
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    secret = node.api.get(f"/api/v1/namespaces/{NS}/secrets/gpushare-extender-tls-scheduler")
+    tls_dir = os.path.join(node.cp.workdir, "gpushare-scheduler-tls")
+    os.makedirs(tls_dir, exist_ok=True)
+    (ext,) = config["extenders"]
+    for key, field in (("ca.crt", "caFile"), ("tls.crt", "certFile"), ("tls.key", "keyFile")):
+        path = os.path.join(tls_dir, key)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(secret["data"][key]))
+        ext["tlsConfig"][field] = path
+    assert ext["urlPrefix"] == "https://gpushare-extender.kube-system.svc:32766/gpushare-scheduler"
+    assert ext["tlsConfig"]["serverName"] == "gpushare-extender.kube-system.svc"
+    ext["urlPrefix"] = "https://127.0.0.1:32766/gpushare-scheduler"
+    path = os.path.join(node.cp.workdir, "chart-scheduler-config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(config, f)
+    node.cp.stop_scheduler()
+    node.cp.start_scheduler(with_extender=False, plugin_config=path)
+
+    pod = gpu_pod(node, "notebook", 10)
+    placed = pod["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
+    env = container_env(node, "notebook")
+    assert env["ALIYUN_COM_GPU_MEM_IDX"] == placed and env["ALIYUN_COM_GPU_MEM_POD"] == "10", env
+    uid = pod["metadata"]["uid"]
+
+    # A new release: new images (the same programs under a new tag) rolled
+    # out by helm upgrade; the running pod keeps its container and its GPUs.
+    tag_images(node, "e2e", "e2e-next")
+    second = write_values(node, "e2e-next", "extender")
+    helm(node, "upgrade", "gpushare", CHART, "-n", NS, "-f", second, "--wait", "--timeout",
+         f"{READY}s")
+    wait_chart_pods(node, "e2e-next", 2)
+    wait_capacity(node)
+    after = node.api.pod("notebook")
+    assert after["metadata"]["uid"] == uid and after["status"]["phase"] == "Running"
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert after["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] == placed
+    # The new extender rebuilt its state from the annotations: binpack puts
+    # the next pod on the same GPU, which has room, and never beyond it.
+    nxt = gpu_pod(node, "notebook-2", 10)
+    assert nxt["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] == placed
+    assert 10 + 10 <= fixture_gpus(TWO_A100)[int(placed)][1]
+
+    # Uninstall in the documented order: kube-scheduler first.
+    node.cp.stop_scheduler()
+    uninstall_and_check(node, second)
+    # Running pods keep their GPUs and annotations; nothing deleted them.
+    assert node.api.pod("notebook")["status"]["phase"] == "Running"
+    assert node.api.pod("notebook")["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] == placed
+
+
+def test_scheduler_mode_places_a_gpu_pod_by_its_scheduler_name(node):
+    path = write_values(node, "e2e", "scheduler")
+    # The cluster's default-scheduler places the chart's pods; GPU pods name
+    # the chart's scheduler.
+    node.cp.start_scheduler(with_extender=False)
+    helm(node, "install", "gpushare", CHART, "-n", NS, "-f", path, "--wait", "--timeout",
+         f"{READY}s")
+    pods = wait_chart_pods(node, "e2e", 2)  # kube-scheduler with GpuShare, the device plugin.
+    assert any(n.startswith("gpushare-scheduler-") for n in pods), pods
+    wait_capacity(node)
+    lease = wait_until("the scheduler's Lease", lambda: node.api.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpushare-scheduler"
+    )["spec"].get("holderIdentity"), READY, 0.5)
+    assert lease
+
+    # Two pods over both GPUs of the node: 30 units do not fit beside 30 on
+    # one 40 GiB A100, so GpuShare puts them on different GPUs.
+    a = gpu_pod(node, "trainer-a", 30, scheduler="gpushare-scheduler")
+    b = gpu_pod(node, "trainer-b", 30, scheduler="gpushare-scheduler")
+    ga = a["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
+    gb = b["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
+    assert {ga, gb} == {"0", "1"}, (ga, gb)
+    assert container_env(node, "trainer-b")["ALIYUN_COM_GPU_MEM_IDX"] == gb
+
+    uninstall_and_check(node, path)
