@@ -69,9 +69,18 @@ printf 'root:x:0:0:root:/:/nonexistent\nnonroot:x:65532:65532:nonroot:/:/nonexis
   > "$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
 chmod 1777 "$root/tmp"
+# Versioned from the tree: the project's version and the git commit (with
+# "-dirty" when the tree has uncommitted changes), as OCI labels.
+version=$(sed -n 's/^project(gpushare VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then revision="$revision-dirty"; fi
 cat > "$ctx/Containerfile" <<EOF
 FROM scratch
 COPY root/ /
+LABEL org.opencontainers.image.title="$(basename "$entrypoint")" \
+      org.opencontainers.image.version="$version" \
+      org.opencontainers.image.revision="$revision" \
+      org.opencontainers.image.licenses="Apache-2.0"
 USER $user
 $expose
 ENTRYPOINT ["$entrypoint"]

@@ -38,6 +38,12 @@ pin() {  # pin DIR: the release and its staging modules in DIR/go.mod
     args+=("-dropreplace=$m")
   done
   for m in "${modules[@]}"; do args+=("-replace=$m=$m@$staging"); done
+  # Staging modules of the old release that this one does not have (they
+  # exist only as v0.0.0 under the old one's replace directives).
+  for m in $(grep -E "^[[:space:]]*(require[[:space:]]+)?k8s\.io/[a-z0-9-]+ v0\.0\.0" "$dir/go.mod" |
+             sed -E 's/^[[:space:]]*(require[[:space:]]+)?//' | awk '{print $1}'); do
+    case " ${modules[*]} " in *" $m "*) ;; *) args+=("-droprequire=$m") ;; esac
+  done
   (cd "$dir" && "$go_bin" mod edit "${args[@]}" -require="k8s.io/kubernetes@$version" -go="$go_min")
   # Requirements of staging modules at a release follow it (v0.0.0 ones stay).
   args=()

@@ -47,6 +47,13 @@ build() {
     { echo "55-image: $tag runs as '$user', not $want_user" >&2; exit 1; }
   [ "$entry" = "$want_entry " ] ||
     { echo "55-image: $tag's entrypoint is '$entry', not $want_entry" >&2; exit 1; }
+  # Versioned from git: the commit built (a tree with changes says -dirty).
+  revision=$(buildah --storage-driver vfs inspect --type image \
+               --format '{{index .OCIv1.Config.Labels "org.opencontainers.image.revision"}}' "$tag")
+  case "$revision" in
+    "$(git rev-parse HEAD)"|"$(git rev-parse HEAD)-dirty") ;;
+    *) echo "55-image: $tag's revision label is '$revision', not $(git rev-parse HEAD)" >&2; exit 1 ;;
+  esac
 }
 
 # inside SCRIPT ARGS...: runs SCRIPT with ARGS where chroot works (as root, or
