@@ -3,11 +3,12 @@
 # tests/kube/go.mod (kube-apiserver, kube-scheduler, kubectl, the kubelet) and
 # scheduler-plugin/go.mod (kube-scheduler with GpuShare). k8s.io/kubernetes
 # refers to its staging modules as v0.0.0, so each one that release lists is
-# pinned to the matching v0.<minor>.<patch> with a replace directive, then
-# `go mod tidy` settles the rest. The Helm release stays as pinned (it is a
-# client of any supported API server), but is dropped from tests/kube/go.mod
-# when it cannot share that release's modules (run the chart tests with
-# GPUSHARE_HELM then).
+# pinned to the matching v0.<minor>.<patch> with a replace directive, the
+# indirect requirements are dropped, and `go mod tidy` works them out again
+# from that release (else the newer ones of the pinned release stay, and
+# the kubelet of an older one does not build). Helm is dropped from
+# tests/kube: run the chart's tests with the pinned one (GPUSHARE_HELM), a
+# client of every supported API server.
 #
 #   scripts/set-kube-version.sh v1.36.3
 #
@@ -45,6 +46,7 @@ pin() {  # pin DIR: the release and its staging modules in DIR/go.mod
     case " ${modules[*]} " in *" $m "*) ;; *) args+=("-droprequire=$m") ;; esac
   done
   (cd "$dir" && "$go_bin" mod edit "${args[@]}" -require="k8s.io/kubernetes@$version" -go="$go_min")
+  sed -i '/\/\/ indirect$/d' "$dir/go.mod"
   # Requirements of staging modules at a release follow it (v0.0.0 ones stay).
   args=()
   for m in "${modules[@]}"; do
@@ -55,12 +57,10 @@ pin() {  # pin DIR: the release and its staging modules in DIR/go.mod
   [ "${#args[@]}" -eq 0 ] || (cd "$dir" && "$go_bin" mod edit "${args[@]}")
 }
 
+sed -i '/helm\.sh\/helm/d' "$root/tests/kube/tools.go"
+(cd "$root/tests/kube" && "$go_bin" mod edit -droprequire=helm.sh/helm/v4)
 pin "$root/tests/kube"
-if ! (cd "$root/tests/kube" && "$go_bin" mod tidy >/dev/null 2>&1); then
-  echo "set-kube-version.sh: tests/kube: go mod tidy failed with Helm; dropping Helm" >&2
-  sed -i '/helm\.sh\/helm/d' "$root/tests/kube/tools.go"
-  (cd "$root/tests/kube" && "$go_bin" mod edit -droprequire=helm.sh/helm/v4 && "$go_bin" mod tidy)
-fi
+(cd "$root/tests/kube" && "$go_bin" mod tidy)
 pin "$root/scheduler-plugin"
 (cd "$root/scheduler-plugin" && "$go_bin" mod tidy)
 echo "set-kube-version.sh: tests/kube and scheduler-plugin now build Kubernetes $version"
