@@ -37,7 +37,7 @@ fi
 go_version="$("$go_bin" env GOVERSION)"
 
 key="$( (cd "$root" && find scheduler-plugin go/gpushare -type f \
-           \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 | sort -z |
+           \( -name '*.go' -o -name go.mod -o -name go.sum -o -name go-tags.sh \) -print0 | sort -z |
            xargs -0 sha256sum; sha256sum include/gpushare/c/gpushare.h; echo "$lib_dir") |
         sha256sum | cut -c1-16)"
 cache_root="${GPUSHARE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpushare}"
@@ -63,7 +63,8 @@ log "building kube-scheduler $k8s_version + GpuShare with $go_version against $l
 start=$(date +%s)
 (cd "$here" &&
  CGO_LDFLAGS="${CGO_LDFLAGS:-} -Wl,-rpath,$lib_dir" \
-   nice -n 10 "$go_bin" build -trimpath -ldflags "$ldflags" -o "$tmp/kube-scheduler" ./cmd/kube-scheduler)
+   nice -n 10 "$go_bin" build -trimpath -tags "$("$here/go-tags.sh")" -ldflags "$ldflags" \
+     -o "$tmp/kube-scheduler" ./cmd/kube-scheduler)
 mv -f "$tmp/kube-scheduler" "$out/kube-scheduler"
 log "built in $(( $(date +%s) - start )) s: $out/kube-scheduler"
 echo "$out/kube-scheduler"

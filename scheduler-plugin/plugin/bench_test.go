@@ -117,4 +117,3 @@ func benchmarkCycle(b *testing.B, count int, verdicts bool) {
 	b.StopTimer()
 	b.ReportMetric(float64(window), "nodes-filtered/op")
 }
-

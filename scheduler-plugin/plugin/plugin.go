@@ -172,16 +172,16 @@ type Plugin struct {
 }
 
 var (
-	_ fwk.PreFilterPlugin   = &Plugin{}
-	_ fwk.FilterPlugin      = &Plugin{}
-	_ fwk.PreScorePlugin    = &Plugin{}
-	_ fwk.ScorePlugin       = &Plugin{}
-	_ fwk.ScoreExtensions   = &Plugin{}
-	_ fwk.ReservePlugin     = &Plugin{}
-	_ fwk.PreBindPlugin     = &Plugin{}
-	_ fwk.BindPlugin        = &Plugin{}
-	_ fwk.PostBindPlugin    = &Plugin{}
-	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.PreFilterPlugin     = &Plugin{}
+	_ fwk.FilterPlugin        = &Plugin{}
+	_ fwk.PreScorePlugin      = &Plugin{}
+	_ fwk.ScorePlugin         = &Plugin{}
+	_ fwk.ScoreExtensions     = &Plugin{}
+	_ fwk.ReservePlugin       = &Plugin{}
+	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.BindPlugin          = &Plugin{}
+	_ fwk.PostBindPlugin      = &Plugin{}
+	_ fwk.EnqueueExtensions   = &Plugin{}
 	_ fwk.PreFilterExtensions = &Plugin{}
 )
 
@@ -354,7 +354,7 @@ type cycleState struct {
 
 // nodeEdits are the pods kube-scheduler removed from a node and added to it.
 type nodeEdits struct {
-	removed []string         // Pod IDs ("namespace/name")
+	removed []string        // Pod IDs ("namespace/name")
 	added   []*gpushare.Pod // parsed, in the order added
 }
 
@@ -717,15 +717,14 @@ func (c *cycleState) reserved() *gpushare.Placement {
 	return c.placement
 }
 
-// PreBindPreFlight skips PreBind unless the pod has a reservation and
-// GpuShare's Bind will not run first. Its PreBind runs alone (a nil result:
-// AllowParallel false), after the PreBind plugins before it.
-func (p *Plugin) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
-	nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+// preBindPreFlight is PreBindPreFlight's answer (preflight.go: its
+// signature differs between Kubernetes releases): skip PreBind unless the
+// pod has a reservation and GpuShare's Bind will not run first.
+func (p *Plugin) preBindPreFlight(state fwk.CycleState) *fwk.Status {
 	if c := readState(state); c != nil && c.reserved() != nil && !p.firstBinder() {
-		return nil, nil
+		return nil
 	}
-	return nil, fwk.NewStatus(fwk.Skip)
+	return fwk.NewStatus(fwk.Skip)
 }
 
 // PreBind writes the placement's annotations on the pod with a JSON merge

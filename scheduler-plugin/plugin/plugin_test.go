@@ -1,10 +1,10 @@
 package plugin
 
 import (
-	"fmt"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -331,17 +331,17 @@ func TestPreBindPatchesWhenAnotherPluginBinds(t *testing.T) {
 		t.Fatalf("PreFilter: %v", st)
 	}
 	// First binder: PreBind has nothing to do.
-	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+	if st := f.p.preBindPreFlight(state); !st.IsSkip() {
 		t.Fatalf("PreBindPreFlight before Reserve: %v, want Skip", st)
 	}
 	if st := f.p.Reserve(ctx, state, pod, "big"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSkip() {
+	if st := f.p.preBindPreFlight(state); !st.IsSkip() {
 		t.Fatalf("PreBindPreFlight as the first binder: %v, want Skip", st)
 	}
 	f.p.firstBinder = func() bool { return false }
-	if _, st := f.p.PreBindPreFlight(ctx, state, pod, "big"); !st.IsSuccess() {
+	if st := f.p.preBindPreFlight(state); !st.IsSuccess() {
 		t.Fatalf("PreBindPreFlight behind another binder: %v", st)
 	}
 	if st := f.p.PreBind(ctx, state, pod, "big"); !st.IsSuccess() {

@@ -59,7 +59,7 @@ programs=(kube-apiserver kube-scheduler kubectl kubelet kube-controller-manager)
 kube_bin=$(tests/kube/build-kube.sh "${programs[@]}")
 echo "52-node: Kubernetes binaries in $kube_bin ($(( $(date +%s) - start )) s)"
 
-if ! grep -q '^GPUSHARE_BUILD_DEVICE_PLUGIN:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+if ! grep -Eq '^GPUSHARE_BUILD_DEVICE_PLUGIN:[A-Z]+=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
 fi
 cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender \

@@ -91,6 +91,15 @@ SKIP: dict[tuple[str, str], str] = {
         "needs a cluster with the Prometheus Operator's CRDs: the kube test applies metrics-reader.yaml and scrapes with its token",
     ("docs/scheduler-plugin.md", "cmake -S . -B build -G Ninja && ninja -C build gpushare_c   # the C ABI library and its .pc"):
         "builds kube-scheduler with cgo (minutes): the 51-scheduler-plugin stage runs these scripts",
+    ("README.md", "make images REGISTRY=registry.example.com/gpushare"):
+        "builds and pushes images to a registry, then installs on a cluster: 52-node builds the images "
+        "and installs the chart on a real kubelet (tests/install/)",
+    ("docs/helm.md", "helm install gpushare deploy/chart -n kube-system --set mode=scheduler \\"):
+        "needs a cluster and a registry: tests/install/ installs the chart in both modes on a real kubelet",
+    ("docs/helm.md", "ns=kube-system s=gpushare-extender-tls-scheduler"):
+        "needs a cluster with the chart installed: tests/install/ reads the same Secret for its kube-scheduler",
+    ("docs/helm.md", "helm uninstall gpushare -n kube-system"):
+        "needs a cluster: tests/kube/test_chart.py and tests/install/ uninstall and check nothing is left",
     ("docs/topology.md", "cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target topology_benchmark"):
         "a Release build and a benchmark of minutes: make bench",
     ("docs/topology.md", "PYTHONPATH=build/bindings/python python3 bench/topology_quality.py --traces ../shared/traces/openb --seeds 42 43 44 45 46 47 48 49 50 51"):

@@ -15,8 +15,11 @@ stand-in and a fixture from the host (extraVolumes), as a driver's files are.
 """
 
 import base64
+import http.client
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.parse
@@ -158,6 +161,21 @@ def container_env(node, name):
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
+def scrape(ca, token):
+    """(status, body) of GET /metrics of the installed extender, checked
+    against `ca` under the Service's name, with `token` as the bearer."""
+    ctx = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", 32766, context=ctx, timeout=10)
+    conn.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", 32766), timeout=10),
+                                server_hostname="gpushare-extender.kube-system.svc")
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
 def chart_pods(node):
     """{pod name: (image, ready)} of the chart's pods."""
     out = {}
@@ -267,6 +285,20 @@ def test_extender_mode_places_a_gpu_pod_and_an_upgrade_keeps_its_gpus(node):
     env = container_env(node, "notebook")
     assert env["ALIYUN_COM_GPU_MEM_IDX"] == placed and env["ALIYUN_COM_GPU_MEM_POD"] == "10", env
     uid = pod["metadata"]["uid"]
+
+    # Prometheus scrapes the installed extender as the chart sets it up: its
+    # service account's token (bound to gpushare-metrics-reader by the
+    # chart), the CA of the chart's Secret, the Service's name.
+    node.api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": "monitoring"}}, ok=(201, 409))
+    prometheus = node.cp.service_account_token("prometheus-k8s", namespace="monitoring")
+    other = node.cp.service_account_token("someone", namespace="monitoring")
+    ca = os.path.join(tls_dir, "ca.crt")
+    status, text = scrape(ca, prometheus)
+    assert status == 200 and "gpushare_node_gpu_memory_total_units{" in text, (status, text[:300])
+    assert scrape(ca, other)[0] == 403
+    assert scrape(ca, None)[0] == 403             # No certificate, no token.
+    assert scrape(ca, prometheus[:-4] + "AAAA")[0] == 401  # A token the API server refuses.
 
     # A new release: new images (the same programs under a new tag) rolled
     # out by helm upgrade; the running pod keeps its container and its GPUs.
