@@ -231,6 +231,10 @@ def uninstall_and_check(node, values_path):
     objects = rendered(node, values_path)
     helm(node, "uninstall", "gpushare", "-n", NS, "--wait", "--timeout", "120s")
     wait_until("the chart's pods gone", lambda: not chart_pods(node), 60, 0.5)
+    # The API server's admission follows the policies' deletion a moment
+    # later; until then the binding, whose parameters are gone, denies
+    # every pod write (docs/helm.md#uninstall).
+    node.cp.wait_admission_policies_gone()
     assert not left_behind(node, objects), left_behind(node, objects)
     releases = node.api.get(f"/api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm")
     assert not releases["items"], [s["metadata"]["name"] for s in releases["items"]]
@@ -244,6 +248,7 @@ def node(cluster, request):
         print("\n" + chart_pod_logs(cluster) + "\n" + cluster.log_tails(), file=sys.stderr)
     cluster.cp.stop_scheduler()
     helm(cluster, "uninstall", "gpushare", "-n", NS, "--wait", "--timeout", "60s", check=False)
+    cluster.cp.wait_admission_policies_gone()
     cluster.delete_all_pods()
 
 
