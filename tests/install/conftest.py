@@ -80,24 +80,7 @@ def cluster(request, images):
     cp = harness.ControlPlane(kube_bin(), None, workdir,
                               apiserver_args=node_harness.NODE_APISERVER_ARGS, controllers=True)
     node = node_harness.Node(cp, cp.kube_bin, None, stub, one_namespace=True)
-    errors = []
-    try:
-        cp.start()
-        node.start()
+    with node_harness.running(cp, node, request.session, workdir, "install e2e"):
         for archive in images.values():
             node.ctr("images", "import", archive, timeout=120)
         yield node
-    except BaseException:
-        print("\n" + cp.log_tails(), file=sys.stderr)
-        raise
-    finally:
-        errors = node.stop()
-        cp.stop()
-        failed = any(getattr(i, "gpushare_failed", False) for i in request.session.items)
-        if errors:
-            print("\nnode clean-up: " + "; ".join(errors), file=sys.stderr)
-        if failed or errors or os.environ.get("GPUSHARE_KUBE_KEEP"):
-            print(f"\ninstall e2e work folder kept: {workdir}", file=sys.stderr)
-        else:
-            node_harness.remove_tree(workdir)
-    assert not errors, f"the node was not cleaned up: {errors}"

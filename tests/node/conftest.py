@@ -86,27 +86,10 @@ def cluster(request):
     cp = harness.ControlPlane(kube_bin(), extender, workdir,
                               apiserver_args=node_harness.NODE_APISERVER_ARGS)
     node = node_harness.Node(cp, cp.kube_bin, plugin, stub)
-    errors = []
-    try:
-        cp.start()
-        node.start()
+    with node_harness.running(cp, node, request.session, workdir, "node e2e"):
         cp.start_extender()
         cp.start_scheduler(with_extender=True)
         yield node
-    except BaseException:
-        print("\n" + cp.log_tails(), file=sys.stderr)
-        raise
-    finally:
-        errors = node.stop()
-        cp.stop()
-        failed = any(getattr(i, "gpushare_failed", False) for i in request.session.items)
-        if errors:
-            print("\nnode clean-up: " + "; ".join(errors), file=sys.stderr)
-        if failed or errors or os.environ.get("GPUSHARE_KUBE_KEEP"):
-            print(f"\nnode e2e work folder kept: {workdir}", file=sys.stderr)
-        else:
-            node_harness.remove_tree(workdir)
-    assert not errors, f"the node was not cleaned up: {errors}"
 
 
 @pytest.fixture

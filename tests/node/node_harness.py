@@ -31,6 +31,7 @@ Node.stop() works from whatever state a failure left, and every wait has a
 deadline. Standard library only.
 """
 
+import contextlib
 import hashlib
 import io
 import json
@@ -38,6 +39,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 import urllib.request
@@ -725,6 +727,34 @@ state = "{d}/state"
 # The API server flags a kubelet needs: pods/log reaches the kubelet at the
 # Node's Hostname address (`localhost`; its InternalIP may not answer).
 NODE_APISERVER_ARGS = ("--kubelet-preferred-address-types=Hostname,InternalIP",)
+
+
+@contextlib.contextmanager
+def running(cp, node, session, workdir, what):
+    """Starts `cp` (a harness.ControlPlane) and `node`, yields the node;
+    at the end stops both, even after a failure, restores the host, and
+    removes `workdir` unless a test of `session` failed, the clean-up did, or
+    GPUSHARE_KUBE_KEEP is set. Components' logs are printed when a start
+    fails; `what` names the work folder in messages."""
+    errors = []
+    try:
+        cp.start()
+        node.start()
+        yield node
+    except BaseException:
+        print("\n" + cp.log_tails(), file=sys.stderr)
+        raise
+    finally:
+        errors = node.stop()
+        cp.stop()
+        failed = any(getattr(i, "gpushare_failed", False) for i in session.items)
+        if errors:
+            print("\nnode clean-up: " + "; ".join(errors), file=sys.stderr)
+        if failed or errors or os.environ.get("GPUSHARE_KUBE_KEEP"):
+            print(f"\n{what} work folder kept: {workdir}", file=sys.stderr)
+        else:
+            remove_tree(workdir)
+    assert not errors, f"the node was not cleaned up: {errors}"
 
 
 def remove_tree(path):
