@@ -232,8 +232,7 @@ def uninstall_and_check(node, values_path):
     helm(node, "uninstall", "gpushare", "-n", NS, "--wait", "--timeout", "120s")
     wait_until("the chart's pods gone", lambda: not chart_pods(node), 60, 0.5)
     # The API server's admission follows the policies' deletion a moment
-    # later; until then the binding, whose parameters are gone, denies
-    # every pod write (docs/helm.md#uninstall).
+    # later (docs/helm.md#uninstall).
     node.cp.wait_admission_policies_gone()
     assert not left_behind(node, objects), left_behind(node, objects)
     releases = node.api.get(f"/api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm")

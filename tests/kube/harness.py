@@ -954,9 +954,8 @@ class ControlPlane(Processes):
     def wait_admission_policies_gone(self, timeout=30):
         """After deploy/admission's policies were deleted: waits until the API
         server no longer enforces them (its admission informers follow the
-        deletion a moment later, and a binding whose parameters went first
-        denies everything meanwhile), probing with a pod that carries a
-        gpushare annotation."""
+        deletion a moment later), probing with a pod that carries a gpushare
+        annotation."""
         probe = {"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": "admission-probe",
                               "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "0"}},

@@ -1,10 +1,11 @@
 """deploy/admission/ against the real kube-apiserver: who may write gpushare's
 annotations, tried as an attacker would.
 
-The policies and their bindings are applied as shipped; only the identities
-(the ConfigMap of deploy/admission/params.yaml) are this cluster's: the
-extender's and kube-scheduler's client certificates, and the device plugin's
-service account, whose pod-bound token carries its node's name. Every refusal
+The policies and their bindings are applied as shipped; only the users
+trusted as schedulers (the variable `schedulers` of each policy in
+deploy/admission/policy.yaml) are this cluster's: the extender's and
+kube-scheduler's client certificates. The device plugin is the shipped one,
+its service account, whose pod-bound token carries its node's name. Every refusal
 must name its rule. At the end, gpushare schedules a pod under the policies
 (the extender and the plugin bind with the annotations on the Binding), so
 the policies refuse nothing the scheduler needs.
@@ -90,6 +91,32 @@ def bind(api, name, node, annotations):
     return api.request("POST", f"/api/v1/namespaces/default/pods/{name}/binding", body)
 
 
+def cel_variable(policy, name):
+    """The variable `name` of a ValidatingAdmissionPolicy (its dict), or None."""
+    return next((v for v in policy["spec"].get("variables", []) if v["name"] == name), None)
+
+
+# The users trusted as schedulers by deploy/admission/policy.yaml as shipped,
+# and here (harness.Pki's client certificates of the extender and of
+# kube-scheduler).
+SHIPPED_SCHEDULERS = ("['system:serviceaccount:kube-system:gpushare-extender', "
+                      "'system:kube-scheduler', "
+                      "'system:serviceaccount:kube-system:gpushare-scheduler']")
+CLUSTER_SCHEDULERS = "['gpushare-extender', 'system:kube-scheduler']"
+SHIPPED_DEVICE_PLUGINS = f"['system:serviceaccount:kube-system:{PLUGIN_SA}']"
+
+
+def trust_this_clusters_schedulers(policy):
+    """Checks the identities `policy` trusts as shipped, and puts this
+    cluster's schedulers in place of the shipped ones."""
+    plugins = cel_variable(policy, "devicePlugins")
+    assert plugins is not None and plugins["expression"] == SHIPPED_DEVICE_PLUGINS, policy
+    schedulers = cel_variable(policy, "schedulers")
+    if schedulers is not None:
+        assert schedulers["expression"] == SHIPPED_SCHEDULERS, schedulers
+        schedulers["expression"] = CLUSTER_SCHEDULERS
+
+
 class Admission:
     """The shipped policies with this cluster's identities; removed by close()."""
 
@@ -105,25 +132,20 @@ class Admission:
         self.made.append(made)
 
     def install(self):
-        (params,) = load(ADMISSION, "params.yaml")
-        shipped = params["data"]
-        assert "system:serviceaccount:kube-system:gpushare-extender" in shipped["schedulers"]
-        assert f"system:serviceaccount:kube-system:{PLUGIN_SA}" == shipped["devicePlugins"]
-        # This cluster's scheduler identities are certificates (harness.Pki).
-        params["data"] = {"schedulers": "gpushare-extender,system:kube-scheduler",
-                          "devicePlugins": shipped["devicePlugins"]}
-        self.post("/api/v1/namespaces/kube-system/configmaps", params)
         for obj in load(DEVICE_PLUGIN, "serviceaccount.yaml"):
             self.post("/api/v1/namespaces/kube-system/serviceaccounts", obj)
         for obj in load(DEVICE_PLUGIN, "rbac.yaml"):
             self.post(f"/apis/rbac.authorization.k8s.io/v1/{obj['kind'].lower()}s", obj)
         for obj in load(ADMISSION, "policy.yaml"):
-            path = VAP if obj["kind"] == "ValidatingAdmissionPolicy" else VAP_BINDINGS
-            self.post(path, obj)
+            if obj["kind"] == "ValidatingAdmissionPolicy":
+                trust_this_clusters_schedulers(obj)
+                self.post(VAP, obj)
+            else:
+                self.post(VAP_BINDINGS, obj)
 
     def close(self):
-        # The policies first, and only once the API server has let go of
-        # them their parameters: a binding without them denies everything.
+        # The policies first, and the device plugin's account once the API
+        # server no longer enforces them.
         policies = [p for p in self.made if "admissionregistration" in p]
         for path in reversed(policies):
             self.api.request("DELETE", path, ok=(200, 202, 404))

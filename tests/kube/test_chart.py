@@ -91,11 +91,33 @@ def test_the_chart_lints_in_each_variant(cluster):
     ("devicePlugin.memoryUnit=KiB", "memoryUnit"),
     ("extender.tls.source=vault", "source"),
     ("devicePlugin.hostPaths.podResources=var/lib/kubelet", "podResources"),
+    # Written into the admission policies' CEL: a quote would end the string.
+    ("admission.extraSchedulers={x',y}", "extraSchedulers"),
 ])
 def test_the_schema_refuses_a_bad_value_and_names_it(cluster, bad, named):
     r = helm(cluster, "template", "gpushare", CHART, "-n", NS, "--set", bad, check=False)
     assert r.returncode != 0, r.stdout[:400]
     assert named in r.stderr and "schema" in r.stderr, r.stderr
+
+
+def test_the_admission_policies_trust_exactly_the_configured_users(cluster):
+    objects = render(cluster, "--set", "admission.extraSchedulers={system:kube-scheduler,ops}",
+                     "--set", "admission.extraDevicePlugins={system:serviceaccount:kube-system:old}")
+    policies = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
+    assert set(policies) == {"gpushare-annotations", "gpushare-device-plugin-node"}, set(policies)
+    plugins = ("['system:serviceaccount:kube-system:gpushare-devices', "
+               "'system:serviceaccount:kube-system:old']")
+    schedulers = ("['system:serviceaccount:kube-system:gpushare-extender', "
+                  "'system:kube-scheduler', 'ops', "
+                  "'system:serviceaccount:kube-system:gpushare-scheduler']")
+    for name, policy in policies.items():
+        assert "paramKind" not in policy["spec"], name  # Nothing to delete that opens them.
+        variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+        assert variables["devicePlugins"] == plugins, (name, variables["devicePlugins"])
+        if name == "gpushare-annotations":
+            assert variables["schedulers"] == schedulers, variables["schedulers"]
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert len(bindings) == 2 and not any("paramRef" in b["spec"] for b in bindings), bindings
 
 
 def test_every_rendered_object_passes_the_api_servers_validation(cluster):

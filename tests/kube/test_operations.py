@@ -314,8 +314,8 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
         assert mounts == {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
         assert can_i_mismatches(cluster, DP_SA, DP_ALLOWED, DP_DENIED) == []
         # The admission policies that let only the scheduler write the
-        # annotations (tests/kube/test_admission.py tries them), and their
-        # parameters.
+        # annotations (tests/kube/test_admission.py tries them), trusting the
+        # device plugin's service account.
         for name in ("gpushare-annotations", "gpushare-device-plugin-node"):
             vap = cluster.api.get(
                 f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}")
@@ -323,8 +323,9 @@ def test_manifests_apply_and_grant_exactly_what_the_extender_needs(cluster):
             binding = cluster.api.get(
                 f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}")
             assert binding["spec"]["validationActions"] == ["Deny"]
-        params = cluster.api.get("/api/v1/namespaces/kube-system/configmaps/gpushare-admission")
-        assert DP_SA in params["data"]["devicePlugins"].split(",")
+            assert "paramRef" not in binding["spec"], binding
+            plugins = next(v for v in vap["spec"]["variables"] if v["name"] == "devicePlugins")
+            assert plugins["expression"] == f"['{DP_SA}']", plugins
     finally:
         kubectl(cluster, "delete", "--wait=false", "--ignore-not-found", "-k", DEPLOY, check=False)
         cluster.wait_admission_policies_gone()
