@@ -376,7 +376,19 @@ def test_kubelet_and_device_plugin_restarts_during_a_burst(node):
           f"{len(replaced)} {[m for _, m in replaced][:3]}")
 
     pods = [wait_assigned(api, name, timeout=60) for name in sorted(wanted)]
-    devices = kubelet_devices(node, pods)
+    # A container the kubelet gave other devices than its pod's placement
+    # (admitted while the plugin restarted) runs on the kubelet's devices, and
+    # the plugin corrects the pod's annotations to them once the kubelet has
+    # recorded it (its reconcile, 6 s after the Allocate): the checks below
+    # are of the state after that, so wait for it (and check it, below).
+    deadline = time.monotonic() + 45
+    while True:
+        devices = kubelet_devices(node, pods)
+        if all({uuid_of_device(d) for d in devices[(p["metadata"]["name"], "main")]} ==
+               {gpus[g][0] for g in placed_gpus(p)} for p in pods) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+        pods = [api.pod(name) for name in sorted(wanted)]
     uuids = [uuid for uuid, _ in gpus]
     rows, wrong = [], []
     served = {uuid: 0 for uuid in uuids}
