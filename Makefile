@@ -33,8 +33,9 @@
 #   make bench   build in Release and run the benchmarks (JSON in build-bench/)
 #   make bench-kube  pods/s through a real kube-scheduler: alone, with the GpuShare
 #                plugin, with the extender (scripts/bench-kube.sh; ~20 minutes)
-#   make images  the three programs' images (buildah); REGISTRY=... pushes them
-#                there for the Helm chart (scripts/images.sh, docs/helm.md)
+#   make images  the three programs' images (buildah; FROM_SOURCE=1 builds
+#                deploy/Dockerfile); REGISTRY=... pushes them there for the
+#                Helm chart (scripts/images.sh, docs/helm.md)
 #   make wheel   an sdist and a manylinux wheel that needs only pip, in dist/
 #   make fuzz    build the libFuzzer targets with clang and run each for
 #                FUZZ_SECONDS (default 600); corpus growth in build-fuzz/

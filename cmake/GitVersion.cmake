@@ -1,14 +1,21 @@
 # Writes OUT, a C++ file defining gpushare::flags::build_info::kGitVersion as
 # `git describe --always --dirty --tags` of the checkout SRC ("" outside a git
-# checkout, e.g. an unpacked source archive). Run at every build (a custom
-# target of tools/flags), it rewrites OUT only when the text changes, so an
-# unchanged checkout recompiles nothing.
-execute_process(
-  COMMAND git -C "${SRC}" describe --always --dirty --tags
-  OUTPUT_VARIABLE version
-  RESULT_VARIABLE rc
-  OUTPUT_STRIP_TRAILING_WHITESPACE
-  ERROR_QUIET)
+# checkout, e.g. an unpacked source archive), or the environment's
+# GPUSHARE_GIT_VERSION when set (a build without .git, as in deploy/Dockerfile,
+# is told its commit so). Run at every build (a custom target of tools/flags),
+# it rewrites OUT only when the text changes, so an unchanged checkout
+# recompiles nothing.
+if(NOT "$ENV{GPUSHARE_GIT_VERSION}" STREQUAL "")
+  set(version "$ENV{GPUSHARE_GIT_VERSION}")
+  set(rc 0)
+else()
+  execute_process(
+    COMMAND git -C "${SRC}" describe --always --dirty --tags
+    OUTPUT_VARIABLE version
+    RESULT_VARIABLE rc
+    OUTPUT_STRIP_TRAILING_WHITESPACE
+    ERROR_QUIET)
+endif()
 if(NOT rc EQUAL 0)
   set(version "")
 endif()

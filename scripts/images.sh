@@ -13,7 +13,17 @@
 # (docs/helm.md). Without REGISTRY they stay in buildah's store as
 # localhost/...:TAG. TAG defaults to the project's version (the chart's
 # appVersion). Credentials: `buildah login REGISTRY` first.
-# Environment: BUILD (the CMake build folder, default build).
+#
+# Two ways to build them:
+#   default        FROM scratch with the programs of this machine's build and
+#                  the libraries they load (deploy/build-image-local.sh): no
+#                  registry needed, the way make test builds them;
+#   FROM_SOURCE=1  deploy/Dockerfile's stages (extender, device-plugin,
+#                  scheduler): everything compiled inside debian:bookworm,
+#                  Go from golang:1.26-bookworm; needs those base images from
+#                  a registry and an OCI runtime, and ~20 min of a 2-core
+#                  machine (the build stage is shared by the three).
+# Environment: BUILD (the CMake build folder, default build), FROM_SOURCE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -22,17 +32,34 @@ tag=${TAG:-$version}
 registry=${REGISTRY:-localhost}
 registry=${registry%/}
 command -v buildah >/dev/null 2>&1 || scripts/install-deps.sh --image
+export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+# push IMAGE: to the registry when one is given.
+push() {
+  if [ -n "${REGISTRY:-}" ]; then
+    buildah --storage-driver "$STORAGE_DRIVER" push "$1"
+    echo "images: pushed $1"
+  fi
+}
+if [ -n "${FROM_SOURCE:-}" ]; then
+  revision=$(git rev-parse HEAD)
+  git diff --quiet HEAD || revision="$revision-dirty"
+  for kind in extender device-plugin scheduler; do
+    image="$registry/gpushare-$kind:$tag"
+    buildah --storage-driver "$STORAGE_DRIVER" build --layers -f deploy/Dockerfile \
+      --target "$kind" --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+      -t "$image" .
+    echo "images: built $image from source"
+    push "$image"
+  done
+  exit 0
+fi
 cmake -S . -B "$build" -G Ninja -DGPUSHARE_WERROR=ON -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON >/dev/null
 cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare gpushare-device-plugin gpushare_c
-export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 for kind in extender device-plugin scheduler; do
   flag=()
   [ "$kind" = extender ] || flag=("--$kind")
   image="$registry/gpushare-$kind:$tag"
   BUILD="$build" deploy/build-image-local.sh "${flag[@]}" "$image" >/dev/null
   echo "images: built $image"
-  if [ -n "${REGISTRY:-}" ]; then
-    buildah --storage-driver "$STORAGE_DRIVER" push "$image"
-    echo "images: pushed $image"
-  fi
+  push "$image"
 done

@@ -7,13 +7,16 @@
 # configuration (user 65532, the entrypoint), then, from the image's root file
 # system and as user 65532, runs kubectl-inspect-gpushare --help and serves the
 # sample state with gpushare-extender, reading /readyz and /metrics: a missing
-# library or file fails it. deploy/Dockerfile (Debian base images) is not built:
-# no registry is reachable here (deploy/README.md).
+# library or file fails it.
 # Then the same for gpushare-device-plugin's image (--device-plugin): root,
 # its entrypoint, and NVML loaded in it from a fixture through the stand-in
 # library of the tests.
 # Then kube-scheduler with GpuShare (--scheduler).
-# Cost: about 15 s once the programs are built (each image ~1-3 s).
+# Last, deploy/Dockerfile (the images from source, on Debian base images) is
+# checked against the tree, not built: no registry is reachable here
+# (deploy/README.md#the-images).
+# Cost: about 40 s once the programs are built (each image ~1-3 s, the
+# Dockerfile's check ~25 s: it configures the tree with its options).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -144,3 +147,16 @@ as_user /usr/local/bin/kube-scheduler --version | grep -q "^Kubernetes v1\."
 echo "55-image: the scheduler image runs kube-scheduler as user 65532"
 '
 inside "$sched_check" "$sched_tag"
+
+# deploy/Dockerfile, the images built from source: it cannot be built here
+# (its base images are on a registry), so what the tree can contradict is
+# checked (tests/image/check_dockerfile.py): stages, COPY sources, the CMake
+# targets under its options, each image's Debian packages against what its
+# programs load, users and entrypoints. Parsed with dockerfile-parse (PyPI).
+venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c 'import dockerfile_parse' 2>/dev/null ||
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check dockerfile-parse
+"$venv/bin/python" tests/image/check_dockerfile.py "$PWD" "$PWD/$build" \
+  "$(BUILD="$build" scheduler-plugin/build.sh)"
+echo "55-image: deploy/Dockerfile agrees with the tree"

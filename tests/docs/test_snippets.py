@@ -65,8 +65,9 @@ SKIP: dict[tuple[str, str], str] = {
         "is the quick start itself: installs packages and builds everything",
     ("README.md", "python3 -m pip install .   # builds the extension; needs the C++ dependencies above"):
         "builds and installs the package: the 20-python stage does exactly this",
-    ("README.md", "docker build -f deploy/Dockerfile -t REGISTRY/gpushare-extender:0.1.0 .   # from the repository root"):
-        "needs a registry and a Kubernetes cluster: covered by scripts/test.d/50-kube.sh and 55-image.sh",
+    ("README.md", "make images FROM_SOURCE=1 REGISTRY=REGISTRY               # the three images from source, pushed"):
+        "needs a registry and a Kubernetes cluster: covered by scripts/test.d/50-kube.sh and 55-image.sh "
+        "(which checks deploy/Dockerfile against the tree)",
     ("README.md", "cmake -S . -B build -G Ninja && cmake --build build && ctest --test-dir build"):
         "a full build and test run: the C++ stage of make test",
     ("docs/python.md", "python3 -m pip install .   # from the repository: builds the extension with scikit-build-core"):
