@@ -13,6 +13,7 @@
 #include "src/policies/bestfit_policy.h"
 #include "src/policies/binpack_policy.h"
 #include "src/policies/dotprod_policy.h"
+#include "src/policies/dra_policy.h"
 #include "src/policies/fgd_policy.h"
 #include "src/policies/gpuclustering_policy.h"
 #include "src/policies/gpupacking_policy.h"
@@ -48,6 +49,7 @@ const std::vector<Entry>& Registry() {
       {"gpuclustering",
        [](const PolicyOptions&) { return policies::NewGpuClusteringPolicy(); }},
       {"random", [](const PolicyOptions& o) { return policies::NewRandomPolicy(o.seed); }},
+      {"dra", [](const PolicyOptions&) { return policies::NewDraPolicy(); }},
   };
   return *registry;
 }
@@ -62,13 +64,33 @@ std::ostream& operator<<(std::ostream& os, const Score& s) {
 
 std::vector<std::string> PolicyNames() {
   std::vector<std::string> names;
-  for (const Entry& e : Registry()) names.emplace_back(e.name);
+  for (const Entry& e : Registry()) {
+    names.emplace_back(e.name);
+    if (std::string_view(e.name) != "dra") names.push_back(absl::StrCat("dra+", e.name));
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
 
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
                                                    const PolicyOptions& options) {
+  // "dra+<name>": <name> scores the nodes, the DRA allocator's choice the GPUs.
+  constexpr std::string_view kDra = "dra+";
+  if (name.substr(0, kDra.size()) == kDra) {
+    const std::string_view inner = name.substr(kDra.size());
+    if (inner == "dra" || inner.substr(0, kDra.size()) == kDra) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy '", internal::Echo(name),
+                       "': 'dra+' takes a node-scoring policy, not '", internal::Echo(inner),
+                       "' (DRA's device choice is already the second half)"));
+    }
+    absl::StatusOr<std::unique_ptr<Policy>> node_policy = MakePolicy(inner, options);
+    if (!node_policy.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy '", internal::Echo(name), "': ", node_policy.status().message()));
+    }
+    return policies::NewDraPolicy(*std::move(node_policy));
+  }
   for (const Entry& e : Registry()) {
     if (name != e.name) continue;
     if (options.fgd_target != nullptr) {

@@ -232,6 +232,9 @@ TEST_P(EngineEqualityTest, FastEngineMatchesClusterPlace) {
 
 INSTANTIATE_TEST_SUITE_P(PaperPolicies, EngineEqualityTest, ::testing::ValuesIn(kPaperPolicies));
 INSTANTIATE_TEST_SUITE_P(BeyondThePaper, EngineEqualityTest, ::testing::Values("fgdcpu", "fgdpack"));
+// DRA's device choice under kube-scheduler's and the policies' node choice.
+INSTANTIATE_TEST_SUITE_P(Dra, EngineEqualityTest,
+                         ::testing::Values("dra", "dra+fgdpack", "dra+random", "dra+gpupacking"));
 
 }  // namespace
 }  // namespace gpushare

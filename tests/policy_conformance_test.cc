@@ -1,6 +1,7 @@
 // One conformance suite for every registered policy: never oversubscribes,
 // respects selectors, models, health and cordons, and is deterministic.
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <set>
@@ -89,6 +90,9 @@ std::vector<Placement> RunWorkload(const std::string& policy_name, uint64_t seed
 }
 
 class PolicyConformanceTest : public ::testing::TestWithParam<std::string> {};
+
+// Whether the policy draws its node at random ("random", "dra+random").
+bool Random(const std::string& name) { return name == "random" || name == "dra+random"; }
 
 TEST_P(PolicyConformanceTest, NeverOversubscribesAndRespectsConstraints) {
   RunWorkload(GetParam(), 7);
@@ -195,7 +199,8 @@ TEST_P(PolicyConformanceTest, CombinesWithGpuTopology) {
     }
     if (uniform(0, 3) == 0) r.topology.objective = TopologyObjective::kTotal;
     // The same request without topology, under a twin policy in the same
-    // state ("random" draws from its own stream, so it is left out).
+    // state ("random" and "dra+random" draw from their own streams, so they
+    // are left out).
     Request blind = r;
     blind.topology = TopologyNeed{};
     blind.topology.mode = TopologyNeed::Mode::kNone;
@@ -215,7 +220,7 @@ TEST_P(PolicyConformanceTest, CombinesWithGpuTopology) {
           EXPECT_FALSE(node->topology->link(p->gpus[a], p->gpus[b]) < r.topology.min_link);
         }
       }
-    } else if (GetParam() != "random") {
+    } else if (!Random(GetParam())) {
       ASSERT_OK(reference.status());
       ++compared;
       if (p->node != reference->node) {
@@ -246,7 +251,7 @@ TEST_P(PolicyConformanceTest, CombinesWithGpuTopology) {
     ASSERT_OK(cluster.CheckInvariants());
   }
   EXPECT_GT(placed, 100);
-  if (GetParam() != "random") {
+  if (!Random(GetParam())) {
     EXPECT_GT(compared, 80);
   }
 }
@@ -256,7 +261,7 @@ TEST_P(PolicyConformanceTest, CombinesWithGpuTopology) {
 // goes to the NVLinked pair, whichever node the tie-break order favours, by
 // the ordered indexes or memo and by the generic scan alike.
 TEST_P(PolicyConformanceTest, BreaksEqualScoresByConnectivity) {
-  if (GetParam() == "random") GTEST_SKIP() << "a random node, whatever the scores";
+  if (Random(GetParam())) GTEST_SKIP() << "a random node, whatever the scores";
   const TopologyPtr dgx1 = FixtureTopology("dgx1_v100.txt");
   ASSERT_NE(dgx1, nullptr);
   ASSERT_EQ(dgx1->link(0, 3), (Link{LinkKind::kNvLink, 2}));
@@ -314,7 +319,11 @@ TEST_P(PolicyConformanceTest, BreaksEqualScoresByConnectivity) {
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyConformanceTest,
                          ::testing::ValuesIn(PolicyNames()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) {
+                           std::string name = info.param;  // "dra+fgd": "dra_fgd"
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace gpushare

@@ -196,6 +196,27 @@ struct PolicyOptions {
 // "random" — a uniformly random feasible node (seeded by PolicyOptions::seed)
 //   and uniformly random fitting GPUs.
 //
+// Kubernetes' Dynamic Resource Allocation (DRA), for the simulator: with a
+// DRA driver that publishes each GPU as a device whose memory (or compute)
+// is consumable capacity, kube-scheduler chooses the node, and the DRA
+// allocator (k8s.io/dynamic-resource-allocation/structured, Kubernetes 1.37)
+// chooses the devices in it: first fit, no scoring — the first devices, in
+// the order the driver lists them (GPU index), that have room. Both policies
+// below choose GPUs so; they differ in who chooses the node.
+//
+// "dra" — kube-scheduler alone: no default score plugin counts DRA devices
+//   or consumed capacity, so the node is the one NodeResourcesFit's
+//   LeastAllocated strategy prefers: int(100 * (free CPU after the pod) /
+//   CPU capacity) (0 when CPU is untracked; host memory, its second
+//   resource, is not in this view). GPUs: the first demand.gpu_count fitting.
+//
+// "dra+<name>" — for every name above (not "dra"): <name>'s node score on
+//   the GPUs the allocator will take there (the policy is offered those
+//   alone), what GpuShare does for pods whose claims use the gpushare device
+//   class; GPUs: the first demand.gpu_count fitting.
+//   So "dra+fgdpack" against "fgdpack" is what DRA's device choice costs
+//   fragmentation-aware placement.
+//
 // Scores use the state before the placement. Ties between nodes: see
 // ClusterOptions::tie_break_seed.
 //
