@@ -8,7 +8,9 @@
 # replicas with leader election, the leader killed during a burst; /metrics
 # parsed with prometheus_client; deploy/ applied and its RBAC checked;
 # `kubectl inspect gpushare`; the deploy/fgdpack overlay rendered and its
-# Deployment's arguments run). Cost: 85-98 s for the 21 tests on a warm
+# Deployment's arguments run; test_dra.py: gpushare-dra-driver's ResourceSlice
+# allocated by kube-scheduler's own DRA allocator, after the driver's Go unit
+# tests). Cost: 85-98 s for the 21 tests on a warm
 # machine (about 55 s of it test_operations.py, mostly the 15 s lease of the
 # takeover), after gpushare-extender and kubectl-inspect-gpushare build.
 #
@@ -41,6 +43,12 @@ echo "50-kube: control plane binaries in $kube_bin ($(( $(date +%s) - start )) s
 cmake --build "$build" --target gpushare-extender kubectl-inspect-gpushare
 extender="$build/extender/gpushare-extender"
 
+# gpushare-dra-driver (Go): its unit tests, and the program for test_dra.py.
+go_bin=$(tests/kube/find-go.sh)
+dra_driver="$build/dra-driver/gpushare-dra-driver"
+(cd dra-driver && GOTOOLCHAIN=local "$go_bin" test ./... &&
+   GOTOOLCHAIN=local "$go_bin" build -o "$dra_driver" ./cmd/gpushare-dra-driver)
+
 py=python3
 if ! python3 -c 'import pytest, prometheus_client, yaml' 2>/dev/null; then
   venv=${GPUSHARE_KUBE_VENV:-$build/venv-kube}
@@ -49,5 +57,5 @@ if ! python3 -c 'import pytest, prometheus_client, yaml' 2>/dev/null; then
   py="$venv/bin/python"
 fi
 # shellcheck disable=SC2086
-GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_EXTENDER="$extender" \
+GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_EXTENDER="$extender" GPUSHARE_DRA_DRIVER="$dra_driver" \
   timeout 1800 "$py" -m pytest tests/kube -v -s -p no:cacheprovider ${PYTEST_ARGS:-}
