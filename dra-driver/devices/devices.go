@@ -53,6 +53,18 @@ func ParseInventory(data []byte) (Inventory, error) {
 	return inv, nil
 }
 
+// DeviceName is the name of GPU g's device: gpu-<index>.
+func DeviceName(g GPU) string { return fmt.Sprintf("gpu-%d", g.Index) }
+
+// UnitQuantity is one memory unit ("GiB" or "MiB") as a quantity.
+func UnitQuantity(unit string) (resource.Quantity, error) {
+	suffix, err := unitSuffix(unit)
+	if err != nil {
+		return resource.Quantity{}, err
+	}
+	return resource.MustParse("1" + suffix), nil
+}
+
 // unitSuffix is the binary-SI suffix of a memory unit.
 func unitSuffix(unit string) (string, error) {
 	switch unit {
@@ -118,7 +130,7 @@ func Devices(inv Inventory) ([]resourceapi.Device, error) {
 			attrs["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
 		}
 		devices = append(devices, resourceapi.Device{
-			Name:                     fmt.Sprintf("gpu-%d", g.Index),
+			Name:                     DeviceName(g),
 			Attributes:               attrs,
 			AllowMultipleAllocations: ptr.To(true),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
