@@ -27,10 +27,9 @@ using ::gpushare::testing::StatusIs;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 
+// A share of one GPU (testing::Shared) with host CPU.
 Request Share(const std::string& id, int64_t memory, int64_t cpu = 1000) {
-  Request r;
-  r.id = id;
-  r.gpu_memory = memory;
+  Request r = testing::Shared(id, memory);
   r.cpu = cpu;
   return r;
 }
@@ -76,13 +75,9 @@ TEST(DraPolicyTest, TheAllocatorTakesTheFirstGpuWithRoomNotTheTightest) {
 TEST(DraPolicyTest, SeveralGpusAreTheFirstThatFit) {
   Cluster c;
   ASSERT_OK(c.AddNode(WithCpu(SharedNode("n", {16, 16, 16, 16}), 64000)));
-  Request whole;
-  whole.id = "whole";
-  whole.whole_gpus = 1;
-  ASSERT_OK_AND_ASSIGN(Placement w, c.Place(whole, "binpack"));
+  ASSERT_OK_AND_ASSIGN(Placement w, c.Place(testing::Exclusive("whole", 1), "binpack"));
   ASSERT_THAT(w.gpus, ElementsAre(0));
-  Request pair = Share("pair", 8);
-  pair.gpu_count = 2;
+  const Request pair = testing::Shared("pair", 8, 2);
   std::unique_ptr<Policy> policy = Make("dra+spread");
   ASSERT_OK_AND_ASSIGN(Placement p, c.Place(pair, *policy));
   EXPECT_THAT(p.gpus, ElementsAre(1, 2));
