@@ -21,8 +21,8 @@
 #   FROM_SOURCE=1  deploy/Dockerfile's stages (extender, device-plugin,
 #                  scheduler): everything compiled inside debian:bookworm,
 #                  Go from golang:1.26-bookworm; needs those base images from
-#                  a registry and an OCI runtime, and ~20 min of a 2-core
-#                  machine (the build stage is shared by the three).
+#                  a registry and an OCI runtime, and costs one Release build
+#                  of the project (the build stage is shared by the three).
 # Environment: BUILD (the CMake build folder, default build), FROM_SOURCE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
