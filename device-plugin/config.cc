@@ -28,6 +28,11 @@ void DefineFlags(FlagSet* f, DevicePluginConfig* c) {
   f->AddSwitch(kNodeGroup, "--discover",
                "print this node's GPUs as NVML reports them and what would\n"
                "be advertised (JSON), then exit", &c->discover);
+  f->AddSwitch(kNodeGroup, "--watch-health",
+               "with --discover: print the inventory as one JSON line, then\n"
+               "a line {\"unhealthy\":{...}} now and whenever GPU health\n"
+               "changes, until stopped (gpushare-dra-driver reads it)",
+               &c->watch_health);
   f->Add(kNodeGroup, "--node-name", "NAME", "this node (default: $NODE_NAME)",
          SetString("--node-name", &c->node_name));
   f->Add(kNodeGroup, "--device-plugin-path", "DIR",
@@ -136,6 +141,9 @@ absl::StatusOr<DevicePluginConfig> ParseDevicePluginFlags(int argc, const char* 
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) return s;
   c.help = f.help_requested();
   c.version = !c.help && f.version_requested();
+  if (c.watch_health && !c.discover && !c.help && !c.version) {
+    return absl::InvalidArgumentError("--watch-health needs --discover");
+  }
   if (c.help || c.version || c.discover) return c;
   if (c.node_name.empty()) {
     return absl::InvalidArgumentError(

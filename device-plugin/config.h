@@ -22,6 +22,12 @@ struct DevicePluginConfig {
   // --discover: print what NVML reports and would be advertised (JSON),
   // then exit; needs no node name, kubelet or API server.
   bool discover = false;
+  // --discover --watch-health: print the inventory as one JSON line, then
+  // one line {"unhealthy":{"<index>":"<why>",...}} now and at each change of
+  // the GPUs' health, until stopped; exit 1 when NVML comes back with other
+  // GPUs. gpushare-dra-driver reads this stream: one NVML discovery and one
+  // health check for both programs.
+  bool watch_health = false;
   // This node's name (--node-name, else $NODE_NAME, which the DaemonSet sets
   // from spec.nodeName). Required.
   std::string node_name;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace gpushare::deviceplugin {
 
@@ -152,6 +153,16 @@ HealthMonitor::Result HealthMonitor::Step() {
   }
   unhealthy_ = std::move(now_unhealthy);
   return Result::kChanged;
+}
+
+std::string HealthLineJson(const Inventory& inventory,
+                           const std::map<int, std::string>& unhealthy) {
+  nlohmann::json gpus = nlohmann::json::object();
+  for (const auto& [g, why] : unhealthy) {
+    if (g < 0 || g >= inventory.gpu_count()) continue;
+    gpus[std::to_string(inventory.gpus()[g].index)] = why;
+  }
+  return nlohmann::json{{"unhealthy", gpus}}.dump();
 }
 
 }  // namespace gpushare::deviceplugin

@@ -124,6 +124,14 @@ class HealthMonitor {
   std::map<int, std::string> unhealthy_;
 };
 
+// One line of --discover --watch-health's stream: the unhealthy GPUs keyed
+// by their NVML index (as the inventory names them, not their position in
+// it) with the reason, e.g. {"unhealthy":{"1":"XID 79"}}; {"unhealthy":{}}
+// when all are healthy. `unhealthy` is keyed by position, as
+// HealthMonitor::unhealthy() is; positions outside the inventory are left
+// out.
+std::string HealthLineJson(const Inventory& inventory, const std::map<int, std::string>& unhealthy);
+
 }  // namespace gpushare::deviceplugin
 
 #endif  // GPUSHARE_DEVICE_PLUGIN_HEALTH_H_

@@ -41,6 +41,7 @@
 #include "kubeclient/api_client.h"
 #include "kubeclient/kubeconfig.h"
 #include "kubeclient/reflector.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
@@ -114,9 +115,32 @@ int main(int argc, char** argv) {
 
   if (c.discover) {
     auto driver = (*nvml)->DriverVersion();
-    std::cout << gpushare::deviceplugin::InventoryJson(*inventory, driver.ok() ? *driver : "",
-                                                       topology_json)
+    const std::string json = gpushare::deviceplugin::InventoryJson(
+        *inventory, driver.ok() ? *driver : "", topology_json);
+    if (!c.watch_health) {
+      std::cout << json << std::endl;
+      return 0;
+    }
+    // The stream gpushare-dra-driver reads: the inventory on one line, then
+    // the GPUs' health now and at each change.
+    std::cout << nlohmann::json::parse(json).dump() << std::endl;
+    gpushare::deviceplugin::HealthMonitor::Options health_options;
+    health_options.checks = c.health_checks;
+    health_options.probe_interval = std::chrono::milliseconds(c.health_interval_ms);
+    health_options.out = &std::cerr;  // stdout carries only the stream.
+    gpushare::deviceplugin::HealthMonitor health(nvml->get(), &*inventory, health_options);
+    health.Start();
+    std::cout << gpushare::deviceplugin::HealthLineJson(*inventory, health.unhealthy())
               << std::endl;
+    while (!g_stop.load()) {
+      const auto step = health.Step();
+      if (step == gpushare::deviceplugin::HealthMonitor::Result::kGpusChanged) return 1;
+      if (step == gpushare::deviceplugin::HealthMonitor::Result::kChanged) {
+        std::cout << gpushare::deviceplugin::HealthLineJson(*inventory, health.unhealthy())
+                  << std::endl;
+      }
+      if (!std::cout) return 1;  // The reader is gone.
+    }
     return 0;
   }
 

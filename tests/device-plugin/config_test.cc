@@ -68,6 +68,14 @@ TEST(DevicePluginConfigTest, DiscoverNeedsNoNodeName) {
   EXPECT_THAT(FlagError(Parse({"--discover=yes"})), HasSubstr("--discover"));
 }
 
+TEST(DevicePluginConfigTest, WatchHealthGoesWithDiscover) {
+  absl::StatusOr<DevicePluginConfig> c = Parse({"--discover", "--watch-health"}, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->watch_health);
+  EXPECT_FALSE(Parse({"--discover"}, nullptr)->watch_health);
+  EXPECT_THAT(FlagError(Parse({"--watch-health"})), HasSubstr("--watch-health needs --discover"));
+}
+
 TEST(DevicePluginConfigTest, BadValuesAreNamed) {
   EXPECT_THAT(FlagError(Parse({}, nullptr)), HasSubstr("no node name"));
   EXPECT_THAT(FlagError(Parse({"--memory-unit", "GB"})), HasSubstr("\"GB\""));

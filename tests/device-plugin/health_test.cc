@@ -31,6 +31,25 @@ GpuEvent Event(int gpu, bool double_bit_ecc, unsigned long long xid) {
   return e;
 }
 
+TEST(HealthLineJsonTest, KeysAreNvmlIndicesNotPositions) {
+  // A node whose GPU 0 is in MIG mode advertises GPUs 1 and 2: positions 0
+  // and 1 of the inventory.
+  GpuInfo a, b;
+  a.index = 1;
+  a.uuid = "GPU-a";
+  a.memory_bytes = 16ull << 30;
+  b.index = 2;
+  b.uuid = "GPU-b";
+  b.memory_bytes = 16ull << 30;
+  absl::StatusOr<Inventory> inv = MakeInventory({a, b}, MemoryUnit::kGiB);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(HealthLineJson(*inv, {}), R"({"unhealthy":{}})");
+  EXPECT_EQ(nlohmann::json::parse(HealthLineJson(*inv, {{1, "XID 79"}, {7, "not a GPU"}})),
+            nlohmann::json::parse(R"({"unhealthy":{"2":"XID 79"}})"));
+  // One line: the stream is read line by line.
+  EXPECT_EQ(HealthLineJson(*inv, {{0, "a\nb"}}).find('\n'), std::string::npos);
+}
+
 TEST(HealthTrackerTest, CriticalEventsStickAndLostGpusRecover) {
   HealthTracker h(2);
   h.OnEvent(Event(0, false, 13));  // An application's fault.
