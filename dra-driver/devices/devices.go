@@ -37,11 +37,66 @@ type GPU struct {
 }
 
 // Inventory is gpushare-device-plugin --discover's JSON: the GPUs it would
-// advertise (MIG-mode GPUs are left out there) and the memory unit.
+// advertise (MIG-mode GPUs are left out there), the memory unit and, when
+// NVML told, how the GPUs are linked.
 type Inventory struct {
-	DriverVersion string `json:"driver_version"`
-	MemoryUnit    string `json:"memory_unit"`
-	GPUs          []GPU  `json:"gpus"`
+	DriverVersion string    `json:"driver_version"`
+	MemoryUnit    string    `json:"memory_unit"`
+	GPUs          []GPU     `json:"gpus"`
+	Topology      *Topology `json:"topology,omitempty"`
+}
+
+// Topology is the inventory's "topology": the upper triangle of the link
+// matrix over the inventory's GPUs (by position), Links[i] the links of GPU
+// i to GPUs i+1..n-1 separated by spaces ("NV2 SYS PIX").
+type Topology struct {
+	GPUs  int      `json:"gpus"`
+	Links []string `json:"links"`
+}
+
+// NVLinkGroups gives each GPU of the inventory (by position) the smallest
+// NVML index of the GPUs it reaches over NVLink (directly or through
+// others); nil when the inventory has no topology or one of another size.
+func (inv Inventory) NVLinkGroups() []int {
+	t := inv.Topology
+	n := len(inv.GPUs)
+	if t == nil || t.GPUs != n || len(t.Links) < n-1 {
+		return nil
+	}
+	parent := make([]int, n)
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			i = parent[i]
+		}
+		return i
+	}
+	for i := 0; i < n-1; i++ {
+		links := strings.Fields(t.Links[i])
+		if len(links) != n-1-i {
+			return nil
+		}
+		for k, l := range links {
+			if strings.HasPrefix(l, "NV") {
+				parent[find(i)] = find(i + 1 + k)
+			}
+		}
+	}
+	group := make([]int, n)
+	least := map[int]int{}
+	for i, g := range inv.GPUs {
+		r := find(i)
+		if v, ok := least[r]; !ok || g.Index < v {
+			least[r] = g.Index
+		}
+	}
+	for i := range inv.GPUs {
+		group[i] = least[find(i)]
+	}
+	return group
 }
 
 // ParseInventory reads --discover's JSON; unknown fields are ignored.
@@ -79,7 +134,10 @@ func unitSuffix(unit string) (string, error) {
 // Devices returns one device per GPU of inv, named gpu-<index>, in index
 // order (the order DRA's allocator tries them in: the first with room
 // wins). Attributes: uuid, productName, index, pciBusID, numaNode (when
-// known), computeCapability and driverVersion (semantic versions); capacity
+// known), computeCapability and driverVersion (semantic versions),
+// nvlinkGroup (when the topology is known: the smallest index of the GPUs
+// linked to it over NVLink, so that a claim's matchAttribute constraint on
+// it keeps its GPUs NVLinked); capacity
 // memory = the GPU's units in inv's unit, shared by any number of claims
 // (allowMultipleAllocations), requested in whole units (minimum and step
 // one unit); a claim that names no amount takes the whole GPU.
@@ -98,7 +156,8 @@ func Devices(inv Inventory) ([]resourceapi.Device, error) {
 	seenIndex := map[int]bool{}
 	seenUUID := map[string]bool{}
 	devices := make([]resourceapi.Device, 0, len(inv.GPUs))
-	for _, g := range inv.GPUs {
+	groups := inv.NVLinkGroups()
+	for pos, g := range inv.GPUs {
 		switch {
 		case g.UUID == "":
 			return nil, fmt.Errorf("GPU %d has no UUID", g.Index)
@@ -128,6 +187,9 @@ func Devices(inv Inventory) ([]resourceapi.Device, error) {
 		}
 		if v, ok := semver(inv.DriverVersion); ok {
 			attrs["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+		}
+		if groups != nil {
+			attrs["nvlinkGroup"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(groups[pos]))}
 		}
 		devices = append(devices, resourceapi.Device{
 			Name:                     DeviceName(g),
@@ -171,6 +233,58 @@ func semver(v string) (string, bool) {
 		parts[i] = fmt.Sprint(n)
 	}
 	return strings.Join(parts, "."), true
+}
+
+// UnhealthyTaintKey is the key of the taint an unhealthy GPU's device
+// carries (effect NoSchedule: no new claim gets it; running pods keep
+// theirs, as the device plugin keeps an unhealthy GPU's pods).
+const UnhealthyTaintKey = DriverName + "/unhealthy"
+
+// Taint marks the devices of the unhealthy GPUs (keyed by NVML index, the
+// reason as value) with UnhealthyTaintKey, and clears it from the others;
+// it changes devs in place. The reason is made a valid taint value
+// ("XID 79" becomes "XID-79"); since[index], when given, is the taint's
+// timeAdded.
+func Taint(devs []resourceapi.Device, unhealthy map[int]string, since map[int]metav1.Time) {
+	for i := range devs {
+		var kept []resourceapi.DeviceTaint
+		for _, t := range devs[i].Taints {
+			if t.Key != UnhealthyTaintKey {
+				kept = append(kept, t)
+			}
+		}
+		if idx := devs[i].Attributes["index"].IntValue; idx != nil {
+			if why, bad := unhealthy[int(*idx)]; bad {
+				t := resourceapi.DeviceTaint{Key: UnhealthyTaintKey, Value: taintValue(why),
+					Effect: resourceapi.DeviceTaintEffectNoSchedule}
+				if at, ok := since[int(*idx)]; ok {
+					t.TimeAdded = ptr.To(at)
+				}
+				kept = append(kept, t)
+			}
+		}
+		devs[i].Taints = kept
+	}
+}
+
+// taintValue makes s a label value: at most 63 characters of letters,
+// digits, '-', '_' and '.', starting and ending with a letter or digit.
+func taintValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	v := strings.Trim(string(b), "-_.")
+	if v == "" {
+		return "unhealthy"
+	}
+	return v
 }
 
 // Slice is the ResourceSlice of node's devices: one pool named after the

@@ -124,3 +124,30 @@ func TestBadInventoriesAreRefusedNamingTheValue(t *testing.T) {
 		t.Error("not JSON accepted")
 	}
 }
+
+func TestNVLinkGroupsFollowTheTopology(t *testing.T) {
+	// GPUs 0-1 over NVLink, 2-3 over NVLink, the pairs over SYS; NVML
+	// indices 4..7 (positions 0..3).
+	inv := Inventory{MemoryUnit: "GiB", Topology: &Topology{GPUs: 4, Links: []string{"NV2 SYS SYS", "SYS SYS", "NV1"}}}
+	for i := 0; i < 4; i++ {
+		inv.GPUs = append(inv.GPUs, GPU{Index: 4 + i, UUID: "GPU-" + string(rune('a'+i)), Units: 16})
+	}
+	devs, err := Devices(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{4, 4, 6, 6}
+	for i, d := range devs {
+		if g := d.Attributes["nvlinkGroup"].IntValue; g == nil || *g != want[i] {
+			t.Errorf("device %s nvlinkGroup %v, want %d", d.Name, g, want[i])
+		}
+	}
+	inv.Topology.Links = []string{"NV2 SYS", "SYS SYS", "NV1"} // Wrong shape: no groups.
+	if inv.NVLinkGroups() != nil {
+		t.Error("groups from a malformed topology")
+	}
+	inv.Topology = nil
+	if devs, _ := Devices(inv); devs[0].Attributes["nvlinkGroup"].IntValue != nil {
+		t.Error("a group without a topology")
+	}
+}

@@ -1,16 +1,22 @@
 // gpushare-dra-driver: gpushare's GPUs as Dynamic Resource Allocation
-// devices (package devices). This program so far prints a node's
-// ResourceSlice from the GPU inventory gpushare-device-plugin --discover
-// writes:
+// devices, each GPU's memory consumable capacity.
 //
-//	gpushare-device-plugin --discover --node-name n1 > gpus.json
+//	gpushare-dra-driver run --node-name n1     # the kubelet plugin (a DaemonSet)
 //	gpushare-dra-driver slice --node-name n1 --inventory gpus.json
 //
-// dra-driver/README.md.
+// run: starts `gpushare-device-plugin --discover --watch-health` (package
+// discovery) for the GPUs and their health, publishes the node's
+// ResourceSlice and serves the kubelet's DRA calls through
+// k8s.io/dynamic-resource-allocation/kubeletplugin (package node), and
+// republishes the slice when a GPU's health changes (its device tainted).
+// It exits 1 when the discovery program ends (NVML came back with other
+// GPUs): the DaemonSet starts it again. slice: prints the ResourceSlice of
+// an inventory. dra-driver/README.md.
 package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,16 +26,27 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, os.Stdout); err != nil {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "run":
+		err = run(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "slice":
+		err = slice(os.Args[1:], os.Stdin, os.Stdout)
+	default:
+		err = fmt.Errorf("usage: gpushare-dra-driver run [flags] | slice --node-name NAME --inventory FILE|- (-h for the flags)")
+	}
+	switch {
+	case errors.Is(err, errGPUsChanged):
+		os.Exit(1)
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "gpushare-dra-driver:", err)
 		os.Exit(2)
 	}
 }
 
-func run(args []string, stdin io.Reader, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "slice" {
-		return fmt.Errorf("usage: gpushare-dra-driver slice --node-name NAME --inventory FILE|-")
-	}
+func slice(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("slice", flag.ContinueOnError)
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node (default: $NODE_NAME)")
 	inventory := fs.String("inventory", "", "gpushare-device-plugin --discover's JSON, or - for stdin")
