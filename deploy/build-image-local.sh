@@ -10,7 +10,9 @@
 #       is the canonical build of this one (it needs registry access for
 #       debian:bookworm); this needs nothing but buildah (deploy/README.md).
 #   deploy/build-image-local.sh --device-plugin [TAG]
-#       gpushare-device-plugin (configure with -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON),
+#       gpushare-device-plugin (configure with -DGPUSHARE_BUILD_DEVICE_PLUGIN=ON)
+#       and gpushare-dra-driver ($BUILD/dra-driver/gpushare-dra-driver, built
+#       static with Go from dra-driver/ when missing: tests/kube/find-go.sh),
 #       run as root, the owner of the kubelet's socket folder (the DaemonSet
 #       drops every capability); NVML comes from the node's driver at run time
 #       (default tag localhost/gpushare-device-plugin:0.1.0-local).
@@ -27,7 +29,16 @@ build=${BUILD:-build}
 if [ "${1:-}" = "--device-plugin" ]; then
   shift
   tag=${1:-localhost/gpushare-device-plugin:0.1.0-local}
-  programs=("$build/device-plugin/gpushare-device-plugin")
+  dra_driver="$build/dra-driver/gpushare-dra-driver"
+  if [ ! -x "$dra_driver" ]; then
+    # As deploy/Dockerfile builds it: static, from the module in dra-driver/.
+    go_bin=$(tests/kube/find-go.sh)
+    mkdir -p "$(dirname "$dra_driver")"
+    out=$(cd "$(dirname "$dra_driver")" && pwd)
+    (cd dra-driver && CGO_ENABLED=0 GOTOOLCHAIN=local nice "$go_bin" build -trimpath \
+       -o "$out/gpushare-dra-driver" ./cmd/gpushare-dra-driver)
+  fi
+  programs=("$build/device-plugin/gpushare-device-plugin" "$dra_driver")
   user="0:0"
   expose=""
   entrypoint="/usr/local/bin/gpushare-device-plugin"
@@ -59,7 +70,8 @@ mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/tmp"
 install -m 0755 "${programs[@]}" "$root/usr/local/bin/"
 strip --strip-debug "$root"/usr/local/bin/*   # The build's -g is for debugging here.
 # The loader and every library, at the paths the programs look for them.
-for lib in $(for p in "${programs[@]}"; do ldd "$p"; done |
+# (A static program, e.g. gpushare-dra-driver built without cgo, lists none.)
+for lib in $(for p in "${programs[@]}"; do ldd "$p" 2>/dev/null || true; done |
              awk '/=>/ && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | sort -u); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"

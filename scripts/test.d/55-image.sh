@@ -10,7 +10,8 @@
 # library or file fails it.
 # Then the same for gpushare-device-plugin's image (--device-plugin): root,
 # its entrypoint, and NVML loaded in it from a fixture through the stand-in
-# library of the tests.
+# library of the tests; gpushare-dra-driver beside it turns that discovery
+# into the node's ResourceSlice (the chart's dra.enabled runs it).
 # Then kube-scheduler with GpuShare (--scheduler).
 # Last, deploy/Dockerfile (the images from source, on Debian base images) is
 # checked against the tree, not built: no registry is reachable here
@@ -129,6 +130,19 @@ out=$(GPUSHARE_NVML_FIXTURE=/tmp/nvml/two-a100.json KUBERNETES_SERVICE_HOST= run
 echo "$out" | grep -q "GPU 1 GPU-1b1b1b1b-0000-0000-0000-000000000000 NVIDIA A100-SXM4-40GB, 40 GiB" ||
   { echo "$out"; echo "the device plugin did not read NVML in its image" >&2; exit 1; }
 echo "55-image: the device plugin image loads NVML and reads the GPUs"
+# gpushare-dra-driver, as the chart runs it beside the device plugin: the GPUs
+# of gpushare-device-plugin --discover (the same NVML) as DRA devices of node n1.
+inventory=$(GPUSHARE_NVML_FIXTURE=/tmp/nvml/two-a100.json KUBERNETES_SERVICE_HOST= \
+  chroot "$m" /usr/local/bin/gpushare-device-plugin --discover --node-name n1 \
+  --nvml-library /tmp/nvml/libnvidia-ml.so.1 2>/dev/null)
+slice=$(echo "$inventory" | chroot "$m" /usr/local/bin/gpushare-dra-driver slice --node-name n1 --inventory -)
+python3 - "$slice" <<EOF
+import json, sys
+spec = json.loads(sys.argv[1])["spec"]
+assert spec["driver"] == "gpu.gpushare.dev" and spec["nodeName"] == "n1", spec
+assert [d["name"] for d in spec["devices"]] == ["gpu-0", "gpu-1"], spec
+EOF
+echo "55-image: gpushare-dra-driver in the device plugin image publishes the GPUs as DRA devices"
 '
 inside "$dp_check" "$dp_tag" "$PWD/$build/tests/nvml_stub/libnvidia-ml.so.1"
 

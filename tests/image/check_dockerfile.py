@@ -5,7 +5,11 @@ pulled): the parts of it that the tree can contradict.
   - it has the stages extender, device-plugin and scheduler, and the last one
     (what `docker build` without --target builds) is the extender;
   - every COPY from the build context names a file of the tree, and every
-    COPY --from=build names a folder the build stage fills;
+    COPY --from=<stage> names a folder that stage's RUNs fill;
+  - gpushare-dra-driver: a stage builds it static (CGO_ENABLED=0) from
+    ./cmd/gpushare-dra-driver of the tree's dra-driver/ module, with a Go
+    image at least as new as that module's go.mod asks, and the
+    device-plugin image copies that binary beside gpushare-device-plugin;
   - every target of the build stage's `cmake --build` exists when the tree is
     configured with the build stage's own -D options;
   - each image stage installs exactly the Debian packages of the shared
@@ -80,20 +84,72 @@ def packages_of(programs):
     return pkgs, unowned
 
 
+def check_dra_driver(root, parser, by_name, run_text):
+    """gpushare-dra-driver: built static from the tree's package by a Go
+    image new enough for its go.mod, copied into the device-plugin image."""
+    problems = []
+    ins = by_name.get("dra-driver", [])
+    workdir = next((i["value"].strip() for i in reversed(ins) if i["instruction"] == "WORKDIR"), "")
+    module = os.path.join(root, os.path.basename(workdir))  # /src/dra-driver -> dra-driver/
+    text = run_text.get("dra-driver", "")
+    m = re.search(r"go build\b.*?-o\s+(\S+)\s+(\./\S+)", text)
+    if not m:
+        problems.append("dra-driver: the stage runs no `go build ... -o OUT ./PACKAGE`")
+        return problems
+    out, package = m.groups()
+    if os.path.basename(out) != "gpushare-dra-driver":
+        problems.append(f"dra-driver: go build writes {out}, not .../gpushare-dra-driver")
+    if not os.path.isfile(os.path.join(module, package, "main.go")):
+        problems.append(f"dra-driver: go build {package} in {workdir}: the tree has no "
+                        f"{os.path.relpath(os.path.join(module, package), root)}/main.go")
+    if not re.search(r"\bCGO_ENABLED=0\b[^&]*go build", text):
+        problems.append("dra-driver: go build without CGO_ENABLED=0 (a cgo build links the Go "
+                        "image's glibc; the static binary needs nothing from the runtime image)")
+    # The Go image's minor version against the module's `go` line.
+    try:
+        with open(os.path.join(module, "go.mod")) as f:
+            want = re.search(r"^go (\d+)\.(\d+)", f.read(), re.M)
+    except OSError:
+        want = None
+    # The Go stage's image: the default of the ARG GO_IMAGE it is FROM.
+    arg = re.search(r"^ARG GO_IMAGE=(\S+)", parser.content, re.M)
+    image = arg.group(1) if arg else ""
+    have = re.search(r":(\d+)\.(\d+)", image)
+    if not want:
+        problems.append(f"dra-driver: no go.mod with a `go` line in {os.path.relpath(module, root)}/")
+    elif not have or tuple(map(int, have.groups())) < tuple(map(int, want.groups())):
+        problems.append(f"dra-driver: GO_IMAGE {image!r} is older than go {'.'.join(want.groups())} "
+                        "of dra-driver/go.mod")
+    # The device-plugin image carries the binary.
+    copied = False
+    for i in by_name.get("device-plugin", []):
+        if i["instruction"] != "COPY":
+            continue
+        flags, sources, dest = copy_args(i["value"])
+        if "--from=dra-driver" in flags and any(s.rstrip("/") in (out, os.path.dirname(out)) for s in sources):
+            copied = dest.rstrip("/") == "/usr/local/bin" or dest == "/usr/local/bin/gpushare-dra-driver"
+    if not copied:
+        problems.append(f"device-plugin: no COPY --from=dra-driver {out} /usr/local/bin/ "
+                        "(the chart's DRA DaemonSet runs gpushare-dra-driver from this image)")
+    print(f"check_dockerfile: gpushare-dra-driver: go build {package} in {workdir} -> {out}")
+    return problems
+
+
 def main(root, build, scheduler):
     problems = []
     parser = DockerfileParser(path=os.path.join(root, "deploy", "Dockerfile"))
     st = stages(parser)
     names = [n for n, _ in st]
-    for want in ("build", "extender", "device-plugin", "scheduler"):
+    for want in ("build", "dra-driver", "extender", "device-plugin", "scheduler"):
         if want not in names:
             problems.append(f"no stage '{want}' (stages: {names})")
     if names and names[-1] != "extender":
         problems.append(f"the last stage is '{names[-1]}', not extender")
     by_name = dict(st)
 
-    # COPY sources from the context, and what the build stage fills.
-    build_text = " ".join(i["value"] for i in by_name.get("build", []) if i["instruction"] == "RUN")
+    # COPY sources from the context, and what the building stages fill.
+    run_text = {n: " ".join(i["value"] for i in ins if i["instruction"] == "RUN") for n, ins in st}
+    build_text = run_text.get("build", "")
     for name, instructions in st:
         for ins in instructions:
             if ins["instruction"] != "COPY":
@@ -103,11 +159,11 @@ def main(root, build, scheduler):
             for src in sources:
                 if source_stage is None and not os.path.exists(os.path.join(root, src)):
                     problems.append(f"line {ins['startline'] + 1}: COPY {src}: no such file")
-                if source_stage == "build":
+                if run_text.get(source_stage):  # A stage of this file that builds.
                     folder = "/".join(src.rstrip("/").split("/")[:3])  # /out/<dir>
-                    if folder not in build_text:
-                        problems.append(f"line {ins['startline'] + 1}: COPY --from=build {src}: "
-                                        f"the build stage writes no {folder}")
+                    if folder not in run_text[source_stage]:
+                        problems.append(f"line {ins['startline'] + 1}: COPY --from={source_stage} {src}: "
+                                        f"the {source_stage} stage writes no {folder}")
     print(f"check_dockerfile: stages {names}")
 
     # The build stage's CMake options and targets, configured here.
@@ -129,6 +185,8 @@ def main(root, build, scheduler):
                 if t not in known:
                     problems.append(f"cmake --build --target {t}: no such target with {options}")
     print(f"check_dockerfile: build stage options {options}, targets {targets}")
+
+    problems += check_dra_driver(root, parser, by_name, run_text)
 
     # Each image's packages, user and entrypoint.
     programs = {
