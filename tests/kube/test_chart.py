@@ -75,7 +75,9 @@ VARIANTS = {
     "scheduler": ("--set", "mode=scheduler"),
     "everything": ("--set", "monitoring.serviceMonitor=true", "--set", "monitoring.podMonitor=true",
                    "--set", "monitoring.prometheusRule=true", "--set", "monitoring.dashboard=true"),
+    "dra": ("--set", "dra.enabled=true", "--set", "dra.extendedResourceName=nvidia.com/gpu"),
 }
+DRA_EXAMPLES = os.path.join(ROOT, "deploy", "dra-examples")
 
 
 def test_the_chart_lints_in_each_variant(cluster):
@@ -93,6 +95,10 @@ def test_the_chart_lints_in_each_variant(cluster):
     ("devicePlugin.hostPaths.podResources=var/lib/kubelet", "podResources"),
     # Written into the admission policies' CEL: a quote would end the string.
     ("admission.extraSchedulers={x',y}", "extraSchedulers"),
+    ("dra.memoryUnit=TiB", "memoryUnit"),
+    ("dra.extendedResourceName=gpu", "extendedResourceName"),  # Not domain/name.
+    ("dra.hostPaths.cdi=var/run/cdi", "cdi"),
+    ("dra.enable=true", "enable"),
 ])
 def test_the_schema_refuses_a_bad_value_and_names_it(cluster, bad, named):
     r = helm(cluster, "template", "gpushare", CHART, "-n", NS, "--set", bad, check=False)
@@ -132,6 +138,9 @@ def test_every_rendered_object_passes_the_api_servers_validation(cluster):
                       ("Role", "gpushare-scheduler-leader-election"), ("DaemonSet", "gpushare-device-plugin")},
         "everything": {("ServiceMonitor", "gpushare-extender"), ("PodMonitor", "gpushare-device-plugin"),
                        ("PrometheusRule", "gpushare-extender"), ("ConfigMap", "gpushare-dashboard")},
+        "dra": {("DaemonSet", "gpushare-dra-driver"), ("ClusterRole", "gpushare-dra-driver"),
+                ("DeviceClass", "gpushare.dev"), ("DeviceClass", "gpushare.dev-whole"),
+                ("DaemonSet", "gpushare-device-plugin")},
     }
     kubectl(cluster, "create", "namespace", "monitoring", check=False)  # The dashboard's.
     for variant, values in VARIANTS.items():
@@ -156,6 +165,173 @@ def test_every_rendered_object_passes_the_api_servers_validation(cluster):
                     stdin=yaml.safe_dump_all(native), check=False)
         assert r.returncode == 0, (variant, r.stderr)
         assert r.stdout.count("(server dry run)") == len(native), (variant, r.stdout)
+
+
+def test_the_schema_refuses_aliyun_gpu_mem_as_the_dra_extended_resource_saying_why(cluster):
+    # One unit of a DeviceClass's extended resource is one device (a whole
+    # GPU) in 1.37; a unit of memory needs the mappings alpha in 1.38.
+    r = helm(cluster, "template", "gpushare", CHART, "-n", NS,
+             "--set", "dra.extendedResourceName=aliyun.com/gpu-mem", check=False)
+    assert r.returncode != 0, r.stdout[:400]
+    assert "/dra/extendedResourceName" in r.stderr and "schema" in r.stderr, r.stderr
+    assert "alpha in Kubernetes 1.38" in r.stderr and "whole GPU" in r.stderr, r.stderr
+
+
+DRA_OBJECTS = {("ServiceAccount", "gpushare-dra-driver"), ("ClusterRole", "gpushare-dra-driver"),
+               ("ClusterRoleBinding", "gpushare-dra-driver"), ("DaemonSet", "gpushare-dra-driver"),
+               ("DeviceClass", "gpushare.dev")}
+
+
+def by_name(objects, kind, name):
+    (o,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return o
+
+
+def node_affinity(pod_spec):
+    (term,) = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    return term["matchExpressions"]
+
+
+def runs_on(pod_spec, labels):
+    """Whether a pod of this spec may run on a node with these labels (its
+    nodeSelector and its required node affinity; In and NotIn)."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    for e in node_affinity(pod_spec):
+        value = labels.get(e["key"])
+        if e["operator"] == "In" and value not in e["values"]:
+            return False
+        if e["operator"] == "NotIn" and value in e["values"]:
+            return False
+        assert e["operator"] in ("In", "NotIn"), e
+    return True
+
+
+def test_dra_is_off_by_default(cluster):
+    objects = render(cluster)
+    assert not {o for o in names(objects) if "dra" in o[1] or o[0] == "DeviceClass"}, names(objects)
+    ds = by_name(objects, "DaemonSet", "gpushare-device-plugin")
+    assert node_affinity(ds["spec"]["template"]["spec"]) == [
+        {"key": "gpushare.io/device-plugin", "operator": "NotIn", "values": ["aliyun"]}]
+
+
+def test_dra_renders_the_driver_its_rights_and_device_classes(cluster):
+    objects = render(cluster, "--set", "dra.enabled=true", "--set", "imageRegistry=reg.example/gs",
+                     "--set", "devicePlugin.image.tag=1.2.3")
+    assert DRA_OBJECTS <= names(objects), DRA_OBJECTS - names(objects)
+    assert ("DeviceClass", "gpushare.dev-whole") not in names(objects)  # No extendedResourceName.
+
+    ds = by_name(objects, "DaemonSet", "gpushare-dra-driver")
+    assert ds["metadata"]["namespace"] == NS
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpushare-dra-driver"
+    assert "runtimeClassName" not in spec and "hostNetwork" not in spec
+    (c,) = spec["containers"]
+    # The device plugin's image, which carries both programs.
+    assert c["image"] == "reg.example/gs/gpushare-device-plugin:1.2.3"
+    assert c["command"] == ["/usr/local/bin/gpushare-dra-driver"]
+    assert c["args"] == ["run", "--node-name=$(NODE_NAME)",
+                         "--device-plugin=/usr/local/bin/gpushare-device-plugin",
+                         "--memory-unit=GiB",
+                         "--registrar-dir=/var/lib/kubelet/plugins_registry",
+                         "--plugin-dir=/var/lib/kubelet/plugins/gpu.gpushare.dev",
+                         "--cdi-dir=/var/run/cdi"]
+    # NVML as the device plugin's DaemonSet gets it.
+    dp = by_name(objects, "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    nvml = [e for e in dp["containers"][0]["env"] if e["name"].startswith("NVIDIA_")]
+    assert nvml == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}]
+    assert c["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        *nvml]
+    assert c["securityContext"] == {"runAsUser": 0, "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    # The kubelet's folders at their own paths (the kubelet dials the
+    # registered socket paths), the CDI folder the runtime reads.
+    host = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
+    assert host == {"plugins-registry": {"path": "/var/lib/kubelet/plugins_registry", "type": "DirectoryOrCreate"},
+                    "plugins": {"path": "/var/lib/kubelet/plugins", "type": "DirectoryOrCreate"},
+                    "cdi": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts == {**{n: h["path"] for n, h in host.items()}, "tmp": "/tmp"}, mounts
+    assert [v for v in spec["volumes"] if "hostPath" not in v] == [
+        {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}]
+
+    # Least privilege: exactly the driver's requests.
+    role = by_name(objects, "ClusterRole", "gpushare-dra-driver")
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = by_name(objects, "ClusterRoleBinding", "gpushare-dra-driver")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "gpushare-dra-driver"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-dra-driver",
+                                    "namespace": NS}]
+
+    dc = by_name(objects, "DeviceClass", "gpushare.dev")
+    assert dc["apiVersion"] == "resource.k8s.io/v1"
+    assert dc["spec"] == {"selectors": [{"cel": {"expression": 'device.driver == "gpu.gpushare.dev"'}}]}
+
+    # One driver per node: no labels put both DaemonSets on a node.
+    for plugin_label in (None, "aliyun", "dra", "gpushare"):
+        for shared in (None, "true"):
+            labels = {k: v for k, v in (("gpushare.io/device-plugin", plugin_label),
+                                        ("gpushare", shared)) if v is not None}
+            assert not (runs_on(spec, labels) and runs_on(dp, labels)), labels
+    assert runs_on(spec, {"gpushare.io/device-plugin": "dra"})
+    assert runs_on(dp, {"gpushare": "true"}) and not runs_on(spec, {"gpushare": "true"})
+
+
+def test_dra_values_reach_the_driver(cluster):
+    objects = render(cluster, "--set", "dra.enabled=true", "--set", "dra.memoryUnit=MiB",
+                     "--set", "dra.extendedResourceName=nvidia.com/gpu",
+                     "--set", "dra.hostPaths.plugins=/data/kubelet/plugins",
+                     "--set", "dra.runtimeClassName=nvidia", "--set", "dra.extraArgs={--health-interval-ms=1000}",
+                     "--set", "dra.nodeSelector.pool=a100")
+    spec = by_name(objects, "DaemonSet", "gpushare-dra-driver")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert "--memory-unit=MiB" in c["args"] and c["args"][-1] == "--health-interval-ms=1000", c["args"]
+    assert "--plugin-dir=/data/kubelet/plugins/gpu.gpushare.dev" in c["args"], c["args"]
+    assert {"name": "plugins", "mountPath": "/data/kubelet/plugins"} in c["volumeMounts"]
+    assert spec["runtimeClassName"] == "nvidia" and spec["nodeSelector"] == {"pool": "a100"}
+    # The extra selector narrows; the label still decides (one driver per node).
+    assert not runs_on(spec, {"pool": "a100"}) and runs_on(spec, {"pool": "a100", "gpushare.io/device-plugin": "dra"})
+    whole = by_name(objects, "DeviceClass", "gpushare.dev-whole")
+    assert whole["spec"] == {"selectors": [{"cel": {"expression": 'device.driver == "gpu.gpushare.dev"'}}],
+                             "extendedResourceName": "nvidia.com/gpu"}
+
+
+def test_the_dra_examples_pass_the_api_servers_validation(cluster):
+    """deploy/dra-examples/: 8 GiB of one GPU, 16 GiB on each of two distinct
+    GPUs of a node, a whole GPU; each a ResourceClaimTemplate of the class
+    gpushare.dev and a pod using it, checked by kube-apiserver's dry run."""
+    requests = {}
+    for name in sorted(os.listdir(DRA_EXAMPLES)):
+        with open(os.path.join(DRA_EXAMPLES, name)) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        assert [d["kind"] for d in docs] == ["ResourceClaimTemplate", "Pod"], name
+        template, pod = docs
+        assert template["apiVersion"] == "resource.k8s.io/v1", name
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == \
+            template["metadata"]["name"], name
+        devices = template["spec"]["spec"]["devices"]
+        (req,) = devices["requests"]
+        assert req["exactly"]["deviceClassName"] == "gpushare.dev", name
+        requests[name] = (req["exactly"], devices.get("constraints"))
+        r = kubectl(cluster, "apply", "--server-side", "--dry-run=server", "-n", "default",
+                    "-f", os.path.join(DRA_EXAMPLES, name), check=False)
+        assert r.returncode == 0, (name, r.stderr)
+        assert r.stdout.count("(server dry run)") == 2, (name, r.stdout)
+    assert requests == {
+        "one-gpu-8gi.yaml": ({"deviceClassName": "gpushare.dev",
+                              "capacity": {"requests": {"memory": "8Gi"}}}, None),
+        "two-gpus-16gi.yaml": ({"deviceClassName": "gpushare.dev", "allocationMode": "ExactCount",
+                                "count": 2, "capacity": {"requests": {"memory": "16Gi"}}},
+                               [{"requests": ["gpus"], "distinctAttribute": "gpu.gpushare.dev/uuid"}]),
+        "whole-gpu.yaml": ({"deviceClassName": "gpushare.dev"}, None),
+    }, requests
 
 
 def test_the_manifests_of_deploy_are_rendered_from_the_chart(cluster):
