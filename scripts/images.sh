@@ -6,7 +6,7 @@
 #   make images [REGISTRY=registry.example.com/gpushare] [TAG=0.1.0]
 #
 #   REGISTRY/gpushare-extender:TAG        gpushare-extender, kubectl-inspect-gpushare
-#   REGISTRY/gpushare-device-plugin:TAG   gpushare-device-plugin
+#   REGISTRY/gpushare-device-plugin:TAG   gpushare-device-plugin, gpushare-dra-driver
 #   REGISTRY/gpushare-scheduler:TAG       kube-scheduler with GpuShare
 #
 # then: helm install gpushare deploy/chart -n kube-system --set imageRegistry=REGISTRY
