@@ -33,12 +33,21 @@
 // ADDED events when the scheduler starts. That state is one per process:
 // every profile naming GpuShare shares it (see sharedState), so two profiles
 // cannot promise one GPU twice.
+//
+// A pod whose ResourceClaims ask for gpushare-dra-driver's GPUs (a device
+// class of Args.DRADeviceClasses) and for no aliyun.com/gpu-mem or
+// nvidia.com/gpu is only scored: PreScore ranks the nodes with the policy
+// Args.DRAPolicy (dra+binpack) on the GPUs kube-scheduler's DRA allocator
+// will take on each (first fit), from the driver's ResourceSlices and the
+// claims' allocations, a state of its own (dra.go). Its feasibility,
+// devices, allocation and bind are the DynamicResources plugin's.
 package plugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +86,31 @@ type Args struct {
 	// are applied a GPU pod is left unschedulable at once, and retried when
 	// they are. Accepted, with a warning, so that older configurations load.
 	SyncTimeoutSeconds int64 `json:"syncTimeoutSeconds,omitempty"`
+	// DRADeviceClasses are the DeviceClasses whose devices are
+	// gpushare-dra-driver's GPUs (driver gpu.gpushare.dev): a pod whose
+	// ResourceClaims request one of them has its nodes scored (dra.go).
+	// Unset: [gpushare.dev], the driver's class; empty ([]): no pod is.
+	DRADeviceClasses []string `json:"draDeviceClasses,omitempty"`
+	// DRAPolicy scores the nodes for such pods on the GPUs DRA's allocator
+	// will take there (first fit): "dra+<policy>" (gpushare.Policies()).
+	// Unset: dra+binpack (see DefaultDRAPolicy).
+	DRAPolicy string `json:"draPolicy,omitempty"`
+}
+
+// draClasses is DRADeviceClasses with its default.
+func (a *Args) draClasses() []string {
+	if a.DRADeviceClasses == nil {
+		return []string{DefaultDRADeviceClass}
+	}
+	return a.DRADeviceClasses
+}
+
+// draPolicy is DRAPolicy with its default.
+func (a *Args) draPolicy() string {
+	if a.DRAPolicy == "" {
+		return DefaultDRAPolicy
+	}
+	return a.DRAPolicy
 }
 
 // sharedState is the GPU state of one kube-scheduler: the scheduler core,
@@ -102,6 +136,9 @@ type sharedState struct {
 	parsed parsedPods
 	// index: the library's node positions by name, for FitAll's verdicts.
 	index nodeIndex
+	// dra: the GPUs of gpushare-dra-driver's devices, for scoring pods
+	// with DRA claims (dra.go); nil when those are not scored.
+	dra *draState
 }
 
 // nodeIndex maps node names to the library's node positions
@@ -202,6 +239,21 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 		return args, fmt.Errorf("%s args: unknown policy %q; the policies are %s", Name, args.Policy,
 			strings.Join(gpushare.Policies(), ", "))
 	}
+	if p := args.DRAPolicy; p != "" && (!strings.HasPrefix(p, draPolicyPrefix) || !slices.Contains(gpushare.Policies(), p)) {
+		var known []string
+		for _, name := range gpushare.Policies() {
+			if strings.HasPrefix(name, draPolicyPrefix) {
+				known = append(known, name)
+			}
+		}
+		return args, fmt.Errorf("%s args: draPolicy %q is not a policy that scores nodes on the GPUs DRA's "+
+			"allocator takes; those are %s", Name, p, strings.Join(known, ", "))
+	}
+	for _, c := range args.DRADeviceClasses {
+		if c == "" {
+			return args, fmt.Errorf("%s args: draDeviceClasses names an empty class", Name)
+		}
+	}
 	return args, nil
 }
 
@@ -217,7 +269,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	registerMetrics()
 	logger := klog.FromContext(ctx).WithName(Name)
-	st, err := sharedFor(ctx, args, h.SharedInformerFactory(), logger)
+	st, err := sharedFor(ctx, args, h.SharedInformerFactory(), h.SharedDRAManager(), logger)
 	if err != nil {
 		return nil, err
 	}
@@ -242,11 +294,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // sharedFor returns the state of the scheduler whose profiles share
 // `informers`, made by the first call.
 func sharedFor(ctx context.Context, args Args, informers informers.SharedInformerFactory,
-	logger klog.Logger) (*sharedState, error) {
+	draManager fwk.SharedDRAManager, logger klog.Logger) (*sharedState, error) {
 	statesMu.Lock()
 	defer statesMu.Unlock()
 	if st, ok := states[informers]; ok {
-		if st.args != args {
+		if !reflect.DeepEqual(st.args, args) {
 			return nil, fmt.Errorf("%s: every profile shares one GPU state, so its args must be the same "+
 				"in every profile: %+v here, %+v in another", Name, args, st.args)
 		}
@@ -264,6 +316,18 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 	pods := informers.Core().V1().Pods()
 	st := newSharedState(ctx, s, pods.Lister(), logger)
 	st.args = args
+	switch {
+	case len(args.draClasses()) == 0:
+	case draManager == nil:
+		logger.Info("DynamicResourceAllocation is off in this kube-scheduler: pods with DRA claims are not scored")
+	default:
+		st.dra, err = newDRAState(draManagerSource{draManager}, args.draClasses(), args.draPolicy(),
+			logger.WithName("dra"))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("%s: draPolicy: %w", Name, err)
+		}
+	}
 
 	// Nodes first: a bound pod is restored only onto a node gpushare knows,
 	// so the pod handler (whose registration replays every pod as ADDED)
@@ -297,8 +361,12 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 		delete(states, informers)
 		statesMu.Unlock()
 		s.Close()
+		if st.dra != nil {
+			st.dra.close()
+		}
 	}()
-	logger.Info("Plugin ready", "policy", args.Policy, "library", gpushare.Version())
+	logger.Info("Plugin ready", "policy", args.Policy, "library", gpushare.Version(),
+		"draDeviceClasses", args.draClasses(), "draPolicy", args.draPolicy(), "draScoring", st.dra != nil)
 	return st, nil
 }
 
@@ -595,12 +663,14 @@ func (p *Plugin) judge(c *cycleState, node *v1.Node) (gpushare.NodeFit, error) {
 
 // ---- Score ----------------------------------------------------------------------
 
-// PreScore ranks every filtered node in one call.
+// PreScore ranks every filtered node in one call: for a GPU pod, with the
+// GPU state; for a pod whose claims ask gpushare-dra-driver's devices, with
+// the DRA state (draPreScore); other pods skip Score.
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	nodes []fwk.NodeInfo) *fwk.Status {
 	c := readState(state)
 	if c == nil {
-		return fwk.NewStatus(fwk.Skip)
+		return p.draPreScore(ctx, state, pod, nodes)
 	}
 	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -624,10 +694,15 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	c := readState(state)
+	node := nodeInfo.Node()
+	if c == nil && node != nil {
+		if rank, ok := draScore(state, node.Name); ok {
+			return rank, nil
+		}
+	}
 	if c == nil || c.ranks == nil {
 		return 0, fwk.AsStatus(fmt.Errorf("%s: no ranks for pod %s/%s (PreScore did not run)", Name, pod.Namespace, pod.Name))
 	}
-	node := nodeInfo.Node()
 	if node == nil {
 		return 0, fwk.AsStatus(errors.New("node not found"))
 	}

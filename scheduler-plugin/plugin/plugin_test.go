@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,7 @@ import (
 
 func TestDecodeArgs(t *testing.T) {
 	args, err := DecodeArgs(nil)
-	if err != nil || args != (Args{}) {
+	if err != nil || !reflect.DeepEqual(args, Args{}) {
 		t.Fatalf("defaults: %+v, %v", args, err)
 	}
 	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte(`{"policy":"spread","reservationTTLSeconds":5}`)})
@@ -543,20 +544,20 @@ func TestProfilesShareOneState(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	a, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, klog.Background())
+	a, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, klog.Background())
+	b, err := sharedFor(ctx, Args{Policy: "binpack"}, factory, nil, klog.Background())
 	if err != nil || a != b {
 		t.Fatalf("second profile: %p %p, %v", a, b, err)
 	}
-	if _, err := sharedFor(ctx, Args{Policy: "spread"}, factory, klog.Background()); err == nil ||
+	if _, err := sharedFor(ctx, Args{Policy: "spread"}, factory, nil, klog.Background()); err == nil ||
 		!strings.Contains(err.Error(), "same") {
 		t.Fatalf("different args: %v", err)
 	}
 	other := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	c, err := sharedFor(ctx, Args{}, other, klog.Background())
+	c, err := sharedFor(ctx, Args{}, other, nil, klog.Background())
 	if err != nil || c == a {
 		t.Fatalf("another scheduler: %p %p, %v", c, a, err)
 	}
