@@ -1,0 +1,154 @@
+"""GpuShare scores the nodes for a pod whose ResourceClaim asks for
+gpushare-dra-driver's GPUs (plugin mode only, Kubernetes 1.36 and later):
+the real kube-apiserver and kube-scheduler, two nodes of two 40 GiB GPUs
+each with the driver's ResourceSlice, one node already holding a claim.
+kube-scheduler's DRA allocator chooses the GPUs inside the node (first fit)
+and binds; GpuShare only ranks the nodes, with its DRA policy (dra+binpack:
+the node whose GPUs first fit takes are left fullest). A new 8 GiB claim
+then lands on the node that holds the claim, where the stock kube-scheduler,
+whose default scores count no DRA device (LeastAllocated on CPU), puts it on
+the emptier node: the same pod is scheduled by both. No kubelet: pods are
+only bound. See docs/scheduler-plugin.md, "Pods with DRA claims".
+
+The slices are what `gpushare-dra-driver slice` prints for
+tests/data/dra/two-a100-gib.json: the driver itself when GPUSHARE_DRA_DRIVER
+is set, else the same object written here.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from harness import wait_until
+from test_dra import CLASS, INVENTORY, NS, RESOURCE, release
+
+DRIVER = "gpu.gpushare.dev"
+FULL, EMPTY = "dra-full", "dra-empty"
+
+pytestmark = pytest.mark.skipif(os.environ.get("GPUSHARE_KUBE_SCHEDULER") != "plugin",
+                                reason="GpuShare's scoring of DRA claims: GPUSHARE_KUBE_SCHEDULER=plugin only")
+
+
+def gpu_slice(node):
+    """The driver's ResourceSlice for `node`: two 40 GiB GPUs whose memory is
+    consumable capacity (request policy: whole GiB, default the whole GPU)."""
+    driver = os.environ.get("GPUSHARE_DRA_DRIVER")
+    if driver:
+        out = subprocess.run([driver, "slice", "--node-name", node, "--inventory", INVENTORY],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)
+    with open(INVENTORY) as f:
+        gpus = json.load(f)["gpus"]
+    devices = []
+    for g in gpus:
+        total = f"{g['units']}Gi"
+        devices.append({
+            "name": f"gpu-{g['index']}",
+            "allowMultipleAllocations": True,
+            "attributes": {"uuid": {"string": g["uuid"]}, "productName": {"string": g["name"]},
+                           "index": {"int": g["index"]}},
+            "capacity": {"memory": {"value": total, "requestPolicy": {
+                "default": total, "validRange": {"min": "1Gi", "step": "1Gi"}}}},
+        })
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRIVER.replace('.', '-')}"},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def claim_and_pod(api, name, memory, cpu, node=None):
+    """A ResourceClaim for `memory` of one gpushare GPU and a pod using it,
+    asking `cpu`; pinned to `node` by its hostname label when given."""
+    api.request("POST", f"{RESOURCE}/namespaces/{NS}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": CLASS, "capacity": {"requests": {"memory": memory}}}}]}}})
+    spec = {"terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            "containers": [{"name": "main", "image": "registry.invalid/e2e:never-pulled",
+                            "resources": {"requests": {"cpu": cpu}, "claims": [{"name": "gpu"}]}}]}
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    api.request("POST", f"/api/v1/namespaces/{NS}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+def allocation(api, name):
+    """(node, device, consumed memory) of claim `name`, or None."""
+    claim = api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims/{name}")
+    alloc = claim.get("status", {}).get("allocation")
+    if not alloc:
+        return None
+    (result,) = alloc["devices"]["results"]
+    assert result["driver"] == DRIVER, result
+    return result["pool"], result["device"], result["consumedCapacity"]["memory"]
+
+
+def placed(api, name, timeout=30):
+    """Where pod and claim `name` went: (node the pod is bound to, the
+    claim's allocation)."""
+    node = api.wait_bound(name, timeout)
+    return node, wait_until(f"claim {name} allocated", lambda: allocation(api, name), timeout, 0.2)
+
+
+@pytest.fixture
+def two_dra_nodes(cluster):
+    """Two nodes of 8 CPUs with the driver's slices, gpushare's DeviceClass;
+    no scheduler yet. Everything made is deleted."""
+    api = cluster.api
+    minor = int("".join(ch for ch in api.get("/version")["minor"] if ch.isdigit()))
+    if minor < 36:
+        pytest.skip(f"Kubernetes 1.{minor}: DRA's consumable capacity is off by default before 1.36")
+    slices = [gpu_slice(FULL), gpu_slice(EMPTY)]
+    for node in (FULL, EMPTY):
+        api.create_node(node, 2, 40, cpu="8", memory="64Gi")
+    for s in slices:
+        api.request("POST", f"{RESOURCE}/resourceslices", s)
+    api.request("POST", f"{RESOURCE}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}},
+        ok=(201, 409))
+    try:
+        yield cluster
+    finally:
+        for c in api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims")["items"]:
+            release(api, c["metadata"]["name"])
+        for s in slices:
+            api.request("DELETE", f"{RESOURCE}/resourceslices/{s['metadata']['name']}",
+                        ok=(200, 202, 404))
+        api.request("DELETE", f"{RESOURCE}/deviceclasses/{CLASS}", ok=(200, 202, 404))
+
+
+def test_gpushare_sends_a_dra_claim_to_the_fuller_node_stock_scoring_to_the_emptier(two_dra_nodes):
+    cluster = two_dra_nodes
+    api = cluster.api
+    cluster.start_gpushare()
+    # The held claim: 30 GiB of the full node's first GPU, its pod 2 of the
+    # node's 8 CPUs (so LeastAllocated prefers the other node).
+    claim_and_pod(api, "held", "30Gi", "2", node=FULL)
+    assert placed(api, "held") == (FULL, (FULL, "gpu-0", "30Gi"))
+
+    # GpuShare ranks the full node first (dra+binpack: its GPU 0, which first
+    # fit takes, is left with 2 GiB, the empty node's with 32 GiB); DRA's
+    # allocator takes the GPU.
+    claim_and_pod(api, "probe", "8Gi", "1")
+    assert placed(api, "probe") == (FULL, (FULL, "gpu-0", "8Gi"))
+    # GpuShare filtered, reserved and bound nothing: no GPU annotations.
+    assert not any(k.startswith("ALIYUN_COM_GPU_MEM")
+                   for k in api.pod("probe")["metadata"].get("annotations", {}))
+
+    # The stock kube-scheduler, the same pod: LeastAllocated on CPU sends
+    # it to the empty node.
+    cluster.stop_scheduler()
+    release(api, "probe")
+    wait_until("probe's claim deleted", lambda: "probe" not in {
+        c["metadata"]["name"] for c in api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims")["items"]},
+        30, 0.2)
+    cluster.start_scheduler(with_extender=False)
+    claim_and_pod(api, "probe-stock", "8Gi", "1")
+    assert placed(api, "probe-stock") == (EMPTY, (EMPTY, "gpu-0", "8Gi"))
