@@ -13,8 +13,17 @@
 # paths): as another user they run through password-less sudo, else the stage
 # says SKIPPED; they put back what the kubelet changes (sysctls, kubepods
 # cgroups, mounts).
+# Then tests/dra-node/: gpushare-dra-driver on a node of its own, the same
+# kubelet with containerd 2 (tests/node/build-containerd.sh, cached like the
+# Kubernetes programs; it injects the CDI devices Debian's 1.6 does not) and
+# kube-scheduler built with GpuShare (scheduler-plugin/build.sh's cache, warm
+# after 51-scheduler-plugin): claims of each kind reach their containers,
+# a burst never overcommits a GPU, an unhealthy GPU is tainted, a forged
+# allocation is refused by the node (74 s for the 4 tests, 2026-12-03, AMD
+# EPYC, 2 cores; a cold cache adds containerd's build, about a minute).
 # Why: only a real kubelet shows what the device plugin API really does
-# (GetPreferredAllocation, checkpoints, re-registration, admission errors).
+# (GetPreferredAllocation, checkpoints, re-registration, admission errors),
+# and what DRA's kubelet side does with a driver's CDI devices.
 # Cost: about 140 s for the 18 tests on a warm machine (runs on 2026-12-02,
 # Intel Xeon, 2 cores), after the programs build; a cache
 # without the kubelet adds its build (166 s wall beside the other three
@@ -65,6 +74,14 @@ fi
 cmake --build "$build" --target gpushare-device-plugin nvml_stub gpushare-extender \
   kubectl-inspect-gpushare gpushare_c
 
+# gpushare-dra-driver (Go; Go's build cache makes this cheap after 50-kube),
+# containerd 2 and kube-scheduler with GpuShare for tests/dra-node/.
+go_bin=$(tests/kube/find-go.sh)
+dra_driver="$build/dra-driver/gpushare-dra-driver"
+(cd dra-driver && GOTOOLCHAIN=local "$go_bin" build -o "$dra_driver" ./cmd/gpushare-dra-driver)
+containerd_bin=$(tests/node/build-containerd.sh)
+plugin_scheduler=$(BUILD="$build" scheduler-plugin/build.sh)
+
 # The three images for tests/install/, as docker archives for the node's
 # containerd (deploy/build-image-local.sh; kube-scheduler with GpuShare from
 # scheduler-plugin/build.sh's cache, warm after 51-scheduler-plugin).
@@ -107,3 +124,16 @@ start=$(date +%s)
   GPUSHARE_INSTALL_IMAGES="$images" GPUSHARE_KUBE_KEEP="${GPUSHARE_KUBE_KEEP:-}" \
   timeout 600 "$py" -m pytest tests/install -v -s -p no:cacheprovider ${INSTALL_PYTEST_ARGS:-}
 echo "52-node: tests/install took $(( $(date +%s) - start )) s"
+# DRA: gpushare-dra-driver on a node with containerd 2 (tests/dra-node/).
+start=$(date +%s)
+helm_bin="${GPUSHARE_HELM:-$kube_bin/helm}"
+# shellcheck disable=SC2086
+"${as_root[@]}" env GPUSHARE_KUBE_BIN="$kube_bin" GPUSHARE_HELM="$helm_bin" \
+  GPUSHARE_CONTAINERD_BIN="$containerd_bin" GPUSHARE_DRA_DRIVER="$dra_driver" \
+  GPUSHARE_PLUGIN_SCHEDULER="$plugin_scheduler" \
+  GPUSHARE_EXTENDER="$build/extender/gpushare-extender" \
+  GPUSHARE_DEVICE_PLUGIN="$build/device-plugin/gpushare-device-plugin" \
+  GPUSHARE_NVML_STUB="$build/tests/nvml_stub/libnvidia-ml.so.1" \
+  GPUSHARE_KUBE_KEEP="${GPUSHARE_KUBE_KEEP:-}" \
+  timeout 600 "$py" -m pytest tests/dra-node -v -s -p no:cacheprovider ${DRA_PYTEST_ARGS:-}
+echo "52-node: tests/dra-node took $(( $(date +%s) - start )) s"

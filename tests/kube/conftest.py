@@ -21,7 +21,6 @@ scheduler-plugin/build.sh is run with BUILD), GPUSHARE_KUBE_KEEP=1 keeps the
 work folder (logs, certificates) after the run.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -38,7 +37,6 @@ import harness  # noqa: E402
 
 MODES = ("extender", "plugin")
 MODE = os.environ.get("GPUSHARE_KUBE_SCHEDULER") or "extender"
-PLUGIN_DEPLOY = os.path.join(ROOT, "deploy", "scheduler-plugin")
 
 
 def plugin_mode():
@@ -93,19 +91,8 @@ def plugin_scheduler_bin():
 
 
 def use_plugin(cp):
-    """Plugin mode: the shipped configuration and RBAC, but the profile named
-    default-scheduler (the tests' pods name no scheduler)."""
-    import yaml
-    with open(os.path.join(PLUGIN_DEPLOY, "rbac.yaml")) as f:
-        cp.create_rbac([o for o in yaml.safe_load_all(f) if o])
-    with open(os.path.join(PLUGIN_DEPLOY, "scheduler-config.yaml")) as f:
-        config = yaml.safe_load(f)
-    (profile,) = config["profiles"]
-    profile["schedulerName"] = "default-scheduler"
-    path = os.path.join(cp.workdir, "gpushare-plugin-config.json")
-    with open(path, "w") as f:
-        json.dump(config, f, indent=1)
-    cp.use_plugin(plugin_scheduler_bin(), path)
+    """Plugin mode: the shipped configuration and RBAC (harness.use_shipped_plugin)."""
+    harness.use_shipped_plugin(cp, plugin_scheduler_bin())
 
 
 @pytest.hookimpl(hookwrapper=True)

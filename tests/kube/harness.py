@@ -27,6 +27,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
+import urllib.request
 
 GPU_MEM = "aliyun.com/gpu-mem"
 GPU_COUNT = "aliyun.com/gpu-count"
@@ -496,7 +497,10 @@ class ControlPlane(Processes):
         also runs kube-controller-manager with the controllers that turn
         Deployments and DaemonSets into pods and give pods service account
         tokens (CONTROLLERS), and the API server admits pods through the
-        ServiceAccount plugin (tests/install/ runs the chart's pods)."""
+        ServiceAccount plugin (tests/install/ runs the chart's pods).
+        `controllers` may instead name the controllers to run (a tuple, e.g.
+        ("resourceclaim-controller",) for DRA's claims): then the pods'
+        admission is as without controllers."""
         self.kube_bin, self.extender_bin, self.workdir = kube_bin, extender_bin, workdir
         self.extender_tls = extender_tls
         self.controllers = controllers
@@ -623,7 +627,8 @@ class ControlPlane(Processes):
             # Without kube-controller-manager the `default` ServiceAccount never
             # appears, and nothing removes the not-ready taint of a new Node.
             "--disable-admission-plugins=" +
-            ("TaintNodesByCondition" if self.controllers else "ServiceAccount,TaintNodesByCondition"),
+            ("TaintNodesByCondition" if self.controllers is True
+             else "ServiceAccount,TaintNodesByCondition"),
             "--profiling=false", "--v=1", *self.apiserver_args])
         self.api = Api("127.0.0.1", port, self.pki.ca_crt, *self.admin)
         self.admin_kubeconfig = write_kubeconfig(
@@ -652,11 +657,25 @@ class ControlPlane(Processes):
         kcm = os.path.join(self.kube_bin, "kube-controller-manager")
         if not os.access(kcm, os.X_OK):
             raise HarnessError(f"{kcm} is missing (tests/kube/build-kube.sh kube-controller-manager)")
+        names = CONTROLLERS if self.controllers is True else tuple(self.controllers)
+        port = free_port()
         p = self._start("kube-controller-manager", [
             kcm, f"--kubeconfig={self.admin_kubeconfig}", "--leader-elect=false",
-            "--controllers=" + ",".join(CONTROLLERS), f"--root-ca-file={self.pki.ca_crt}",
+            "--controllers=" + ",".join(names), f"--root-ca-file={self.pki.ca_crt}",
             f"--service-account-private-key-file={self.sa_key}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1"])
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=1"])
+        if self.controllers is not True:
+            def healthy():
+                p.check_alive()
+                ctx = ssl._create_unverified_context()  # Its own self-signed certificate.
+                try:
+                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz",
+                                                timeout=2, context=ctx) as r:
+                        return r.status == 200
+                except OSError:
+                    return False
+            wait_until("kube-controller-manager healthy", healthy, START_TIMEOUT, 0.25)
+            return
 
         def ready():  # The ServiceAccount admission plugin needs `default`'s.
             p.check_alive()
@@ -1137,3 +1156,24 @@ def used_per_gpu(api):
                 used[node][g] += units
     return used
 
+
+PLUGIN_DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "deploy", "scheduler-plugin")
+
+
+def use_shipped_plugin(cp, binary):
+    """Has `cp` run kube-scheduler `binary` (built with the GpuShare plugin)
+    with deploy/scheduler-plugin/'s configuration and RBAC as shipped, but
+    the profile named default-scheduler (the tests' pods name no
+    scheduler). Needs PyYAML."""
+    import yaml
+    with open(os.path.join(PLUGIN_DEPLOY, "rbac.yaml")) as f:
+        cp.create_rbac([o for o in yaml.safe_load_all(f) if o])
+    with open(os.path.join(PLUGIN_DEPLOY, "scheduler-config.yaml")) as f:
+        config = yaml.safe_load(f)
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = "default-scheduler"
+    path = os.path.join(cp.workdir, "gpushare-plugin-config.json")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+    cp.use_plugin(binary, path)

@@ -215,15 +215,20 @@ class Node(Processes):
     started harness.ControlPlane whose API server has the flags of
     NODE_APISERVER_ARGS)."""
 
-    def __init__(self, cp, kube_bin, device_plugin_bin, nvml_library, one_namespace=False):
+    def __init__(self, cp, kube_bin, device_plugin_bin, nvml_library, one_namespace=False,
+                 containerd_bin=None):
         """`one_namespace`: containerd and the kubelet run in one mount
         namespace of their own (a holder process keeps it), so that what the
         kubelet mounts for a pod (Secrets, projected service account tokens:
         tmpfs) is what runc mounts into its containers; otherwise only the
         kubelet has a namespace (its fixed folders), and pods must not need
-        such volumes (tests/node/'s do not)."""
+        such volumes (tests/node/'s do not). `containerd_bin`: a folder with
+        containerd 2's containerd, containerd-shim-runc-v2 and ctr
+        (tests/node/build-containerd.sh), run instead of Debian's 1.6, with
+        CDI specs read from <workdir>/node/cdi (cdi_dir)."""
         self.cp, self.kube_bin = cp, kube_bin
         self.one_namespace = one_namespace
+        self.containerd_bin = containerd_bin
         self.device_plugin_bin, self.nvml_library = device_plugin_bin, nvml_library
         self.dir = os.path.join(cp.workdir, "node")
         self.logs = cp.logs
@@ -231,6 +236,7 @@ class Node(Processes):
         self.sysctls = {}
         self.containerd_dir = os.path.join(self.dir, "containerd")
         self.containerd_sock = os.path.join(self.containerd_dir, "containerd.sock")
+        self.cdi_dir = os.path.join(self.dir, "cdi")
         self.var_lib = os.path.join(self.dir, "var-lib")
         self.plugin_dir = os.path.join(self.var_lib, "kubelet", "device-plugins")
         self.kubelet_root = os.path.join(self.dir, "kubelet")
@@ -246,7 +252,7 @@ class Node(Processes):
         if os.geteuid() != 0:
             raise HarnessError("the node tests run containerd and a kubelet: they need root")
         self._check_host()
-        for d in (self.containerd_dir, self.plugin_dir, self.kubelet_root,
+        for d in (self.containerd_dir, self.plugin_dir, self.kubelet_root, self.cdi_dir,
                   os.path.join(self.dir, "var-log"), os.path.join(self.dir, "cni"),
                   os.path.join(self.dir, "pod-logs"), os.path.join(self.dir, "volume-plugins")):
             os.makedirs(d, exist_ok=True)
@@ -319,8 +325,25 @@ class Node(Processes):
         with open(os.path.join(self.dir, "cni", "10-loopback.conflist"), "w") as f:
             json.dump({"cniVersion": "0.4.0", "name": "lo-only",
                        "plugins": [{"type": "loopback"}]}, f)
+        config = self._containerd2_config() if self.containerd_bin else self._containerd1_config()
+        path = os.path.join(d, "config.toml")
+        with open(path, "w") as f:
+            f.write(config)
+        env = None
+        containerd = "containerd"
+        if self.containerd_bin:  # Its shim first on PATH: containerd looks it up there.
+            containerd = os.path.join(self.containerd_bin, "containerd")
+            env = dict(os.environ, PATH=self.containerd_bin + ":" + os.environ.get("PATH", ""))
+        p = self._start("containerd", self._in_namespace(
+            [containerd, "--config", path, "--log-level", "warn"]), env=env)
+        wait_until("containerd serving", lambda: p.check_alive() and self.ctr(
+            "version", check=False).returncode == 0, CONTAINERD_START, 0.2)
+
+    def _containerd1_config(self):
+        """Debian's containerd 1.6 (configuration version 2)."""
+        d = self.containerd_dir
         cri = 'plugins."io.containerd.grpc.v1.cri"'
-        config = f"""version = 2
+        return f"""version = 2
 root = "{d}/root"
 state = "{d}/state"
 [grpc]
@@ -349,21 +372,55 @@ state = "{d}/state"
   bin_dir = "/usr/lib/cni"
   conf_dir = "{self.dir}/cni"
 """
-        path = os.path.join(d, "config.toml")
-        with open(path, "w") as f:
-            f.write(config)
-        p = self._start("containerd", self._in_namespace(
-            ["containerd", "--config", path, "--log-level", "warn"]))
-        wait_until("containerd serving", lambda: p.check_alive() and self.ctr(
-            "version", check=False).returncode == 0, CONTAINERD_START, 0.2)
+    def _containerd2_config(self):
+        """containerd 2 (configuration version 3): the CRI plugin's runtime
+        and image settings are separate plugins; CDI specs come from
+        cdi_dir."""
+        d = self.containerd_dir
+        rt = 'plugins."io.containerd.cri.v1.runtime"'
+        return f"""version = 3
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{self.containerd_sock}"
+[ttrpc]
+  address = "{self.containerd_sock}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{IMAGE}"
+[{rt}]
+  disable_apparmor = true
+  # No CAP_SYS_RESOURCE in these VMs: runc cannot lower oom_score_adj.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  cdi_spec_dirs = ["{self.cdi_dir}"]
+[{rt}.containerd]
+  default_runtime_name = "runc"
+[{rt}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{rt}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  Root = "{d}/runc"
+[{rt}.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "{self.dir}/cni"
+"""
 
     def ctr(self, *args, check=True, timeout=60):
-        """Runs `ctr` against this node's containerd, namespace k8s.io."""
-        r = subprocess.run(["ctr", "--address", self.containerd_sock, "-n", "k8s.io", *args],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        """Runs `ctr` against this node's containerd, namespace k8s.io; the
+        result's stdout is ctr's standard output only."""
+        ctr = os.path.join(self.containerd_bin, "ctr") if self.containerd_bin else "ctr"
+        # stdout alone: containerd 2's ctr warns on stderr (cgroup v1 is
+        # deprecated), which must not read as a task or image name.
+        r = subprocess.run([ctr, "--address", self.containerd_sock, "-n", "k8s.io", *args],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout)
         if check and r.returncode != 0:
-            raise HarnessError(f"ctr {' '.join(args)}: exit {r.returncode}: {r.stdout}")
+            raise HarnessError(f"ctr {' '.join(args)}: exit {r.returncode}: {r.stdout}{r.stderr}")
         return r
 
     def _import_image(self):
