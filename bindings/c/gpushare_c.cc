@@ -32,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "gpushare/cluster.h"
 #include "gpushare/device_plugin.h"
+#include "gpushare/fragmentation.h"
 #include "gpushare/kubernetes.h"
 #include "gpushare/policy.h"
 #include "gpushare/scheduler.h"
@@ -212,6 +213,11 @@ absl::Status CheckSize(const char* fn, const char* param, const char* type, size
 
 // The fields of ABI 1 end here; later ABIs append after them.
 constexpr size_t kOptionsEnd = offsetof(gs_scheduler_options, seed) + sizeof(uint64_t);
+// ABI 4's fields of gs_scheduler_options end here: read when `size` covers them.
+constexpr size_t kOptionsTargetEnd =
+    offsetof(gs_scheduler_options, target_workload) + sizeof(const char*);
+constexpr size_t kOptionsResourceEnd =
+    offsetof(gs_scheduler_options, target_resource) + sizeof(int32_t);
 constexpr size_t kNodeEnd = offsetof(gs_node, schedulable) + sizeof(int32_t);
 constexpr size_t kRequestEnd = offsetof(gs_request, gpu_model_count) + sizeof(size_t);
 constexpr size_t kReportEnd = offsetof(gs_event_report, warnings) + sizeof(int32_t);
@@ -508,7 +514,41 @@ void gs_scheduler_options_init(gs_scheduler_options* options) {
   options->policy = "binpack";
   options->reservation_ttl_ms = 60'000;
   options->seed = 0;
+  options->target_workload = nullptr;
+  options->target_resource = GS_TARGET_COMPUTE;
 }
+
+namespace {
+
+// The options' target workload for PolicyOptions::fgd_target: the JSON, or
+// with none the default one whole-GPU task on `resource` (null for compute:
+// the policies' own default, the same task).
+absl::StatusOr<std::shared_ptr<const gpushare::TargetWorkload>> TargetIn(
+    const char* fn, const char* json, int32_t resource) {
+  if (resource != GS_TARGET_COMPUTE && resource != GS_TARGET_MEMORY) {
+    return Invalid(fn, absl::StrCat("options->target_resource ", resource,
+                                    " is neither GS_TARGET_COMPUTE (0) nor GS_TARGET_MEMORY (1)"));
+  }
+  if (json == nullptr) {
+    if (resource == GS_TARGET_COMPUTE) return nullptr;
+    gpushare::TargetWorkload t;
+    t.resource = gpushare::FragResource::kMemory;
+    // gpu_share 0 on memory: the whole GPU, whatever its size.
+    t.tasks.push_back(gpushare::TargetTask{0, 0, 1, {}, 1.0});
+    return std::make_shared<const gpushare::TargetWorkload>(std::move(t));
+  }
+  absl::StatusOr<gpushare::TargetWorkload> t = gpushare::TargetWorkloadFromJson(json);
+  if (!t.ok()) {
+    return Invalid(fn, absl::StrCat("options->target_workload: ", t.status().message()));
+  }
+  if (resource == GS_TARGET_MEMORY && t->resource != gpushare::FragResource::kMemory) {
+    return Invalid(fn, "options->target_resource is GS_TARGET_MEMORY but "
+                       "options->target_workload's resource is \"compute\"");
+  }
+  return std::make_shared<const gpushare::TargetWorkload>(*std::move(t));
+}
+
+}  // namespace
 
 gs_status* gs_scheduler_create(const gs_scheduler_options* options, gs_scheduler** out) {
   constexpr const char* fn = "gs_scheduler_create";
@@ -522,11 +562,15 @@ gs_status* gs_scheduler_create(const gs_scheduler_options* options, gs_scheduler
       o.policy = options->policy;
       o.reservation_ttl_ms = options->reservation_ttl_ms;
       o.seed = options->seed;
+      if (options->size >= kOptionsTargetEnd) o.target_workload = options->target_workload;
+      if (options->size >= kOptionsResourceEnd) o.target_resource = options->target_resource;
     }
     gpushare::SchedulerOptions so;
     so.policy = o.policy == nullptr ? "binpack" : o.policy;
     so.reservation_ttl_ms = o.reservation_ttl_ms;
     so.policy_options.seed = o.seed;
+    GPUSHARE_ASSIGN_OR_RETURN(so.policy_options.fgd_target,
+                              TargetIn(fn, o.target_workload, o.target_resource));
     GPUSHARE_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> s,
                               Scheduler::Create(Cluster(), std::move(so)));
     *out = new gs_scheduler(std::move(s));

@@ -166,6 +166,101 @@ static void test_create(void) {
   gs_scheduler_destroy(s);
 }
 
+/* ABI 4: the target workload of the fragmentation-aware policies. Node
+ * "full" holds 30 of GPU 0's 40 units, node "empty" nothing; an 8-unit pod
+ * goes, under dra+fgdpack, to the first GPU with room: GPU 0 on either.
+ * Against the default compute target every node ranks the same (memory
+ * requests leave compute idle); against one whole GPU on memory, "full"
+ * ranks first (GPU 0 was partly used already: its lost units drop from 10 to
+ * 2, where "empty" would lose 32); against 10-unit tasks, "empty" does (on
+ * "full" the 10 units that fit one are cut to 2). */
+static void rank_full_empty(const gs_scheduler_options* o, int64_t ranks[2]) {
+  gs_scheduler* s = NULL;
+  OK(gs_scheduler_create(o, &s));
+  OK(add_node(s, "full", 2, 40));
+  OK(add_node(s, "empty", 2, 40));
+  gs_pod* held = shared_pod("default/held", 30, 1);
+  gs_placement* p = NULL;
+  OK(gs_scheduler_reserve(s, held, ID("full"), &p));
+  CHECK(gs_placement_gpu(p, 0) == 0);
+  OK(gs_scheduler_confirm(s, ID("default/held")));
+  gs_placement_free(p);
+  gs_pod* pod = shared_pod("default/new", 8, 1);
+  const char* list[2] = {"full", "empty"};
+  char buf[16];
+  uint32_t lengths[2];
+  gs_names names = names_of(list, 2, buf, lengths);
+  OK(gs_scheduler_rank(s, pod, &names, ranks));
+  gs_pod_free(pod);
+  gs_pod_free(held);
+  gs_scheduler_destroy(s);
+}
+
+static void test_target_workload(void) {
+  gs_scheduler_options o;
+  gs_scheduler_options_init(&o);
+  CHECK(o.target_workload == NULL);
+  CHECK(o.target_resource == GS_TARGET_COMPUTE);
+  o.policy = "dra+fgdpack";
+  int64_t ranks[2];
+
+  rank_full_empty(&o, ranks); /* The default: one whole GPU of compute. */
+  CHECK(ranks[0] >= 0 && ranks[0] == ranks[1]);
+  o.target_resource = GS_TARGET_MEMORY;
+  rank_full_empty(&o, ranks);
+  CHECK(ranks[0] > ranks[1]);
+  o.target_resource = GS_TARGET_COMPUTE;
+  o.target_workload = "{\"resource\": \"memory\", \"tasks\": [{\"gpu_count\": 1, \"weight\": 1}]}";
+  rank_full_empty(&o, ranks); /* The same, as JSON. */
+  CHECK(ranks[0] > ranks[1]);
+  o.target_resource = GS_TARGET_MEMORY; /* Agrees with the JSON. */
+  rank_full_empty(&o, ranks);
+  CHECK(ranks[0] > ranks[1]);
+  o.target_workload =
+      "{\"resource\": \"memory\", \"tasks\": [{\"gpu_share\": 10, \"gpu_count\": 1, \"weight\": 1}]}";
+  rank_full_empty(&o, ranks);
+  CHECK(ranks[1] > ranks[0]);
+  /* binpack ignores the target: "full" packs tighter either way. */
+  o.policy = "dra+binpack";
+  rank_full_empty(&o, ranks);
+  CHECK(ranks[0] > ranks[1]);
+
+  /* Bad values, named. */
+  gs_scheduler* s = NULL;
+  gs_scheduler_options_init(&o);
+  o.policy = "fgdpack";
+  o.target_workload = "{\"resource\": \"memory\", \"tasks\": [{\"gpu_share\": 8, \"weight\": 1}";
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "options->target_workload: ");
+  o.target_workload = "{\"resource\": \"memory\", \"tasks\": [{\"gpu_share\": 8, "
+                      "\"gpu_count\": 1, \"weight\": -1}]}";
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT,
+        "options->target_workload: tasks[0].weight: -1 is not a positive number");
+  o.target_workload = "{\"resource\": \"disk\", \"tasks\": [{\"weight\": 1}]}";
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "disk");
+  o.target_workload = "{\"resource\": \"compute\", \"tasks\": [{\"gpu_share\": 500, "
+                      "\"gpu_count\": 1, \"weight\": 1}]}";
+  o.target_resource = GS_TARGET_MEMORY;
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "options->target_resource");
+  o.target_resource = GS_TARGET_COMPUTE;
+  OK(gs_scheduler_create(&o, &s));
+  gs_scheduler_destroy(s);
+  s = NULL;
+  o.target_workload = NULL;
+  o.target_resource = 7;
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "options->target_resource 7");
+  /* Every policy checks the target, as MakePolicy() does. */
+  o.policy = "binpack";
+  FAILS(gs_scheduler_create(&o, &s), GS_INVALID_ARGUMENT, "options->target_resource 7");
+  CHECK(s == NULL);
+
+  /* A host built against ABI 3 passes a struct that ends before the ABI 4
+   * fields: whatever lies there is not read. */
+  o.target_workload = "not JSON";
+  o.size = offsetof(gs_scheduler_options, target_workload);
+  OK(gs_scheduler_create(&o, &s));
+  gs_scheduler_destroy(s);
+}
+
 static void test_nodes(void) {
   gs_scheduler* s = new_scheduler("binpack");
   OK(add_node(s, "n1", 2, 16));
@@ -1294,6 +1389,7 @@ static void test_threads(void) {
 int main(void) {
   test_version();
   test_create();
+  test_target_workload();
   test_nodes();
   test_fit_filter_rank();
   test_requests();

@@ -59,6 +59,9 @@
  *    kube-scheduler's preemption and nominated pods.
  *  - ABI 3 added gs_scheduler_fit_all, every node's fit in one call, with
  *    gs_scheduler_node_names for the nodes' positions.
+ *  - ABI 4 added the fragmentation-aware policies' target workload to
+ *    gs_scheduler_options (target_workload, target_resource): fields, no
+ *    new calls.
  */
 #ifndef GPUSHARE_C_GPUSHARE_H_
 #define GPUSHARE_C_GPUSHARE_H_
@@ -78,7 +81,7 @@ extern "C" {
 
 /* The ABI this header describes. gs_abi_version() returns the library's:
  * a host built against ABI N runs with a library whose ABI is >= N. */
-#define GS_ABI_VERSION 3
+#define GS_ABI_VERSION 4
 
 /* ---- Errors ---------------------------------------------------------------- */
 
@@ -121,18 +124,47 @@ GS_API const char* gs_policy_names(void);
 
 typedef struct gs_scheduler gs_scheduler;
 
+/* The resource of the default target workload (gs_scheduler_options). */
+typedef enum gs_target_resource {
+  GS_TARGET_COMPUTE = 0, /* GPU compute, thousandths of a GPU (the default) */
+  GS_TARGET_MEMORY = 1   /* GPU memory units */
+} gs_target_resource;
+
 typedef struct gs_scheduler_options {
   size_t size;                 /* sizeof(gs_scheduler_options) */
   const char* policy;          /* "binpack" (default), "spread", "fgdpack", ... */
   int64_t reservation_ttl_ms;  /* >= 0; default 60000; 0: never expire (ABI 2) */
   uint64_t seed;               /* the "random" policy's seed; default 0 */
+  /* ABI 4. The workload whose fragmentation the policies "fgd", "fgdcpu",
+   * "fgdpack" and their "dra+" forms descend (the other policies ignore
+   * it): JSON, NUL-terminated, in the form of `gpushare-extender
+   * --target-workload FILE` (TargetWorkloadToJson() in
+   * gpushare/fragmentation.h):
+   *   {"resource": "memory", "tasks": [{"cpu": 4000, "gpu_share": 8,
+   *     "gpu_count": 1, "weight": 0.42}, ...]}
+   * NULL (default): one whole-GPU task on target_resource, so that only
+   * partly used GPUs count as lost. */
+  const char* target_workload;
+  /* ABI 4. The default target's resource: GS_TARGET_COMPUTE (default) or
+   * GS_TARGET_MEMORY, for requests of GPU memory only (aliyun.com/gpu-mem,
+   * DRA memory claims), which never change the idle compute that a compute
+   * target measures: against it every node that fits such a request scores
+   * the same. With target_workload set, its "resource" decides and this
+   * must be GS_TARGET_COMPUTE or name the same resource. */
+  int32_t target_resource;
 } gs_scheduler_options;
 
 GS_API void gs_scheduler_options_init(gs_scheduler_options* options);
 
 /* An empty cluster under `options` (NULL: the defaults). Errors:
  * GS_INVALID_ARGUMENT for an unknown policy (the message lists the known
- * ones) or a TTL < 0. A host that learns how every bind ends (a
+ * ones), a TTL < 0, a target_workload that does not parse or holds a bad
+ * value (the message names it: "options->target_workload: tasks[2].weight:
+ * -1 is not a positive number"), or a target_resource that is neither
+ * GS_TARGET_COMPUTE nor GS_TARGET_MEMORY or disagrees with the target
+ * workload's resource. A library of ABI 4 reads the ABI 4 fields only when
+ * `size` covers them: a host built against an older header gets the
+ * defaults. A host that learns how every bind ends (a
  * kube-scheduler plugin: Unreserve, PostBind, the bound pod's event) sets
  * the TTL to 0, so that no slow bind can outlive its reservation and leave
  * its GPUs promised twice. */
