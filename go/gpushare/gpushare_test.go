@@ -134,6 +134,69 @@ func TestNewErrors(t *testing.T) {
 	s.Close()
 }
 
+// TargetWorkload and TargetResource reach the fgd policies. Node "full"
+// holds 30 of GPU 0's 40 units; an 8-unit request goes to GPU 0 on either
+// node under dra+fgdpack (first fit). Compute target (the default): a tie,
+// memory never changes idle compute. One whole GPU on memory: "full" first,
+// where the partly used GPU's lost units shrink. 10-unit tasks: "empty"
+// first, since on "full" the 10 units that fit one would be cut to 2.
+func TestTargetWorkload(t *testing.T) {
+	rank := func(o gpushare.Options) []int64 {
+		t.Helper()
+		o.Policy, o.ReservationTTL = "dra+fgdpack", gpushare.NoExpiry
+		s := newScheduler(t, o)
+		mustAdd(t, s, sharedNode("full", 2, 40))
+		mustAdd(t, s, sharedNode("empty", 2, 40))
+		held := newPod(t, gpushare.Request{ID: "default/held", GPUMemory: 30})
+		if p, err := s.Reserve(held, "full"); err != nil || !slices.Equal(p.GPUs, []int{0}) {
+			t.Fatalf("Reserve: %+v, %v", p, err)
+		}
+		ranks, err := s.Rank(newPod(t, gpushare.Request{ID: "default/new", GPUMemory: 8}),
+			[]string{"full", "empty"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ranks
+	}
+	memWhole := `{"resource": "memory", "tasks": [{"gpu_count": 1, "weight": 1}]}`
+	mem10 := `{"resource": "memory", "tasks": [{"gpu_share": 10, "gpu_count": 1, "weight": 1}]}`
+	for _, tc := range []struct {
+		name string
+		o    gpushare.Options
+		cmp  int // sign of rank(full) - rank(empty)
+	}{
+		{"default", gpushare.Options{}, 0},
+		{"memory", gpushare.Options{TargetResource: gpushare.TargetMemory}, 1},
+		{"memory JSON", gpushare.Options{TargetWorkload: memWhole}, 1},
+		{"memory JSON and resource", gpushare.Options{TargetWorkload: memWhole, TargetResource: gpushare.TargetMemory}, 1},
+		{"10-unit tasks", gpushare.Options{TargetWorkload: mem10}, -1},
+	} {
+		r := rank(tc.o)
+		if r[0] < 0 || r[1] < 0 {
+			t.Fatalf("%s: ranks %v", tc.name, r)
+		}
+		if got := int(r[0] - r[1]); (got > 0) != (tc.cmp > 0) || (got < 0) != (tc.cmp < 0) {
+			t.Errorf("%s: ranks full %d, empty %d; want sign %d", tc.name, r[0], r[1], tc.cmp)
+		}
+	}
+
+	for _, tc := range []struct {
+		o    gpushare.Options
+		want string
+	}{
+		{gpushare.Options{Policy: "fgdpack", TargetWorkload: `{"tasks": [`}, "options->target_workload: "},
+		{gpushare.Options{TargetWorkload: `{"resource": "memory", "tasks": [{"gpu_share": 8, "gpu_count": 1, "weight": -1}]}`},
+			"tasks[0].weight: -1 is not a positive number"},
+		{gpushare.Options{TargetWorkload: `{"resource": "compute", "tasks": [{"weight": 1}]}`, TargetResource: gpushare.TargetMemory},
+			"options->target_resource"},
+		{gpushare.Options{TargetResource: 7}, "options->target_resource 7"},
+		{gpushare.Options{TargetWorkload: "{\x00}"}, "NUL"},
+	} {
+		_, err := gpushare.New(tc.o)
+		wantErr(t, err, gpushare.ErrInvalidArgument, tc.want)
+	}
+}
+
 func TestLifecycle(t *testing.T) {
 	s := newScheduler(t, gpushare.Options{})
 	mustAdd(t, s, sharedNode("n1", 2, 16))

@@ -55,7 +55,31 @@ type Options struct {
 	ReservationTTL time.Duration
 	// Seed is the "random" policy's seed.
 	Seed uint64
+	// TargetWorkload is the workload whose fragmentation the policies fgd,
+	// fgdcpu, fgdpack and their dra+ forms descend (the others ignore it),
+	// as JSON in the form of gpushare-extender --target-workload:
+	// {"resource": "memory", "tasks": [{"cpu": 4000, "gpu_share": 8,
+	// "gpu_count": 1, "weight": 0.42}, ...]}. Empty: one whole-GPU task on
+	// TargetResource, which counts only partly used GPUs as lost.
+	TargetWorkload string
+	// TargetResource is the resource of that default whole-GPU task:
+	// TargetCompute (the zero value) or TargetMemory, which ranks requests
+	// for GPU memory alone (against a compute target every node that fits
+	// one scores the same). With TargetWorkload set its "resource" decides,
+	// and TargetResource must be TargetCompute or agree with it.
+	TargetResource TargetResource
 }
+
+// TargetResource is the resource a default target workload is measured in
+// (gs_target_resource).
+type TargetResource int32
+
+const (
+	// TargetCompute: GPU compute, thousandths of a GPU.
+	TargetCompute TargetResource = C.GS_TARGET_COMPUTE
+	// TargetMemory: GPU memory units.
+	TargetMemory TargetResource = C.GS_TARGET_MEMORY
+)
 
 // NoExpiry as Options.ReservationTTL: reservations never expire.
 const NoExpiry time.Duration = -1
@@ -75,7 +99,9 @@ type Scheduler struct {
 }
 
 // New makes an empty cluster under `o`. Errors: InvalidArgument for an
-// unknown policy (the message lists the known ones) or a negative TTL;
+// unknown policy (the message lists the known ones), a negative TTL, a
+// TargetWorkload that does not parse or holds a bad value (the message
+// names it) or a TargetResource that is unknown or disagrees with it;
 // FailedPrecondition when the loaded library's ABI is older than this
 // package's.
 func New(o Options) (*Scheduler, error) {
@@ -105,6 +131,14 @@ func New(o Options) (*Scheduler, error) {
 		co.reservation_ttl_ms = C.int64_t(ms)
 	}
 	co.seed = C.uint64_t(o.Seed)
+	if o.TargetWorkload != "" {
+		w, err := a.str("target workload", o.TargetWorkload)
+		if err != nil {
+			return nil, err
+		}
+		co.target_workload = w
+	}
+	co.target_resource = C.int32_t(o.TargetResource)
 	var h *C.gs_scheduler
 	if err := statusError(C.gs_scheduler_create(&co, &h)); err != nil {
 		return nil, err
