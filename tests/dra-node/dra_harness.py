@@ -21,6 +21,7 @@ from node_harness import NODE_NAME, Node
 
 DRIVER = "gpu.gpushare.dev"
 CLASS = "gpushare.dev"
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 RESOURCE = "/apis/resource.k8s.io/v1"
 DRIVER_STARTED = 60
 
@@ -39,11 +40,15 @@ def driver_rules(helm):
     return role["rules"]
 
 
-DEVICE_CLASS = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-    "metadata": {"name": CLASS},
-    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-}
+def device_classes(helm):
+    """The chart's DeviceClasses: gpushare.dev, and gpushare.dev-whole
+    serving the extended resource nvidia.com/gpu."""
+    import yaml
+    out = subprocess.run([helm, "template", "gpushare", CHART, "--set", "dra.enabled=true",
+                          "--set", f"dra.extendedResourceName={WHOLE_GPU_RESOURCE}",
+                          "--show-only", "templates/dra/deviceclass.yaml"],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    return [o for o in yaml.safe_load_all(out) if o]
 
 
 class DraNode(Node):
@@ -74,7 +79,8 @@ class DraNode(Node):
              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                            "name": "gpushare-dra-driver"}]},
         ])
-        self.api.request("POST", f"{RESOURCE}/deviceclasses", DEVICE_CLASS)
+        for c in device_classes(self.helm):
+            self.api.request("POST", f"{RESOURCE}/deviceclasses", c)
 
     def start_driver(self, fixture):
         """(Re)starts gpushare-dra-driver on NVML fixture `fixture`; waits

@@ -23,7 +23,7 @@ import pytest
 
 from harness import ApiError, HarnessError, wait_until
 from node_harness import IMAGE, NODE_NAME, TWO_A100, fixture_gpus
-from dra_harness import CLASS, RESOURCE
+from dra_harness import CLASS, RESOURCE, WHOLE_GPU_RESOURCE
 
 NS = "default"
 SCRIPT = ("env | grep -E '^(NVIDIA_VISIBLE_DEVICES|ALIYUN_COM_GPU_MEM_[A-Z]+)=' | sort; "
@@ -47,9 +47,10 @@ def template(api, name, memory=None, count=1):
         ok=(201, 409))
 
 
-def create_pod(api, name, template_name=None, claim_name=None, node_name=None):
+def create_pod(api, name, template_name=None, claim_name=None, node_name=None, limits=None):
     """A pod whose container prints its GPU variables, with one claim: from
-    template `template_name`, or the existing claim `claim_name`."""
+    template `template_name`, or the existing claim `claim_name`; or, with
+    `limits`, none but those extended resources in its container."""
     claim = {"name": "gpu"}
     if template_name:
         claim["resourceClaimTemplateName"] = template_name
@@ -68,6 +69,9 @@ def create_pod(api, name, template_name=None, claim_name=None, node_name=None):
                             "resources": {"claims": [{"name": "gpu"}]}}],
         },
     }
+    if limits:
+        del pod["spec"]["resourceClaims"]
+        pod["spec"]["containers"][0]["resources"] = {"limits": limits}
     if node_name:
         pod["spec"]["nodeName"] = node_name
     return api.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
@@ -185,6 +189,23 @@ def test_claims_of_each_kind_reach_their_containers_and_are_released(dra_node):
     wait_until("the whole GPU's claim deleted",
                lambda: whole_claim not in [c["metadata"]["name"] for c in node.claims()], 30, 0.2)
     wait_until("two CDI specs left", lambda: len(node.prepared_files()) == 2, 30, 0.2)
+
+
+def test_a_pod_asking_nvidia_com_gpu_gets_a_whole_gpu_through_dra(dra_node):
+    """Existing pod specs keep working: the chart's class gpushare.dev-whole
+    serves the extended resource nvidia.com/gpu (no device plugin offers it
+    here), kube-scheduler writes the claim, one whole GPU per unit."""
+    node, api = dra_node, dra_node.api
+    node.use_fixture(TWO_A100)
+    template(api, "share-8", "8Gi")
+    create_pod(api, "share", "share-8")
+    wait_running(api, "share")  # gpu-0 holds 8 units: no whole GPU there.
+    create_pod(api, "legacy", limits={WHOLE_GPU_RESOURCE: "1"})
+    pod = wait_running(api, "legacy")
+    status = pod["status"].get("extendedResourceClaimStatus") or {}
+    claim = api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims/{status['resourceClaimName']}")
+    assert allocated(claim) == [("gpu-1", 40)], claim["status"]
+    expect_env(container_env(api, "legacy"), [1], 40, 40)
 
 
 def test_a_burst_never_puts_more_on_a_gpu_than_it_has(dra_node):
