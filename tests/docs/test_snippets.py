@@ -99,6 +99,9 @@ SKIP: dict[tuple[str, str], str] = {
         "needs a cluster and a registry: tests/install/ installs the chart in both modes on a real kubelet",
     ("docs/helm.md", "ns=kube-system s=gpushare-extender-tls-scheduler"):
         "needs a cluster with the chart installed: tests/install/ reads the same Secret for its kube-scheduler",
+    ("docs/helm.md", "helm upgrade --install gpushare deploy/chart -n kube-system --reuse-values --set dra.enabled=true"):
+        "needs a cluster with GPU nodes: tests/kube/test_chart.py renders and dry-runs the DRA objects and "
+        "tests/dra-node runs the driver with the chart's RBAC and classes under a real kubelet",
     ("docs/helm.md", "helm uninstall gpushare -n kube-system"):
         "needs a cluster: tests/kube/test_chart.py and tests/install/ uninstall and check nothing is left",
     ("docs/topology.md", "cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target topology_benchmark"):
