@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -192,6 +194,13 @@ type draFixture struct {
 
 func newDRAFixture(t *testing.T, policy string, src *fakeDRA) *draFixture {
 	t.Helper()
+	return newDRAFixtureTarget(t, policy, "", src)
+}
+
+// newDRAFixtureTarget: the DRA state ranks against `target` (JSON; "": the
+// default, one whole GPU of memory).
+func newDRAFixtureTarget(t *testing.T, policy, target string, src *fakeDRA) *draFixture {
+	t.Helper()
 	s, err := gpushare.New(gpushare.Options{ReservationTTL: gpushare.NoExpiry})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +208,7 @@ func newDRAFixture(t *testing.T, policy string, src *fakeDRA) *draFixture {
 	t.Cleanup(s.Close)
 	log := &logLines{}
 	p := newPlugin(s, nil, nil, log.logger())
-	p.dra, err = newDRAState(src, []string{DefaultDRADeviceClass}, policy, log.logger())
+	p.dra, err = newDRAState(src, []string{DefaultDRADeviceClass}, policy, target, log.logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +281,7 @@ func TestDRARequestFromClaims(t *testing.T) {
 	// The claim kube-controller-manager made from a template (its spec is
 	// the template's), named in the pod's status.
 	src.add(draClaim("tmpl-pod-gpu-x7k2", draRequest{class: cls, memory: "12Gi", count: 3}))
-	d, err := newDRAState(src, []string{cls}, DefaultDRAPolicy, klog.Background())
+	d, err := newDRAState(src, []string{cls}, DefaultDRAPolicy, "", klog.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +376,7 @@ func TestDRANodeStateFromSlicesAndClaims(t *testing.T) {
 	src.add(pendingClaim)
 	src.pending = map[types.UID]*resourceapi.AllocationResult{
 		pendingClaim.UID: allocationOf(draShareOf{"b", "gpu-0", "4Gi"})}
-	d, err := newDRAState(src, []string{DefaultDRADeviceClass}, "dra+binpack", klog.Background())
+	d, err := newDRAState(src, []string{DefaultDRADeviceClass}, "dra+binpack", "", klog.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,14 +461,14 @@ func TestDRANodeStateFromSlicesAndClaims(t *testing.T) {
 // ---- Ranking ------------------------------------------------------------------------------
 
 // One node holds a 30 GiB claim on its first GPU, the other nothing: an 8
-// GiB claim fits either. binpack (the default) prefers the fuller node (its
-// partly used GPU, which first fit takes there too), spread the emptier
-// one: the ranking follows the policy, and one the wrong way round is
-// caught.
+// GiB claim fits either. fgdpack (the default) and binpack prefer the
+// fuller node (its partly used GPU, which first fit takes there too),
+// spread the emptier one: the ranking follows the policy, and one the
+// wrong way round is caught.
 func TestDRARankingFollowsThePolicy(t *testing.T) {
 	for _, tc := range []struct {
 		policy, best string
-	}{{DefaultDRAPolicy, "full"}, {"dra+spread", "empty"}} {
+	}{{DefaultDRAPolicy, "full"}, {"dra+binpack", "full"}, {"dra+spread", "empty"}} {
 		t.Run(tc.policy, func(t *testing.T) {
 			src := &fakeDRA{slices: []*resourceapi.ResourceSlice{
 				draSlice("full", "40Gi", "40Gi"), draSlice("empty", "40Gi", "40Gi")}}
@@ -481,21 +490,61 @@ func TestDRARankingFollowsThePolicy(t *testing.T) {
 	}
 }
 
-// Why the default is not dra+fgdpack: the FGD policies measure
-// fragmentation in GPU compute, which the driver's claims do not ask, and
-// gpushare.Scheduler takes no target workload, so every node that fits a
-// memory claim ranks the same. Should this fail, the library ranks them
-// apart, and dra+fgdpack may become the default.
-func TestDRAFGDPoliciesCannotRankMemoryClaims(t *testing.T) {
+// The FGD policies rank memory claims by the target workload: memory
+// claims never change idle compute, so against a compute target every node
+// that fits one ranks the same, which is why the DRA state's default target
+// is one whole GPU of memory. Node "full" holds 30 GiB of GPU 0, "empty"
+// nothing; first fit puts an 8 GiB claim on GPU 0 of either.
+//   - default (whole GPU, memory): "full", where the claim strands fewer GPU
+//     units: GPU 0 was partly used already, its lost 10 GiB become 2, where
+//     on "empty" an idle GPU would be broken into, 32 GiB lost;
+//   - 10 GiB tasks (targetWorkload): "empty", since on "full" the 10 GiB
+//     that fit one task would be cut to 2 (on "empty" 32 GiB still fit 3);
+//   - one whole GPU of compute, the library's own default: a tie.
+//
+// With the target ignored the first two would tie as well.
+func TestDRAFGDPoliciesRankMemoryClaims(t *testing.T) {
+	const (
+		mem10   = `{"resource": "memory", "tasks": [{"gpu_share": 10, "gpu_count": 1, "weight": 1}]}`
+		compute = `{"resource": "compute", "tasks": [{"gpu_share": 1000, "gpu_count": 1, "weight": 1}]}`
+	)
 	for _, policy := range []string{"dra+fgd", "dra+fgdcpu", "dra+fgdpack"} {
-		src := &fakeDRA{slices: []*resourceapi.ResourceSlice{
-			draSlice("full", "40Gi", "40Gi"), draSlice("empty", "40Gi", "40Gi")}}
-		src.add(allocated("held", draShareOf{"full", "gpu-0", "30Gi"}))
+		for _, tc := range []struct {
+			target string
+			cmp    int // sign of score(full) - score(empty)
+		}{{"", 1}, {mem10, -1}, {compute, 0}} {
+			src := &fakeDRA{slices: []*resourceapi.ResourceSlice{
+				draSlice("full", "40Gi", "40Gi"), draSlice("empty", "40Gi", "40Gi")}}
+			src.add(allocated("held", draShareOf{"full", "gpu-0", "30Gi"}))
+			src.add(draClaim("new", draRequest{class: DefaultDRADeviceClass, memory: "8Gi"}))
+			f := newDRAFixtureTarget(t, policy, tc.target, src)
+			scores := f.scores(t, draPod("new", "new"), "full", "empty")
+			if scores == nil {
+				t.Fatalf("%s, target %q: not scored; log: %v", policy, tc.target, f.log.lines)
+			}
+			d := scores["full"] - scores["empty"]
+			if (d > 0) != (tc.cmp > 0) || (d < 0) != (tc.cmp < 0) {
+				t.Errorf("%s, target %q: scores %v, want sign(full - empty) %d", policy, tc.target, scores, tc.cmp)
+			}
+		}
+	}
+}
+
+// Where the default and dra+binpack part: node "small" has one idle 16 GiB
+// GPU, node "half" one 80 GiB GPU holding 40 GiB. binpack takes the
+// tightest fit, the small GPU (8 GiB left against 32), and breaks a whole
+// GPU into; the default (dra+fgdpack, one whole GPU of memory) keeps it
+// whole and puts the 8 GiB claim on the GPU partly used already.
+func TestDRADefaultKeepsIdleGPUsWhole(t *testing.T) {
+	for _, tc := range []struct{ policy, best string }{{DefaultDRAPolicy, "half"}, {"dra+binpack", "small"}} {
+		src := &fakeDRA{slices: []*resourceapi.ResourceSlice{draSlice("small", "16Gi"), draSlice("half", "80Gi")}}
+		src.add(allocated("held", draShareOf{"half", "gpu-0", "40Gi"}))
 		src.add(draClaim("new", draRequest{class: DefaultDRADeviceClass, memory: "8Gi"}))
-		f := newDRAFixture(t, policy, src)
-		if scores := f.scores(t, draPod("new", "new"), "full", "empty"); scores == nil ||
-			scores["full"] != scores["empty"] {
-			t.Errorf("%s: %v", policy, scores)
+		f := newDRAFixture(t, tc.policy, src)
+		scores := f.scores(t, draPod("new", "new"), "small", "half")
+		other := map[string]string{"small": "half", "half": "small"}[tc.best]
+		if scores == nil || scores[tc.best] <= scores[other] {
+			t.Errorf("%s: scores %v, want %s above %s", tc.policy, scores, tc.best, other)
 		}
 	}
 }
@@ -634,7 +683,7 @@ func TestDRAInvalidObjects(t *testing.T) {
 
 func TestDRAArgs(t *testing.T) {
 	args, err := DecodeArgs(nil)
-	if err != nil || args.draPolicy() != "dra+binpack" ||
+	if err != nil || args.draPolicy() != "dra+fgdpack" || args.TargetWorkload != nil ||
 		!reflect.DeepEqual(args.draClasses(), []string{"gpushare.dev"}) {
 		t.Fatalf("defaults: %+v %q %v, %v", args, args.draPolicy(), args.draClasses(), err)
 	}
@@ -654,5 +703,87 @@ func TestDRAArgs(t *testing.T) {
 		} else if strings.Contains(bad, "Policy") && !strings.Contains(err.Error(), "dra+fgdpack") {
 			t.Errorf("%s: %v does not name the policies", bad, err)
 		}
+	}
+}
+
+func TestTargetWorkloadArgs(t *testing.T) {
+	yaml := "targetWorkload:\n  resource: memory\n  tasks:\n  - {cpu: 4000, gpu_share: 8, gpu_count: 1, weight: 0.4}\n" +
+		"  - {gpu_count: 1, weight: 0.6}\n"
+	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(yaml), ContentType: runtime.ContentTypeYAML})
+	if err != nil || !strings.Contains(args.target(), `"gpu_share":8`) {
+		t.Fatalf("YAML: %q, %v", args.target(), err)
+	}
+	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte(`{"targetWorkload": null}`)})
+	if err != nil || args.TargetWorkload != nil || args.target() != "" {
+		t.Fatalf("null: %q, %v", args.target(), err)
+	}
+	for bad, want := range map[string]string{
+		`{"targetWorkload": "target.json"}`: `targetWorkload must be an object`,
+		`{"targetWorkload": {"resource": "memory", "tasks": [{"gpu_share": 8, "gpu_count": 1, "weight": -1}]}}`: `GpuShare args: ` +
+			`targetWorkload: tasks[0].weight: -1 is not a positive number`,
+		`{"targetWorkload": {"resource": "memory", "tasks": [{"gpu_shares": 8, "weight": 1}]}}`: `gpu_shares`,
+		`{"targetWorkload": {"resource": "memory", "tasks": []}}`:                               `task`,
+	} {
+		if _, err := DecodeArgs(&runtime.Unknown{Raw: []byte(bad)}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", bad, err, want)
+		}
+	}
+}
+
+// stubDRAManager stands in for kube-scheduler's SharedDRAManager where only
+// its presence counts (the test sets the DRA state's source).
+type stubDRAManager struct{ fwk.SharedDRAManager }
+
+// Args.TargetWorkload reaches both schedulers. Against 10 GiB tasks an
+// 8 GiB request goes where it cuts no 10 GiB hole: to the idle GPU, not
+// the one with 10 GiB left; against the defaults (a whole GPU of compute
+// for annotation pods) the annotation pods' scheduler would tie, and the
+// DRA state (a whole GPU of memory) would prefer the partly used GPU.
+func TestTargetWorkloadReachesBothSchedulers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	args, err := DecodeArgs(&runtime.Unknown{Raw: []byte(`{"policy": "fgdpack", "targetWorkload": ` +
+		`{"resource": "memory", "tasks": [{"gpu_share": 10, "gpu_count": 1, "weight": 1}]}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	st, err := sharedFor(ctx, args, factory, stubDRAManager{}, klog.Background())
+	if err != nil || st.dra == nil {
+		t.Fatalf("sharedFor: %v (DRA state %v)", err, st != nil && st.dra != nil)
+	}
+
+	// Annotation pods.
+	for _, n := range []string{"holey", "idle"} {
+		if err := st.sched.AddNode(gpushare.Node{Name: n, GPUMemory: []int64{40}, Sharing: gpushare.SharingOn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := gpushare.NewPod(gpushare.Request{ID: "default/held", GPUMemory: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := st.sched.Reserve(held, "holey"); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := gpushare.NewPod(gpushare.Request{ID: "default/new", GPUMemory: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pod.Close()
+	ranks, err := st.sched.Rank(pod, []string{"holey", "idle"})
+	if err != nil || ranks[1] <= ranks[0] || ranks[0] < 0 {
+		t.Errorf("annotation pods: ranks holey, idle %v (%v); want idle above holey", ranks, err)
+	}
+
+	// DRA claims.
+	src := &fakeDRA{slices: []*resourceapi.ResourceSlice{draSlice("holey", "40Gi"), draSlice("idle", "40Gi")}}
+	src.add(allocated("held", draShareOf{"holey", "gpu-0", "30Gi"}))
+	src.add(draClaim("new", draRequest{class: DefaultDRADeviceClass, memory: "8Gi"}))
+	st.dra.source = src
+	f := &draFixture{p: &Plugin{sharedState: st, firstBinder: func() bool { return true }}, src: src, log: &logLines{}}
+	if scores := f.scores(t, draPod("new", "new"), "holey", "idle"); scores == nil || scores["idle"] <= scores["holey"] {
+		t.Errorf("DRA claims: scores %v; want idle above holey", scores)
 	}
 }

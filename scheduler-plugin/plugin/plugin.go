@@ -37,14 +37,16 @@
 // A pod whose ResourceClaims ask for gpushare-dra-driver's GPUs (a device
 // class of Args.DRADeviceClasses) and for no aliyun.com/gpu-mem or
 // nvidia.com/gpu is only scored: PreScore ranks the nodes with the policy
-// Args.DRAPolicy (dra+binpack) on the GPUs kube-scheduler's DRA allocator
+// Args.DRAPolicy (dra+fgdpack) on the GPUs kube-scheduler's DRA allocator
 // will take on each (first fit), from the driver's ResourceSlices and the
 // claims' allocations, a state of its own (dra.go). Its feasibility,
 // devices, allocation and bind are the DynamicResources plugin's.
 package plugin
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -93,8 +95,19 @@ type Args struct {
 	DRADeviceClasses []string `json:"draDeviceClasses,omitempty"`
 	// DRAPolicy scores the nodes for such pods on the GPUs DRA's allocator
 	// will take there (first fit): "dra+<policy>" (gpushare.Policies()).
-	// Unset: dra+binpack (see DefaultDRAPolicy).
+	// Unset: dra+fgdpack (see DefaultDRAPolicy).
 	DRAPolicy string `json:"draPolicy,omitempty"`
+	// TargetWorkload is the workload whose fragmentation the policies fgd,
+	// fgdcpu, fgdpack and their dra+ forms descend, for Policy and
+	// DRAPolicy alike: a JSON object inline (YAML in the configuration), in
+	// the form of gpushare-extender --target-workload and `gpushare
+	// typical-tasks`: {"resource": "memory", "tasks": [{"cpu": 4000,
+	// "gpu_share": 8, "gpu_count": 1, "weight": 0.42}, ...]}. GpuShare's
+	// pods ask GPU memory, so its resource should be "memory". Unset: one
+	// whole-GPU task, which counts only partly used GPUs as lost, on GPU
+	// memory for DRAPolicy and, as gpushare-extender has it, on GPU compute
+	// for Policy.
+	TargetWorkload json.RawMessage `json:"targetWorkload,omitempty"`
 }
 
 // draClasses is DRADeviceClasses with its default.
@@ -254,8 +267,30 @@ func DecodeArgs(obj runtime.Object) (Args, error) {
 			return args, fmt.Errorf("%s args: draDeviceClasses names an empty class", Name)
 		}
 	}
+	if t := bytes.TrimSpace(args.TargetWorkload); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		args.TargetWorkload = nil
+	} else {
+		if t[0] != '{' {
+			return args, fmt.Errorf("%s args: targetWorkload must be an object, {\"resource\": \"memory\", "+
+				"\"tasks\": [...]}, not %s", Name, t)
+		}
+		// The library's parser names a bad value; fgdpack reads every field.
+		s, err := gpushare.New(gpushare.Options{Policy: "fgdpack", TargetWorkload: string(t)})
+		if err != nil {
+			msg := err.Error()
+			var ge *gpushare.Error
+			if errors.As(err, &ge) {
+				msg = strings.TrimPrefix(ge.Message, "gs_scheduler_create: options->target_workload: ")
+			}
+			return args, fmt.Errorf("%s args: targetWorkload: %s", Name, msg)
+		}
+		s.Close()
+	}
 	return args, nil
 }
+
+// target is TargetWorkload as the binding takes it ("" when unset).
+func (a *Args) target() string { return string(a.TargetWorkload) }
 
 // New is the plugin's factory (app.WithPlugin(Name, New)). The first call
 // of a scheduler (one per profile naming GpuShare) makes the shared GPU
@@ -309,7 +344,8 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 			"their binds settle, and GPU pods wait for the informers without blocking",
 			"reservationTTLSeconds", args.ReservationTTLSeconds, "syncTimeoutSeconds", args.SyncTimeoutSeconds)
 	}
-	s, err := gpushare.New(gpushare.Options{Policy: args.Policy, ReservationTTL: gpushare.NoExpiry})
+	s, err := gpushare.New(gpushare.Options{Policy: args.Policy, ReservationTTL: gpushare.NoExpiry,
+		TargetWorkload: args.target()})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -322,7 +358,7 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 		logger.Info("DynamicResourceAllocation is off in this kube-scheduler: pods with DRA claims are not scored")
 	default:
 		st.dra, err = newDRAState(draManagerSource{draManager}, args.draClasses(), args.draPolicy(),
-			logger.WithName("dra"))
+			args.target(), logger.WithName("dra"))
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("%s: draPolicy: %w", Name, err)
@@ -366,8 +402,17 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 		}
 	}()
 	logger.Info("Plugin ready", "policy", args.Policy, "library", gpushare.Version(),
-		"draDeviceClasses", args.draClasses(), "draPolicy", args.draPolicy(), "draScoring", st.dra != nil)
+		"draDeviceClasses", args.draClasses(), "draPolicy", args.draPolicy(), "draScoring", st.dra != nil,
+		"targetWorkload", targetLog(args.TargetWorkload))
 	return st, nil
+}
+
+// targetLog is the target workload as logged: its JSON, or what stands in.
+func targetLog(t json.RawMessage) string {
+	if t == nil {
+		return "default (one whole GPU)"
+	}
+	return string(t)
 }
 
 func newSharedState(ctx context.Context, s *gpushare.Scheduler, pods corelisters.PodLister,
