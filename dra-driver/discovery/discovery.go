@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"gpushare.dev/dra-driver/devices"
 )
@@ -38,6 +39,9 @@ type Stream struct {
 func Start(ctx context.Context, program string, extra ...string) (*Stream, devices.Inventory, error) {
 	cmd := exec.CommandContext(ctx, program, append([]string{"--discover", "--watch-health"}, extra...)...)
 	cmd.Stderr = os.Stderr
+	// Should this process die without stopping it (SIGKILL), the program
+	// must not outlive it holding NVML.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, devices.Inventory{}, err

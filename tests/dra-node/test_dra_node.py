@@ -15,8 +15,7 @@ new claims avoid it; and the node itself refuses a forged allocation that
 would overcommit a GPU.
 """
 
-import json
-import os
+import signal
 import time
 
 import pytest
@@ -240,6 +239,42 @@ def test_a_burst_never_puts_more_on_a_gpu_than_it_has(dra_node):
     wait_until("no CDI spec left", lambda: not node.prepared_files(), 30, 0.2)
 
 
+def test_the_driver_killed_during_a_burst_still_overcommits_nothing(dra_node):
+    """SIGKILL of the driver while the kubelet prepares a burst of claims,
+    then a restart and a second burst: every pod that runs has its
+    variables, no GPU holds more than it has, one CDI spec per running
+    claim, and the restarted driver unprepares what the killed one
+    prepared."""
+    node, api = dra_node, dra_node.api
+    node.use_fixture(TWO_A100)
+    template(api, "share-9", "9Gi")
+    first = [f"kill-a{i}" for i in range(6)]
+    for n in first:
+        create_pod(api, n, "share-9")
+    wait_until("a claim prepared", lambda: node.prepared_files(), 60, 0.05)
+    node.stop_driver(signal.SIGKILL)
+    time.sleep(1)
+    node.start_driver(TWO_A100)
+    second = [f"kill-b{i}" for i in range(6)]
+    for n in second:
+        create_pod(api, n, "share-9")
+    names = first + second
+    wait_until("eight pods running", lambda: sum(
+        api.pod(n)["status"].get("phase") == "Running" for n in names) >= 8, POD_RUNNING, 0.5)
+    time.sleep(3)
+    running = [n for n in names if api.pod(n)["status"].get("phase") == "Running"]
+    assert len(running) == 8, running
+    held = {0: 0, 1: 0}
+    for n in running:
+        env = container_env(api, n)
+        held[int(env["ALIYUN_COM_GPU_MEM_IDX"])] += int(env["ALIYUN_COM_GPU_MEM_CONTAINER"])
+    assert held == {0: 36, 1: 36}, held
+    assert len(node.prepared_files()) == 8, node.prepared_files()
+    for n in names:
+        api.delete_pod(n)
+    wait_until("no CDI spec left", lambda: not node.prepared_files(), 60, 0.2)
+
+
 def test_an_unhealthy_gpu_is_tainted_and_new_claims_avoid_it(dra_node):
     node, api = dra_node, dra_node.api
     node.use_fixture(TWO_A100)
@@ -264,13 +299,16 @@ def test_an_unhealthy_gpu_is_tainted_and_new_claims_avoid_it(dra_node):
 def test_the_node_refuses_a_forged_allocation_that_overcommits_a_gpu(dra_node):
     """Whoever can write a claim's status (not a pod author, but a
     compromised controller) could allocate a GPU twice over; the driver
-    counts what it prepared and refuses, naming the GPU."""
+    counts what it prepared, also across its own restart (a SIGKILL
+    here), and refuses, naming the GPU."""
     node, api = dra_node, dra_node.api
     node.use_fixture(TWO_A100)
     template(api, "share-30", "30Gi")
     create_pod(api, "holder", "share-30")
     wait_running(api, "holder")
     assert allocated(pod_claim(node, "holder")) == [("gpu-0", 30)]
+    node.stop_driver(signal.SIGKILL)
+    node.start_driver(TWO_A100)  # It knows the holder's 30 units only from its CDI spec.
 
     api.request("POST", f"{RESOURCE}/namespaces/{NS}/resourceclaims", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
