@@ -3,8 +3,9 @@ gpushare-dra-driver's GPUs (plugin mode only, Kubernetes 1.36 and later):
 the real kube-apiserver and kube-scheduler, two nodes of two 40 GiB GPUs
 each with the driver's ResourceSlice, one node already holding a claim.
 kube-scheduler's DRA allocator chooses the GPUs inside the node (first fit)
-and binds; GpuShare only ranks the nodes, with its DRA policy (dra+binpack:
-the node whose GPUs first fit takes are left fullest). A new 8 GiB claim
+and binds; GpuShare only ranks the nodes, with its DRA policy (dra+fgdpack
+against one whole GPU of memory: the node where the claim strands the
+fewest GPUs; dra+binpack, the former default, ranks the same). A new 8 GiB claim
 then lands on the node that holds the claim, where the stock kube-scheduler,
 whose default scores count no DRA device (LeastAllocated on CPU), puts it on
 the emptier node: the same pod is scheduled by both. No kubelet: pods are
@@ -133,8 +134,10 @@ def test_gpushare_sends_a_dra_claim_to_the_fuller_node_stock_scoring_to_the_empt
     claim_and_pod(api, "held", "30Gi", "2", node=FULL)
     assert placed(api, "held") == (FULL, (FULL, "gpu-0", "30Gi"))
 
-    # GpuShare ranks the full node first (dra+binpack: its GPU 0, which first
-    # fit takes, is left with 2 GiB, the empty node's with 32 GiB); DRA's
+    # GpuShare ranks the full node first (dra+fgdpack: first fit takes GPU 0
+    # on either node; on the full one it was partly used already, its lost
+    # memory drops from 10 GiB to 2, where the empty node's idle GPU would
+    # lose 32 GiB; dra+binpack agrees: 2 GiB left against 32); DRA's
     # allocator takes the GPU.
     claim_and_pod(api, "probe", "8Gi", "1")
     assert placed(api, "probe") == (FULL, (FULL, "gpu-0", "8Gi"))
