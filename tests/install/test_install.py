@@ -97,7 +97,22 @@ def values(node, tag, mode):
     }
 
 
-def write_values(node, tag, mode):
+def dra_values(node, tag, mode):
+    """values() with gpushare-dra-driver on, on the node's folders, loading
+    the NVML stand-in as the device plugin does."""
+    v = values(node, tag, mode)
+    dp = v["devicePlugin"]
+    v["dra"] = {
+        "enabled": True, "hostNetwork": True,
+        "hostPaths": {"pluginsRegistry": os.path.join(node.kubelet_root, "plugins_registry"),
+                      "plugins": os.path.join(node.dir, "dra-plugins"), "cdi": node.cdi_dir},
+        "extraArgs": dp["extraArgs"], "extraEnv": dp["extraEnv"],
+        "extraVolumes": dp["extraVolumes"], "extraVolumeMounts": dp["extraVolumeMounts"],
+    }
+    return v
+
+
+def write_values(node, tag, mode, dra=False):
     nvml = os.path.join(node.dir, "install-nvml")
     os.makedirs(nvml, exist_ok=True)
     for src, name in ((node.nvml_library, "libnvidia-ml.so.1"), (TWO_A100, "fixture.json")):
@@ -105,9 +120,9 @@ def write_values(node, tag, mode):
             out.write(f.read())
     with open(os.path.join(nvml, "faults.json"), "w") as f:
         f.write("{}")
-    path = os.path.join(node.cp.workdir, f"values-{mode}-{tag}.yaml")
+    path = os.path.join(node.cp.workdir, f"values-{mode}-{tag}{'-dra' if dra else ''}.yaml")
     with open(path, "w") as f:
-        yaml.safe_dump(values(node, tag, mode), f)
+        yaml.safe_dump((dra_values if dra else values)(node, tag, mode), f)
     return path
 
 
@@ -355,3 +370,83 @@ def test_scheduler_mode_places_a_gpu_pod_by_its_scheduler_name(node):
     assert container_env(node, "trainer-b")["ALIYUN_COM_GPU_MEM_IDX"] == gb
 
     uninstall_and_check(node, path)
+
+
+def label_node(node, value):
+    node.api.request("PATCH", f"/api/v1/nodes/{NODE_NAME}",
+                     {"metadata": {"labels": {"gpushare.io/device-plugin": value}}},
+                     content_type="application/merge-patch+json")
+
+
+def test_dra_mode_runs_the_driver_daemonset_and_prepares_a_claim(node):
+    """dra.enabled on a node labelled gpushare.io/device-plugin=dra: the
+    chart's gpushare-dra-driver pod (the device plugin's image, its service
+    account and ClusterRole, the kubelet's folders by hostPath) publishes
+    the node's GPUs, the device plugin's DaemonSet stays off the node, and a
+    pod with a claim of the chart's class, placed by the chart's
+    kube-scheduler with GpuShare, runs with its claim prepared: the CDI
+    spec the driver wrote in the host's CDI folder carries the claim's
+    variables. (This node's containerd is Debian's 1.6, which does not
+    inject CDI devices: tests/dra-node checks the containers' side with
+    containerd 2.)"""
+    path = write_values(node, "e2e", "scheduler", dra=True)
+    label_node(node, "dra")
+    try:
+        node.cp.start_scheduler(with_extender=False)
+        helm(node, "install", "gpushare", CHART, "-n", NS, "-f", path, "--wait", "--timeout",
+             f"{READY}s")
+        pods = wait_chart_pods(node, "e2e", 2)  # kube-scheduler with GpuShare, the driver.
+        assert any(n.startswith("gpushare-dra-driver-") for n in pods), pods
+        assert not any(n.startswith("gpushare-device-plugin") for n in pods), pods
+
+        def published():
+            slices = node.api.get("/apis/resource.k8s.io/v1/resourceslices")["items"]
+            devs = [d["name"] for s in slices if s["spec"]["driver"] == "gpu.gpushare.dev"
+                    and s["spec"].get("nodeName") == NODE_NAME for d in s["spec"]["devices"]]
+            return sorted(devs) == ["gpu-0", "gpu-1"]
+        wait_until("the chart's driver publishing the node's two GPUs", published, READY, 0.5)
+
+        node.api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{POD_NS}/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "notebook-gpu"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpushare.dev",
+                "capacity": {"requests": {"memory": "8Gi"}}}}]}}})
+        node.api.request("POST", f"/api/v1/namespaces/{POD_NS}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-notebook"},
+            "spec": {"hostNetwork": True, "automountServiceAccountToken": False,
+                     "enableServiceLinks": False, "restartPolicy": "Never",
+                     "terminationGracePeriodSeconds": 0, "schedulerName": "gpushare-scheduler",
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": "notebook-gpu"}],
+                     "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", SCRIPT],
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}})
+
+        def running():
+            pod = node.api.pod("dra-notebook")
+            if pod["status"].get("phase") == "Failed":
+                raise HarnessError(f"pod dra-notebook failed: {pod['status']}")
+            return pod["status"].get("phase") == "Running" and pod
+        try:
+            wait_until("pod dra-notebook Running", running, READY, 0.5)
+        except HarnessError as e:
+            raise HarnessError(f"{e}\n{json.dumps(node.api.pod('dra-notebook')['status'])}\n"
+                               + chart_pod_logs(node)) from e
+        claim = node.api.get(f"/apis/resource.k8s.io/v1/namespaces/{POD_NS}/resourceclaims/"
+                             "notebook-gpu")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["device"], result["consumedCapacity"]["memory"]) == ("gpu-0", "8Gi"), result
+        spec_path = os.path.join(node.cdi_dir,
+                                 f"gpu.gpushare.dev-claim_{claim['metadata']['uid']}.json")
+        with open(spec_path) as f:
+            spec = json.load(f)
+        env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        assert env["ALIYUN_COM_GPU_MEM_IDX"] == "0" and env["ALIYUN_COM_GPU_MEM_POD"] == "8", env
+        assert env["NVIDIA_VISIBLE_DEVICES"] == fixture_gpus(TWO_A100)[0][0], env
+        node.api.delete_pod("dra-notebook", namespace=POD_NS)
+        wait_until("the claim unprepared", lambda: not os.path.exists(spec_path), 60, 0.5)
+        node.api.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{POD_NS}/resourceclaims/"
+                         "notebook-gpu", ok=(200, 202, 404))
+        uninstall_and_check(node, path)
+    finally:
+        label_node(node, None)

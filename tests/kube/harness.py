@@ -34,11 +34,12 @@ GPU_COUNT = "aliyun.com/gpu-count"
 WHOLE_GPU = "nvidia.com/gpu"
 NAMESPACE = "default"
 # kube-controller-manager's controllers with `controllers=True`: only those
-# that make workloads' pods and their service account tokens, so that no
-# node lifecycle controller taints or evicts while a test restarts a kubelet.
+# that make workloads' pods and their service account tokens, and release
+# DRA claims, so that no node lifecycle controller taints or evicts while a
+# test restarts a kubelet.
 CONTROLLERS = ("serviceaccount-controller", "root-ca-certificate-publisher-controller",
                "deployment-controller", "replicaset-controller", "daemonset-controller",
-               "garbage-collector-controller")
+               "garbage-collector-controller", "resourceclaim-controller")
 
 # Deadlines (seconds).
 START_TIMEOUT = 60
