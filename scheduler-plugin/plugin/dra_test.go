@@ -731,8 +731,14 @@ func TestTargetWorkloadArgs(t *testing.T) {
 }
 
 // stubDRAManager stands in for kube-scheduler's SharedDRAManager where only
-// its presence counts (the test sets the DRA state's source).
-type stubDRAManager struct{ fwk.SharedDRAManager }
+// its presence counts (the test sets the DRA state's source), and its
+// DeviceClassResolver (classes; none when nil).
+type stubDRAManager struct {
+	fwk.SharedDRAManager
+	classes fwk.DeviceClassResolver
+}
+
+func (m stubDRAManager) DeviceClassResolver() fwk.DeviceClassResolver { return m.classes }
 
 // Args.TargetWorkload reaches both schedulers. Against 10 GiB tasks an
 // 8 GiB request goes where it cuts no 10 GiB hole: to the idle GPU, not

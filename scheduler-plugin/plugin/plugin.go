@@ -41,6 +41,11 @@
 // will take on each (first fit), from the driver's ResourceSlices and the
 // claims' allocations, a state of its own (dra.go). Its feasibility,
 // devices, allocation and bind are the DynamicResources plugin's.
+//
+// A pod asking nvidia.com/gpu (and no aliyun.com/gpu-mem) where a DeviceClass
+// maps nvidia.com/gpu (spec.extendedResourceName) is DRA's on the nodes whose
+// allocatable has no nvidia.com/gpu: there GpuShare admits the node, reserves
+// and annotates nothing, and ranks it only with the DRA state (extended.go).
 package plugin
 
 import (
@@ -152,6 +157,9 @@ type sharedState struct {
 	// dra: the GPUs of gpushare-dra-driver's devices, for scoring pods
 	// with DRA claims (dra.go); nil when those are not scored.
 	dra *draState
+	// classes: the DeviceClasses that map extended resources, as
+	// kube-scheduler's DRA reads them (extended.go); nil when DRA is off.
+	classes fwk.DeviceClassResolver
 }
 
 // nodeIndex maps node names to the library's node positions
@@ -219,6 +227,9 @@ type Plugin struct {
 	// patch. Decided once, at the first call: the profile's plugin lists
 	// are complete only after every plugin is made.
 	firstBinder func() bool
+	// nodeInfo reads a node of the scheduling cycle's snapshot (Reserve,
+	// for a pod DRA may serve: extended.go).
+	nodeInfo func(name string) (fwk.NodeInfo, error)
 }
 
 var (
@@ -309,6 +320,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, err
 	}
 	p := &Plugin{sharedState: st, client: h.ClientSet(), recorder: h.EventRecorder()}
+	p.nodeInfo = func(name string) (fwk.NodeInfo, error) {
+		l := h.SnapshotSharedLister()
+		if l == nil {
+			return nil, errors.New("no snapshot of the nodes")
+		}
+		return l.NodeInfos().Get(name)
+	}
 	p.firstBinder = sync.OnceValue(func() bool {
 		fw, ok := h.(framework.Framework)
 		if !ok {
@@ -352,6 +370,9 @@ func sharedFor(ctx context.Context, args Args, informers informers.SharedInforme
 	pods := informers.Core().V1().Pods()
 	st := newSharedState(ctx, s, pods.Lister(), logger)
 	st.args = args
+	if draManager != nil {
+		st.classes = draManager.DeviceClassResolver()
+	}
 	switch {
 	case len(args.draClasses()) == 0:
 	case draManager == nil:
@@ -449,6 +470,10 @@ type cycleState struct {
 	generation uint64
 	// ranks by node name, from PreScore.
 	ranks map[string]int64
+	// extendedClass: the DeviceClass that maps the pod's nvidia.com/gpu,
+	// so that DRA serves it on nodes without that resource (extended.go);
+	// "" where none does. Read-only after PreFilter.
+	extendedClass string
 	// placement, from a successful Reserve; unsettled: its bind failed in
 	// a way that may have bound the pod all the same, and reading it back
 	// failed too (settle.go).
@@ -477,7 +502,8 @@ func (e *nodeEdits) empty() bool { return len(e.removed) == 0 && len(e.added) ==
 // (written once, in PreScore, before any reader), and copies the node edits; the placement
 // belongs to the binding cycle of the original state.
 func (c *cycleState) Clone() fwk.StateData {
-	out := &cycleState{pod: c.pod, ranks: c.ranks, verdicts: c.verdicts, generation: c.generation}
+	out := &cycleState{pod: c.pod, ranks: c.ranks, verdicts: c.verdicts, generation: c.generation,
+		extendedClass: c.extendedClass}
 	if len(c.edits) > 0 {
 		out.edits = make(map[string]*nodeEdits, len(c.edits))
 		for node, e := range c.edits {
@@ -534,7 +560,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		gp.Close()
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	c := &cycleState{pod: gp}
+	c := &cycleState{pod: gp, extendedClass: p.extendedClass(pod)}
 	p.verdictsFor(c)
 	state.Write(stateKey, c)
 	return nil, nil
@@ -636,6 +662,11 @@ func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if node == nil {
 		return fwk.AsStatus(errors.New("node not found"))
 	}
+	if c.servedByDRA(nodeInfo) {
+		// DRA serves the pod's GPUs here (extended.go): whether it fits is
+		// DynamicResources' and NodeResourcesFit's to say.
+		return nil
+	}
 	if c.fitsByVerdict(node.Name, &p.index) {
 		return nil
 	}
@@ -717,19 +748,36 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if c == nil {
 		return p.draPreScore(ctx, state, pod, nodes)
 	}
+	// Nodes where DRA serves the pod (extended.go) are not ranked on the
+	// GPU state, which holds no GPU of theirs.
 	names := make([]string, 0, len(nodes))
+	var draNames []string
 	for _, n := range nodes {
-		if node := n.Node(); node != nil {
+		node := n.Node()
+		switch {
+		case node == nil:
+		case c.servedByDRA(n):
+			draNames = append(draNames, node.Name)
+		default:
 			names = append(names, node.Name)
 		}
 	}
-	ranks, err := p.sched.Rank(c.pod, names)
-	if err != nil {
-		return fwk.AsStatus(err)
+	draRanks := p.extendedDRARanks(ctx, pod, c, draNames)
+	if len(names) == 0 && len(draNames) > 0 && draRanks == nil {
+		return fwk.NewStatus(fwk.Skip) // DRA serves it on every node: no score of GpuShare's.
 	}
-	c.ranks = make(map[string]int64, len(names))
-	for i, name := range names {
-		c.ranks[name] = ranks[i]
+	c.ranks = make(map[string]int64, len(names)+len(draRanks))
+	if len(names) > 0 || len(draNames) == 0 {
+		ranks, err := p.sched.Rank(c.pod, names)
+		if err != nil {
+			return fwk.AsStatus(err)
+		}
+		for i, name := range names {
+			c.ranks[name] = ranks[i]
+		}
+	}
+	for i, rank := range draRanks {
+		c.ranks[draNames[i]] = rank
 	}
 	return nil
 }
@@ -782,6 +830,15 @@ func NormalizeRanks(scores fwk.NodeScoreList) {
 func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	c := readState(state)
 	if c == nil {
+		return nil
+	}
+	if dra, err := p.servedByDRAOn(c, nodeName); err != nil {
+		// Not knowing which of DRA or the device plugin serves the pod
+		// there, reserve nothing: the pod is tried again.
+		return fwk.AsStatus(fmt.Errorf("%s: pod %s/%s on node %s: %w", Name, pod.Namespace, pod.Name, nodeName, err))
+	} else if dra {
+		klog.FromContext(ctx).V(4).Info("GPUs left to DRA", "pod", klog.KObj(pod), "node", nodeName,
+			"deviceClass", c.extendedClass)
 		return nil
 	}
 	placement, err := p.sched.Reserve(c.pod, nodeName)

@@ -11,6 +11,12 @@ whose default scores count no DRA device (LeastAllocated on CPU), puts it on
 the emptier node: the same pod is scheduled by both. No kubelet: pods are
 only bound. See docs/scheduler-plugin.md, "Pods with DRA claims".
 
+A pod asking `nvidia.com/gpu: 1` with no claim, where a DeviceClass maps
+nvidia.com/gpu (extendedResourceName, as the chart's gpushare.dev-whole): on
+a node of the driver with no nvidia.com/gpu in its allocatable, DRA serves it,
+and GpuShare steps aside there (docs/scheduler-plugin.md, "Pods whose
+nvidia.com/gpu DRA serves").
+
 The slices are what `gpushare-dra-driver slice` prints for
 tests/data/dra/two-a100-gib.json: the driver itself when GPUSHARE_DRA_DRIVER
 is set, else the same object written here.
@@ -19,6 +25,7 @@ is set, else the same object written here.
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -155,3 +162,90 @@ def test_gpushare_sends_a_dra_claim_to_the_fuller_node_stock_scoring_to_the_empt
     cluster.start_scheduler(with_extender=False)
     claim_and_pod(api, "probe-stock", "8Gi", "1")
     assert placed(api, "probe-stock") == (EMPTY, (EMPTY, "gpu-0", "8Gi"))
+
+
+WHOLE_CLASS, DRA_ONLY = "gpushare.dev-whole", "dra-only"
+GPUSHARE_ANNOTATIONS = ("ALIYUN_COM_GPU_MEM", "scheduler.framework.gpushare.")
+
+
+def dra_only_node(api, name):
+    """A node of gpushare-dra-driver alone: no device plugin, so no GPU
+    resource in its capacity or allocatable."""
+    capacity = {"cpu": "8", "memory": "64Gi", "pods": "110"}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    api.request("POST", "/api/v1/nodes", {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": dict(capacity),
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                   "message": "hand-made node of the e2e tests",
+                                   "lastHeartbeatTime": now, "lastTransitionTime": now}],
+                   "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}})
+
+
+@pytest.fixture
+def whole_gpu_class(cluster):
+    """A node of the driver (two 40 GiB GPUs) without nvidia.com/gpu, and
+    the DeviceClass that maps nvidia.com/gpu to the driver's devices; no
+    scheduler yet. Everything made is deleted."""
+    api = cluster.api
+    minor = int("".join(ch for ch in api.get("/version")["minor"] if ch.isdigit()))
+    if minor < 36:
+        pytest.skip(f"Kubernetes 1.{minor}: DRA's extended resources are off by default before 1.36")
+    dra_only_node(api, DRA_ONLY)
+    slice_ = gpu_slice(DRA_ONLY)
+    api.request("POST", f"{RESOURCE}/resourceslices", slice_)
+    api.request("POST", f"{RESOURCE}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": WHOLE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}],
+                 "extendedResourceName": "nvidia.com/gpu"}},
+        ok=(201, 409))
+    try:
+        yield cluster
+    finally:
+        for p in api.pods():
+            api.delete_pod(p["metadata"]["name"])
+        for c in api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims")["items"]:
+            release(api, c["metadata"]["name"])
+        api.request("DELETE", f"{RESOURCE}/resourceslices/{slice_['metadata']['name']}",
+                    ok=(200, 202, 404))
+        api.request("DELETE", f"{RESOURCE}/deviceclasses/{WHOLE_CLASS}", ok=(200, 202, 404))
+
+
+def test_a_pod_asking_nvidia_gpu_gets_a_whole_gpu_through_dra_where_no_device_plugin_offers_it(
+        whole_gpu_class):
+    cluster = whole_gpu_class
+    api = cluster.api
+    cluster.start_gpushare()
+    # As for a device plugin: limits nvidia.com/gpu, no claim. GpuShare used
+    # to refuse the node ("1 node has no GPUs").
+    api.create_pod("whole", whole_gpus=1)
+    assert api.wait_bound("whole") == DRA_ONLY
+
+    # DRA's allocator made the pod's claim and gave it one whole device of
+    # the slice.
+    status = wait_until("the pod's extendedResourceClaimStatus",
+                        lambda: api.pod("whole")["status"].get("extendedResourceClaimStatus"), 30, 0.2)
+    claim = api.get(f"{RESOURCE}/namespaces/{NS}/resourceclaims/{status['resourceClaimName']}")
+    (request,) = claim["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == WHOLE_CLASS, claim["spec"]
+    assert "capacity" not in request["exactly"], claim["spec"]   # no amount: the whole GPU
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRIVER, DRA_ONLY), result
+    assert result["device"] in {d["name"] for d in gpu_slice(DRA_ONLY)["spec"]["devices"]}, result
+    assert result.get("consumedCapacity", {}).get("memory", "40Gi") == "40Gi", result
+    # GpuShare reserved, annotated and bound nothing: DefaultBinder bound it.
+    annotations = api.pod("whole")["metadata"].get("annotations", {})
+    assert not [k for k in annotations if k.startswith(GPUSHARE_ANNOTATIONS)], annotations
+
+    # A pod sharing GPU memory is still GpuShare's, which has no GPUs there.
+    api.create_pod("shared", gpu_memory=4)
+
+    def unschedulable():
+        conds = api.pod("shared")["status"].get("conditions", [])
+        return next((c for c in conds if c["type"] == "PodScheduled" and c["status"] == "False"), None)
+    cond = wait_until("the gpu-mem pod unschedulable", unschedulable, 30, 0.2)
+    assert cond["reason"] == "Unschedulable", cond
+    assert not api.pod("shared")["spec"].get("nodeName")
