@@ -53,8 +53,11 @@ const (
 	// DRADriver is gpushare-dra-driver's driver name (dra-driver/).
 	DRADriver = "gpu.gpushare.dev"
 	// DefaultDRADeviceClass is the DeviceClass of the driver's manifests,
-	// the default of Args.DRADeviceClasses.
+	// the default of Args.DRADeviceClasses with DefaultDRAWholeGPUClass.
 	DefaultDRADeviceClass = "gpushare.dev"
+	// DefaultDRAWholeGPUClass is the chart's class of the driver's GPUs
+	// that serves an extended resource (nvidia.com/gpu) in whole GPUs.
+	DefaultDRAWholeGPUClass = "gpushare.dev-whole"
 	// DefaultDRAPolicy is the default of Args.DRAPolicy: fgdpack on the
 	// GPUs first fit takes, against Args.TargetWorkload or, unset, one
 	// whole GPU of memory (the driver's claims ask memory only, which a

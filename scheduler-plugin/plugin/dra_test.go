@@ -684,7 +684,7 @@ func TestDRAInvalidObjects(t *testing.T) {
 func TestDRAArgs(t *testing.T) {
 	args, err := DecodeArgs(nil)
 	if err != nil || args.draPolicy() != "dra+fgdpack" || args.TargetWorkload != nil ||
-		!reflect.DeepEqual(args.draClasses(), []string{"gpushare.dev"}) {
+		!reflect.DeepEqual(args.draClasses(), []string{"gpushare.dev", "gpushare.dev-whole"}) {
 		t.Fatalf("defaults: %+v %q %v, %v", args, args.draPolicy(), args.draClasses(), err)
 	}
 	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte(`{"draPolicy":"dra+spread","draDeviceClasses":[]}`)})

@@ -96,7 +96,8 @@ type Args struct {
 	// DRADeviceClasses are the DeviceClasses whose devices are
 	// gpushare-dra-driver's GPUs (driver gpu.gpushare.dev): a pod whose
 	// ResourceClaims request one of them has its nodes scored (dra.go).
-	// Unset: [gpushare.dev], the driver's class; empty ([]): no pod is.
+	// Unset: [gpushare.dev, gpushare.dev-whole], the chart's classes (the
+	// second serves nvidia.com/gpu in whole GPUs); empty ([]): no pod is.
 	DRADeviceClasses []string `json:"draDeviceClasses,omitempty"`
 	// DRAPolicy scores the nodes for such pods on the GPUs DRA's allocator
 	// will take there (first fit): "dra+<policy>" (gpushare.Policies()).
@@ -118,7 +119,7 @@ type Args struct {
 // draClasses is DRADeviceClasses with its default.
 func (a *Args) draClasses() []string {
 	if a.DRADeviceClasses == nil {
-		return []string{DefaultDRADeviceClass}
+		return []string{DefaultDRADeviceClass, DefaultDRAWholeGPUClass}
 	}
 	return a.DRADeviceClasses
 }
