@@ -27,7 +27,8 @@ import urllib.parse
 import pytest
 import yaml
 
-from harness import HarnessError, wait_until
+import harness
+from harness import ApiError, HarnessError, wait_until
 from node_harness import GPU_MEM, IMAGE, NODE_NAME, TWO_A100, fixture_gpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -372,6 +373,45 @@ def test_scheduler_mode_places_a_gpu_pod_by_its_scheduler_name(node):
     uninstall_and_check(node, path)
 
 
+def refuses_other_nodes_slices(node):
+    """The driver's own credentials (its service account's token bound to
+    its pod, as the kubelet mounts it) cannot write another node's
+    ResourceSlice, nor one of another driver: the chart's admission policy
+    gpushare-dra-driver-slices, each refusal naming its rule."""
+    (pod,) = [p for p in node.api.get(f"/api/v1/namespaces/{NS}/pods")["items"]
+              if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/name")
+              == "gpushare-dra-driver"]
+    r = node.api.request("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/gpushare-dra-driver/token",
+                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                          "spec": {"expirationSeconds": 600, "boundObjectRef": {
+                              "apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                              "uid": pod["metadata"]["uid"]}}})
+    host, port = node.cp.server.rsplit("//", 1)[1].rsplit(":", 1)
+    as_driver = harness.Api(host, int(port), node.cp.pki.ca_crt, token=r["status"]["token"])
+
+    def slice_of(name, node_name, driver):
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {"driver": driver, "nodeName": node_name,
+                         "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                         "devices": [{"name": "gpu-0"}]}}
+    for name, node_name, driver, rule in (
+            ("forged-elsewhere", "elsewhere", "gpu.gpushare.dev", "gpushare-dra-driver-slices/own-node"),
+            ("forged-driver", NODE_NAME, "other.example.com", "gpushare-dra-driver-slices/own-driver")):
+        def refused():
+            try:
+                as_driver.request("POST", "/apis/resource.k8s.io/v1/resourceslices",
+                                  slice_of(name, node_name, driver))
+            except ApiError as e:
+                assert e.status == 403 and rule in e.body, e.body
+                return True
+            # Created before the policy was in force: remove it, try again.
+            node.api.request("DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{name}",
+                             ok=(200, 202, 404))
+            return False
+        wait_until(f"{rule} enforced", refused, 30, 0.5)
+
+
 def label_node(node, value):
     node.api.request("PATCH", f"/api/v1/nodes/{NODE_NAME}",
                      {"metadata": {"labels": {"gpushare.io/device-plugin": value}}},
@@ -408,6 +448,7 @@ def test_dra_mode_runs_the_driver_daemonset_and_prepares_a_claim(node):
                     and s["spec"].get("nodeName") == NODE_NAME for d in s["spec"]["devices"]]
             return sorted(devs) == ["gpu-0", "gpu-1"]
         wait_until("the chart's driver publishing the node's two GPUs", published, READY, 0.5)
+        refuses_other_nodes_slices(node)
 
         node.api.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{POD_NS}/resourceclaims", {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
