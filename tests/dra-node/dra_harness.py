@@ -16,8 +16,8 @@ import signal
 import subprocess
 import time
 
-from harness import ApiError, wait_until
-from node_harness import NODE_NAME, Node
+from harness import ApiError, user_cluster_role, wait_until, write_kubeconfig
+from node_harness import NODE_NAME, Node, fixture_gpus
 
 DRIVER = "gpu.gpushare.dev"
 CLASS = "gpushare.dev"
@@ -64,21 +64,12 @@ class DraNode(Node):
     def _credentials(self):
         super()._credentials()
         pki, cp = self.cp.pki, self.cp
-        from harness import write_kubeconfig
         self.driver_kubeconfig = write_kubeconfig(
             os.path.join(self.dir, "dra-driver.kubeconfig"), cp.server, pki.ca_crt,
             *pki.issue("dra-driver", "/CN=gpushare-dra-driver", client=True),
             "gpushare-dra-driver")
-        cp.create_rbac([
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-             "metadata": {"name": "gpushare-e2e-dra-driver"}, "rules": driver_rules(self.helm)},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": "gpushare-e2e-dra-driver"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                         "name": "gpushare-e2e-dra-driver"},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                           "name": "gpushare-dra-driver"}]},
-        ])
+        cp.create_rbac(user_cluster_role("gpushare-e2e-dra-driver", "gpushare-dra-driver",
+                                         driver_rules(self.helm)))
         for c in device_classes(self.helm):
             self.api.request("POST", f"{RESOURCE}/deviceclasses", c)
 
@@ -127,7 +118,6 @@ class DraNode(Node):
             self.start_driver(fixture)
 
     def expected_gpus(self):
-        from node_harness import fixture_gpus
         return fixture_gpus(self.fixture)
 
     def stop_driver(self, sig=signal.SIGTERM):

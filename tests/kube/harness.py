@@ -486,6 +486,20 @@ class Processes:
         return p
 
 
+def user_cluster_role(name, user, rules):
+    """A ClusterRole `name` of `rules` and its binding to the User `user`
+    (a client certificate's CN), for ControlPlane.create_rbac."""
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]
+
+
 class ControlPlane(Processes):
     """etcd + kube-apiserver (started by start()), then kube-scheduler and the
     extender, which each test may start and stop (start_scheduler,

@@ -44,8 +44,8 @@ import tarfile
 import time
 import urllib.request
 
-from harness import (ApiError, HarnessError, Processes, free_port, wait_until,
-                     write_kubeconfig)
+from harness import (ApiError, HarnessError, Processes, free_port, user_cluster_role,
+                     wait_until, write_kubeconfig)
 
 NODE_NAME = "localhost"
 IMAGE = "localhost/gpushare-node-e2e:busybox"
@@ -77,17 +77,8 @@ def _device_plugin_rules():
 
 def device_plugin_rbac():
     """The plugin's ClusterRole as shipped, bound to its test identity."""
-    return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "gpushare-e2e-device-plugin"},
-         "rules": _device_plugin_rules()},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "gpushare-e2e-device-plugin"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "gpushare-e2e-device-plugin"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                       "name": "gpushare-device-plugin"}]},
-    ]
+    return user_cluster_role("gpushare-e2e-device-plugin", "gpushare-device-plugin",
+                             _device_plugin_rules())
 
 
 # ---------------------------------------------------------------- the image
